@@ -1,0 +1,69 @@
+#include "csrc/common/check.h"
+
+namespace hpc {
+namespace {
+
+std::string DeviceString(const TensorView& t) {
+  return t.device == DeviceKind::kCpu ? std::string("cpu") : "cuda:" + std::to_string(t.device_id);
+}
+
+}  // namespace
+
+Status ArgCheck::Required(const char* name, const TensorView& t, int rank, const char* layout) const {
+  if (!t.present()) return Fail(std::string(name) + " is required");
+  if (t.rank != rank) {
+    return Fail(std::string(name) + " must be a " + std::to_string(rank) + "-D tensor " + layout + "; got shape " +
+                ShapeString(t));
+  }
+  return Status::Ok();
+}
+
+Status ArgCheck::Dtype(const char* name, const TensorView& t, std::initializer_list<DType> allowed) const {
+  std::string names;
+  int i = 0;
+  for (DType d : allowed) {
+    if (d == t.dtype) return Status::Ok();
+    if (i > 0) names += (i + 1 == static_cast<int>(allowed.size())) ? " or " : ", ";
+    names += DTypeName(d);
+    ++i;
+  }
+  return Fail(std::string(name) + " must have dtype " + names + "; got " + DTypeName(t.dtype));
+}
+
+Status ArgCheck::SameDtype(const char* name, const TensorView& t, const char* ref_name, const TensorView& ref) const {
+  if (t.dtype == ref.dtype) return Status::Ok();
+  return Fail(std::string(name) + " must have the dtype of " + ref_name + " (" + DTypeName(ref.dtype) + "); got " +
+              DTypeName(t.dtype));
+}
+
+Status ArgCheck::Dim(const char* name, const TensorView& t, int dim, int64_t expected, const char* why) const {
+  if (t.shape[dim] == expected) return Status::Ok();
+  return Fail(std::string(name) + ".shape[" + std::to_string(dim) + "] must be " + std::to_string(expected) + " (" +
+              why + "); got shape " + ShapeString(t));
+}
+
+Status ArgCheck::InnerContiguous(const char* name, const TensorView& t) const {
+  if (t.rank == 0 || t.shape[t.rank - 1] == 1 || t.strides[t.rank - 1] == 1) return Status::Ok();
+  return Fail(std::string(name) + " must be contiguous in its last dimension (stride 1); got stride " +
+              std::to_string(t.strides[t.rank - 1]));
+}
+
+Status ArgCheck::Contiguous(const char* name, const TensorView& t) const {
+  if (t.contiguous()) return Status::Ok();
+  return Fail(std::string(name) + " must be contiguous; got a strided view of shape " + ShapeString(t));
+}
+
+Status ArgCheck::SameDevice(const char* name, const TensorView& t, const char* ref_name, const TensorView& ref) const {
+  if (t.device == ref.device && (t.device == DeviceKind::kCpu || t.device_id == ref.device_id)) return Status::Ok();
+  return Fail(std::string(name) + " is on " + DeviceString(t) + " but " + ref_name + " is on " + DeviceString(ref));
+}
+
+Status ArgCheck::Scalar(const char* name, const TensorView& t) const {
+  if (t.dtype != DType::kF32 || t.numel() != 1) {
+    return Fail(std::string(name) + " must be a float32 tensor with one element; got " + DTypeName(t.dtype) + " " +
+                ShapeString(t));
+  }
+  return Status::Ok();
+}
+
+}  // namespace hpc

@@ -1,0 +1,34 @@
+// Argument validation helpers. Every op validates once, in csrc, through an ArgCheck bound to its name, so
+// the messages read the same in JAX and torch: "<op>: <argument> ...; got ...".
+#pragma once
+
+#include <initializer_list>
+#include <string>
+
+#include "csrc/common/status.h"
+#include "csrc/common/tensor_view.h"
+
+namespace hpc {
+
+class ArgCheck {
+ public:
+  explicit ArgCheck(const char* op) : op_(op) {}
+
+  Status Fail(const std::string& msg) const { return Status::InvalidArgument(op_ + ": " + msg); }
+
+  // `layout` names the dims, e.g. "[T, Hq, D]".
+  Status Required(const char* name, const TensorView& t, int rank, const char* layout) const;
+  Status Dtype(const char* name, const TensorView& t, std::initializer_list<DType> allowed) const;
+  Status SameDtype(const char* name, const TensorView& t, const char* ref_name, const TensorView& ref) const;
+  // shape[dim] == expected; `why` says where expected comes from, e.g. "num_kv_heads, from k".
+  Status Dim(const char* name, const TensorView& t, int dim, int64_t expected, const char* why) const;
+  Status InnerContiguous(const char* name, const TensorView& t) const;  // stride 1 in the last dim
+  Status Contiguous(const char* name, const TensorView& t) const;
+  Status SameDevice(const char* name, const TensorView& t, const char* ref_name, const TensorView& ref) const;
+  Status Scalar(const char* name, const TensorView& t) const;  // exactly one float32 element
+
+ private:
+  std::string op_;
+};
+
+}  // namespace hpc

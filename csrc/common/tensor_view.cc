@@ -1,0 +1,70 @@
+#include "csrc/common/tensor_view.h"
+
+namespace hpc {
+
+const char* DTypeName(DType dtype) {
+  switch (dtype) {
+    case DType::kF32: return "float32";
+    case DType::kF16: return "float16";
+    case DType::kBF16: return "bfloat16";
+    case DType::kF8E4M3: return "float8_e4m3fn";
+    case DType::kI32: return "int32";
+    case DType::kI64: return "int64";
+    case DType::kU8: return "uint8";
+    default: return "an unsupported dtype";
+  }
+}
+
+int DTypeBytes(DType dtype) {
+  switch (dtype) {
+    case DType::kF32: case DType::kI32: return 4;
+    case DType::kF16: case DType::kBF16: return 2;
+    case DType::kF8E4M3: case DType::kU8: return 1;
+    case DType::kI64: return 8;
+    default: return 0;
+  }
+}
+
+int64_t TensorView::numel() const {
+  if (!present()) return 0;
+  int64_t n = 1;
+  for (int i = 0; i < rank; ++i) n *= shape[i];
+  return n;
+}
+
+bool TensorView::contiguous() const {
+  int64_t expected = 1;
+  for (int i = rank - 1; i >= 0; --i) {
+    if (shape[i] != 1 && strides[i] != expected) return false;
+    expected *= shape[i];
+  }
+  return true;
+}
+
+TensorView DenseView(void* data, DType dtype, DeviceKind device, int device_id, const int64_t* dims, int rank) {
+  TensorView t;
+  t.data = data;
+  t.dtype = dtype;
+  t.device = device;
+  t.device_id = device_id;
+  t.rank = rank;
+  int64_t stride = 1;
+  for (int i = rank - 1; i >= 0; --i) {
+    t.shape[i] = dims[i];
+    t.strides[i] = stride;
+    stride *= dims[i];
+  }
+  return t;
+}
+
+std::string ShapeString(const TensorView& t) {
+  if (!t.present()) return "absent";
+  std::string s = "[";
+  for (int i = 0; i < t.rank; ++i) {
+    if (i) s += ", ";
+    s += std::to_string(t.shape[i]);
+  }
+  return s + "]";
+}
+
+}  // namespace hpc

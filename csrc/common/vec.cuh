@@ -1,0 +1,77 @@
+// 16-byte vector moves between global memory and fp32 registers, and warp-group reductions. A "group" is G
+// consecutive lanes (G a power of two <= 32) that together own one row; reductions use xor shuffles, which
+// stay inside an aligned group. Every lane of the warp must call a reduction (full-mask shuffles).
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_fp8.h>
+
+#include <cstdint>
+#include <type_traits>
+
+namespace hpc {
+
+template <typename T>
+__device__ __forceinline__ void LoadVec8(const T* src, float (&x)[8]) {
+  static_assert(sizeof(T) == 2, "16-bit element types only");
+  const uint4 raw = *reinterpret_cast<const uint4*>(src);
+  const uint32_t words[4] = {raw.x, raw.y, raw.z, raw.w};
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    if constexpr (std::is_same_v<T, __nv_bfloat16>) {
+      const float2 f = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&words[i]));
+      x[2 * i] = f.x;
+      x[2 * i + 1] = f.y;
+    } else {
+      const float2 f = __half22float2(*reinterpret_cast<const __half2*>(&words[i]));
+      x[2 * i] = f.x;
+      x[2 * i + 1] = f.y;
+    }
+  }
+}
+
+template <typename T>
+__device__ __forceinline__ void StoreVec8(T* dst, const float (&x)[8]) {
+  uint32_t words[4];
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    if constexpr (std::is_same_v<T, __nv_bfloat16>) {
+      const __nv_bfloat162 h = __floats2bfloat162_rn(x[2 * i], x[2 * i + 1]);
+      words[i] = *reinterpret_cast<const uint32_t*>(&h);
+    } else {
+      const __half2 h = __floats2half2_rn(x[2 * i], x[2 * i + 1]);
+      words[i] = *reinterpret_cast<const uint32_t*>(&h);
+    }
+  }
+  *reinterpret_cast<uint4*>(dst) = make_uint4(words[0], words[1], words[2], words[3]);
+}
+
+// Eight floats divided by `scale` (0 -> zeros), saturated to e4m3 and stored as 8 bytes.
+__device__ __forceinline__ void StoreE4M3x8(uint8_t* dst, const float (&x)[8], float scale) {
+  uint32_t words[2] = {0u, 0u};
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    // Same rule as QuantizeE4M3 in numeric.h (the CPU reference): x / scale, or 0 when scale is 0.
+    const float2 pair = scale > 0.0f ? make_float2(x[2 * i] / scale, x[2 * i + 1] / scale) : make_float2(0.f, 0.f);
+    const uint32_t two = __nv_cvt_float2_to_fp8x2(pair, __NV_SATFINITE, __NV_E4M3);
+    words[i / 2] |= two << (16 * (i % 2));
+  }
+  *reinterpret_cast<uint2*>(dst) = make_uint2(words[0], words[1]);
+}
+
+template <int G>
+__device__ __forceinline__ float GroupSum(float v) {
+#pragma unroll
+  for (int offset = G / 2; offset > 0; offset /= 2) v += __shfl_xor_sync(0xffffffffu, v, offset);
+  return v;
+}
+
+template <int G>
+__device__ __forceinline__ float GroupMax(float v) {
+#pragma unroll
+  for (int offset = G / 2; offset > 0; offset /= 2) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, offset));
+  return v;
+}
+
+}  // namespace hpc

@@ -1,0 +1,24 @@
+"""Python-level options shared by the jax and torch faces (string choices -> what the binary takes)."""
+
+ROPE_STYLES = {"neox": 0, "gptj": 1}
+Q_QUANT = (None, "fp8")
+
+
+def rope_style_code(rope_style):
+    if rope_style not in ROPE_STYLES:
+        raise ValueError("rope_norm: rope_style must be 'neox' or 'gptj'; got %r" % (rope_style,))
+    return ROPE_STYLES[rope_style]
+
+
+def check_q_quant(q_quant):
+    if q_quant not in Q_QUANT:
+        raise ValueError("rope_norm: q_quant must be None or 'fp8'; got %r" % (q_quant,))
+    return q_quant == "fp8"
+
+
+def rotary_dim_or_default(rotary_dim, q_shape):
+    if rotary_dim is not None:
+        return int(rotary_dim)
+    if len(q_shape) != 3:
+        raise ValueError("rope_norm: q must be a 3-D tensor [T, Hq, D]; got shape %s" % (tuple(q_shape),))
+    return int(q_shape[-1])

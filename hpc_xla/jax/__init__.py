@@ -1,0 +1,12 @@
+"""JAX face of hpc_xla: functions that lower to XLA FFI custom calls (CUDA and CPU), usable under jax.jit.
+
+Caches are updated functionally with input_output_aliases: donate them (`jax.jit(..., donate_argnums=...)`)
+and the update happens in place.
+"""
+
+from hpc_xla.jax._ffi import register_targets as _register_targets
+from hpc_xla.jax.rope_norm import rope_norm
+
+_register_targets()
+
+__all__ = ["rope_norm"]

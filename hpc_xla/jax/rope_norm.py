@@ -1,0 +1,55 @@
+"""rope_norm for JAX: fused per-head QK RMSNorm + RoPE + paged KV-cache write (DESIGN.md, API item 1)."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from hpc_xla import _options
+from hpc_xla.jax import _ffi
+
+_TARGET = "hpc_xla_rope_norm"
+_K_CACHE_ARG, _V_CACHE_ARG = 6, 7  # operand positions of the caches (aliased to the last two results)
+
+
+def rope_norm(q, k, v, positions, cos_sin_cache, slot_mapping, k_cache, v_cache, *, q_norm_weight=None,
+              k_norm_weight=None, eps=1e-6, rope_style="neox", rotary_dim=None, norm_before_rope=True,
+              k_scale=None, v_scale=None, q_quant=None):
+    """Normalizes and rotates q and k, writes k and v into the paged cache, returns q and the new caches.
+
+    Args:
+      q: [T, Hq, D] bfloat16/float16. k, v: [T, Hkv, D], q's dtype.
+      positions: [T] int32/int64 rotary positions. cos_sin_cache: [max_pos, rotary_dim] float32 (bf16/fp16 ok),
+        cos in [:, :rotary_dim/2], sin in [:, rotary_dim/2:].
+      slot_mapping: [T] int32/int64; token t goes to block s // P, offset s % P; -1 skips the token.
+      k_cache, v_cache: [num_blocks, P, Hkv, D] in q's dtype or float8_e4m3fn (then k_scale/v_scale: float32
+        scalars, the cache holds saturate(x / scale)). Donate them to update in place.
+      q_norm_weight, k_norm_weight: optional [D] RMSNorm weights: x * rsqrt(mean(x^2) + eps) * w, per head.
+      rope_style: "neox" (rotate halves) or "gptj" (rotate interleaved pairs). rotary_dim: default D.
+      norm_before_rope: RMSNorm then RoPE (default) or RoPE then RMSNorm.
+      q_quant: None, or "fp8" to return q as float8_e4m3fn with a per-(token, head) scale amax / 448.
+
+    Returns:
+      (q_out, k_cache, v_cache), or (q_fp8, q_scale [T, Hq] float32, k_cache, v_cache) with q_quant="fp8".
+    """
+    quant_q = _options.check_q_quant(q_quant)
+    style = _options.rope_style_code(rope_style)
+    rot = _options.rotary_dim_or_default(rotary_dim, q.shape)
+    q_out_dtype = jnp.float8_e4m3fn if quant_q else q.dtype
+    results = [jax.ShapeDtypeStruct(q.shape, q_out_dtype)]
+    if quant_q:
+        results.append(jax.ShapeDtypeStruct(q.shape[:2], jnp.float32))
+    results += [jax.ShapeDtypeStruct(k_cache.shape, k_cache.dtype), jax.ShapeDtypeStruct(v_cache.shape, v_cache.dtype)]
+    n = len(results)
+    call = jax.ffi.ffi_call(
+        _TARGET,
+        results,
+        input_output_aliases={_K_CACHE_ARG: n - 2, _V_CACHE_ARG: n - 1},
+        vmap_method="sequential",
+    )
+    return tuple(call(
+        q, k, v, positions, cos_sin_cache, slot_mapping, k_cache, v_cache,
+        _ffi.optional(q_norm_weight), _ffi.optional(k_norm_weight),
+        _ffi.f32_scalar(k_scale), _ffi.f32_scalar(v_scale),
+        eps=np.float32(eps), rope_style=np.int32(style), rotary_dim=np.int64(rot),
+        norm_before_rope=bool(norm_before_rope),
+    ))

@@ -1,0 +1,7 @@
+"""torch face of hpc_xla: ops registered as torch.ops.hpc_xla.* (with fake impls, so they trace under
+torch.compile and capture into CUDA graphs), plus documented wrappers that allocate outputs when not given.
+"""
+
+from hpc_xla.torch.rope_norm import rope_norm
+
+__all__ = ["rope_norm"]

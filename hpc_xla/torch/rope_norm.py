@@ -1,0 +1,52 @@
+"""rope_norm for torch: fused per-head QK RMSNorm + RoPE + paged KV-cache write (DESIGN.md, API item 1)."""
+
+import torch
+
+from hpc_xla import _options
+from hpc_xla._ext import ext
+from hpc_xla.torch._library import define
+
+
+def _impl(q, k, v, positions, cos_sin_cache, slot_mapping, k_cache, v_cache, q_out, q_scale, q_norm_weight,
+          k_norm_weight, k_scale, v_scale, eps, rope_style, rotary_dim, norm_before_rope):
+    ext().rope_norm(q, k, v, positions, cos_sin_cache, slot_mapping, k_cache, v_cache, q_out, q_scale,
+                    q_norm_weight, k_norm_weight, k_scale, v_scale, eps, rope_style, rotary_dim, norm_before_rope)
+
+
+def _fake(*args):
+    return None
+
+
+rope_norm_op = define(
+    "rope_norm(Tensor q, Tensor k, Tensor v, Tensor positions, Tensor cos_sin_cache, Tensor slot_mapping, "
+    "Tensor(a!) k_cache, Tensor(b!) v_cache, Tensor(c!) q_out, Tensor(d!)? q_scale, Tensor? q_norm_weight, "
+    "Tensor? k_norm_weight, Tensor? k_scale, Tensor? v_scale, float eps, int rope_style, int rotary_dim, "
+    "bool norm_before_rope) -> ()",
+    _impl,
+    _fake,
+)
+
+
+def rope_norm(q, k, v, positions, cos_sin_cache, slot_mapping, k_cache, v_cache, *, q_norm_weight=None,
+              k_norm_weight=None, eps=1e-6, rope_style="neox", rotary_dim=None, norm_before_rope=True,
+              k_scale=None, v_scale=None, q_quant=None, out=None, out_scale=None):
+    """Normalizes and rotates q and k, writes k and v into the paged cache in place, returns q.
+
+    Same arguments as hpc_xla.jax.rope_norm (shapes and semantics there), plus:
+      k_cache, v_cache: written in place; strided views are fine (vLLM:
+        `kv_cache.transpose(1, 2).split(D, dim=-1)` of its [NB, Hkv, P, 2D] cache).
+      out, out_scale: optional preallocated q output [T, Hq, D] (and [T, Hq] float32 scale with q_quant="fp8");
+        `out` may be q itself.
+    Returns q_out, or (q_fp8, q_scale) with q_quant="fp8". Launches on the current CUDA stream, never syncs.
+    """
+    quant_q = _options.check_q_quant(q_quant)
+    style = _options.rope_style_code(rope_style)
+    rot = _options.rotary_dim_or_default(rotary_dim, q.shape)
+    if out is None:
+        out = torch.empty(q.shape, dtype=torch.float8_e4m3fn if quant_q else q.dtype, device=q.device)
+    if quant_q and out_scale is None:
+        out_scale = torch.empty(q.shape[:2], dtype=torch.float32, device=q.device)
+    rope_norm_op(q, k, v, positions, cos_sin_cache, slot_mapping, k_cache, v_cache, out,
+                 out_scale, q_norm_weight, k_norm_weight, k_scale, v_scale, float(eps), style,
+                 rot, bool(norm_before_rope))
+    return (out, out_scale) if quant_q else out
