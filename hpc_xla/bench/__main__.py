@@ -1,0 +1,26 @@
+"""python -m hpc_xla.bench <suite> [--out results.json]   (suites: rope_norm)"""
+
+import argparse
+import sys
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(prog="python -m hpc_xla.bench", description=__doc__)
+    ap.add_argument("suite", choices=["rope_norm"])
+    ap.add_argument("--out", default=None, help="write the full results as JSON here")
+    ap.add_argument("--tokens", default=None, help="comma-separated token counts (default: the suite's)")
+    args = ap.parse_args(argv)
+    import torch
+
+    if not torch.cuda.is_available():
+        print("hpc_xla.bench needs a CUDA GPU (the numbers are GPU timings)", file=sys.stderr)
+        return 2
+    if args.suite == "rope_norm":
+        from hpc_xla.bench import rope_norm
+
+        rope_norm.run(args)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,60 @@
+"""Timing on the GPU the way the benchmark suites report it: CUDA-graph replays, median of several replays,
+inputs rotated so the working set exceeds L2; plus the measured copy ceiling."""
+
+import statistics
+
+import torch
+
+
+def graph_time_us(calls, replays=20, warmup=3):
+    """Median µs per call of `calls` (a list of zero-arg callables, e.g. one per rotating input set), captured
+    back to back into one CUDA graph and replayed `replays` times."""
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream):
+        for _ in range(warmup):
+            for c in calls:
+                c()
+    torch.cuda.current_stream().wait_stream(stream)
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        for c in calls:
+            c()
+    graph.replay()
+    torch.cuda.synchronize()
+    times = []
+    for _ in range(replays):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        graph.replay()
+        end.record()
+        end.synchronize()
+        times.append(start.elapsed_time(end) * 1000.0 / len(calls))
+    del graph
+    return statistics.median(times)
+
+
+def copy_ceiling_tbps(num_bytes=2 << 30, reps=10):
+    """Device-to-device copy bandwidth (bytes read + written per second, TB/s): the memory ceiling we report
+    percentages of. Measured in the same process as the benchmark."""
+    src = torch.empty(num_bytes, dtype=torch.uint8, device="cuda")
+    dst = torch.empty_like(src)
+    src.random_(0, 255)
+    for _ in range(2):
+        dst.copy_(src)
+    torch.cuda.synchronize()
+    times = []
+    for _ in range(reps):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        dst.copy_(src)
+        end.record()
+        end.synchronize()
+        times.append(start.elapsed_time(end) / 1000.0)
+    del src, dst
+    return 2 * num_bytes / statistics.median(times) / 1e12
+
+
+def l2_bytes():
+    return torch.cuda.get_device_properties(0).L2_cache_size

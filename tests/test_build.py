@@ -1,0 +1,61 @@
+"""The binary is what the design promises: sm_90a SASS (no PTX), no framework/libcudart/libpython link,
+XLA FFI targets for both platforms."""
+
+import glob
+import os
+import shutil
+import subprocess
+
+import pytest
+
+import hpc_xla
+from hpc_xla._ext import ext
+
+
+def _binary():
+    return ext().__file__
+
+
+def _cuobjdump():
+    found = shutil.which("cuobjdump") or next(iter(glob.glob("/usr/local/cuda/bin/cuobjdump")), None)
+    if found:
+        return found
+    try:
+        import nvidia
+
+        for base in nvidia.__path__:
+            hits = glob.glob(os.path.join(base, "*", "bin", "cuobjdump"))
+            if hits:
+                return hits[0]
+    except ImportError:
+        pass
+    pytest.fail("cuobjdump not found: install nvidia-cuda-cuobjdump (pip) or a CUDA toolkit")
+
+
+def test_binary_holds_sm90a_sass_and_no_ptx():
+    out = subprocess.run([_cuobjdump(), "--list-elf", _binary()], capture_output=True, text=True, check=True).stdout
+    cubins = [line for line in out.splitlines() if ".cubin" in line]
+    assert cubins and all("sm_90a" in line for line in cubins), out
+    assert any("rope_norm" in line for line in cubins), out
+    ptx = subprocess.run([_cuobjdump(), "--list-ptx", _binary()], capture_output=True, text=True).stdout
+    assert ".ptx" not in ptx
+
+
+def test_binary_links_no_framework_or_shared_cudart():
+    out = subprocess.run(["readelf", "-d", _binary()], capture_output=True, text=True, check=True).stdout
+    needed = [line.split("[")[1].rstrip("]") for line in out.splitlines() if "(NEEDED)" in line]
+    for lib in needed:
+        assert not any(bad in lib for bad in ("torch", "c10", "cudart", "python", "jax", "xla")), needed
+
+
+def test_ffi_targets_cover_cuda_and_cpu():
+    targets = ext().ffi_targets()
+    assert "hpc_xla_rope_norm" in targets
+    for platforms in targets.values():
+        assert set(platforms) == {"CUDA", "cpu"}
+
+
+def test_build_info():
+    info = hpc_xla.build_info()
+    assert info["cuda_archs"] == ("sm_90a",)
+    assert info["xla_ffi_api_version"][0] == 0

@@ -1,0 +1,153 @@
+"""GPU-only behaviour of rope_norm: CUDA-graph capture (torch), XLA command buffers (JAX), the HPC_XLA_CHECK
+debug mode, alignment errors, and memory safety with bad indices when checks are off."""
+
+import os
+import subprocess
+import sys
+import textwrap
+
+import numpy as np
+import pytest
+
+from rope_norm_harness import Case, check, from_torch, make_inputs, to_torch
+
+pytestmark = pytest.mark.gpu
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def _run_python(code, **env):
+    full_env = dict(os.environ, PYTHONPATH=os.pathsep.join([ROOT, os.path.join(ROOT, "tests")]), **env)
+    res = subprocess.run([sys.executable, "-c", textwrap.dedent(code)], capture_output=True, text=True, env=full_env,
+                         timeout=600)
+    assert res.returncode == 0, res.stdout + res.stderr
+    return res.stdout
+
+
+def test_torch_cuda_graph_capture_and_replay_with_new_inputs():
+    import torch
+
+    import hpc_xla.torch as ht
+
+    case = Case(tokens=32, num_q_heads=8, num_kv_heads=1, page_size=16, num_blocks=8, cache_fp8=True, q_fp8=True)
+    first = make_inputs(case)
+    s = {k: to_torch(v, "cuda") for k, v in first.items()}
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream):  # warm-up outside capture
+        ht.rope_norm(s["q"], s["k"], s["v"], s["positions"], s["cos_sin_cache"], s["slot_mapping"], s["k_cache"],
+                     s["v_cache"], q_norm_weight=s["q_norm_weight"], k_norm_weight=s["k_norm_weight"],
+                     k_scale=s["k_scale"], v_scale=s["v_scale"], q_quant="fp8")
+    torch.cuda.current_stream().wait_stream(stream)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        q_fp8, q_scale = ht.rope_norm(s["q"], s["k"], s["v"], s["positions"], s["cos_sin_cache"], s["slot_mapping"],
+                                      s["k_cache"], s["v_cache"], q_norm_weight=s["q_norm_weight"],
+                                      k_norm_weight=s["k_norm_weight"], k_scale=s["k_scale"], v_scale=s["v_scale"],
+                                      q_quant="fp8")
+    for seed in (1, 2):  # new step: new tokens, positions, slots, fresh cache garbage
+        inputs = make_inputs(Case(**{**case.__dict__, "seed": seed}))
+        for name in ("q", "k", "v", "positions", "slot_mapping", "k_cache", "v_cache"):
+            s[name].copy_(to_torch(inputs[name], "cuda"))
+        inputs["q_norm_weight"], inputs["k_norm_weight"] = first["q_norm_weight"], first["k_norm_weight"]
+        graph.replay()
+        torch.cuda.synchronize()
+        check(case, inputs, from_torch(q_fp8), from_torch(q_scale), from_torch(s["k_cache"]), from_torch(s["v_cache"]))
+
+
+def test_jax_xla_command_buffers():
+    out = _run_python("""
+        import jax, jax.numpy as jnp, numpy as np
+        import hpc_xla.jax as hj
+        from rope_norm_harness import Case, make_inputs, check
+        case = Case(tokens=16, num_blocks=4, q_fp8=True)
+        inputs = make_inputs(case)
+        dev = jax.devices("gpu")[0]
+        a = {k: None if v is None else jax.device_put(v, dev) for k, v in inputs.items()}
+        def layers(q, k, v, pos, cs, slots, kc, vc):
+            # three layers in a loop: XLA records the custom call into a command buffer (CUDA graph)
+            def body(i, carry):
+                q_, kc_, vc_ = carry
+                qf, qs, kc_, vc_ = hj.rope_norm(q, k, v, pos, cs, slots, kc_, vc_, q_norm_weight=a["q_norm_weight"],
+                                                k_norm_weight=a["k_norm_weight"], q_quant="fp8")
+                return qf.astype(jnp.float32) * qs[..., None], kc_, vc_
+            return jax.lax.fori_loop(0, 3, body, (jnp.zeros(q.shape, jnp.float32), kc, vc))
+        f = jax.jit(layers, donate_argnums=(6, 7))
+        hlo = f.lower(*[a[n] for n in ["q","k","v","positions","cos_sin_cache","slot_mapping","k_cache","v_cache"]]).compile().as_text()
+        assert "command_buffer" in hlo, "no command buffer in the compiled HLO"
+        q, kc, vc = f(*[a[n] for n in ["q","k","v","positions","cos_sin_cache","slot_mapping","k_cache","v_cache"]])
+        from hpc_xla import reference
+        ref_q, _, _ = reference.rope_norm(inputs["q"], inputs["k"], inputs["v"], inputs["positions"], inputs["cos_sin_cache"],
+                                          q_norm_weight=inputs["q_norm_weight"], k_norm_weight=inputs["k_norm_weight"])
+        err = reference.relative_error(np.asarray(q), ref_q)
+        assert err < 5e-2, err
+        print("OK", err)
+        """, XLA_FLAGS="--xla_gpu_enable_command_buffer=FUSION,CUSTOM_CALL --xla_gpu_graph_min_graph_size=1")
+    assert "OK" in out
+
+
+@pytest.mark.parametrize("framework", ["torch", "jax"])
+def test_device_checks_report_bad_slot(framework):
+    call = {
+        "torch": """
+            import hpc_xla.torch as ht
+            t = {k: to_torch(v, "cuda") for k, v in inputs.items()}
+            ht.rope_norm(t["q"], t["k"], t["v"], t["positions"], t["cos_sin_cache"], t["slot_mapping"],
+                         t["k_cache"], t["v_cache"])
+            import torch; torch.cuda.synchronize()
+            """,
+        "jax": """
+            import jax, hpc_xla.jax as hj
+            d = jax.devices("gpu")[0]
+            a = {k: None if v is None else jax.device_put(v, d) for k, v in inputs.items()}
+            jax.block_until_ready(jax.jit(hj.rope_norm)(a["q"], a["k"], a["v"], a["positions"], a["cos_sin_cache"],
+                                                       a["slot_mapping"], a["k_cache"], a["v_cache"]))
+            """,
+    }[framework]
+    out = _run_python("""
+        import numpy as np
+        from rope_norm_harness import Case, make_inputs, to_torch
+        inputs = make_inputs(Case(tokens=6, num_blocks=1, page_size=8))
+        inputs["slot_mapping"][4] = 8
+        try:
+        """ + textwrap.indent(textwrap.dedent(call), "    ") + """
+            print("NO ERROR")
+        except Exception as e:
+            print("ERROR", e)
+        """, HPC_XLA_CHECK="1")
+    assert "ERROR" in out and "slot_mapping[4] = 8 is outside [-1, 8)" in out, out
+
+
+def test_bad_indices_without_checks_do_not_write_out_of_bounds():
+    """Without HPC_XLA_CHECK the kernel cannot raise, but it must not write outside the cache or read outside
+    cos_sin_cache: bad slots are skipped and rows with bad positions become NaN. (tools/gpu_check.sh runs this
+    test under compute-sanitizer memcheck, which is what proves no access went out of bounds.)"""
+    import torch
+
+    import hpc_xla.torch as ht
+
+    case = Case(tokens=6, num_blocks=1, page_size=8, skip_every=0)
+    inputs = make_inputs(case)
+    inputs["slot_mapping"][:] = [0, 1, 2, 3, 8, 1 << 30]
+    inputs["positions"][1] = -5
+    t = {k: to_torch(v, "cuda") for k, v in inputs.items()}
+    q = ht.rope_norm(t["q"], t["k"], t["v"], t["positions"], t["cos_sin_cache"], t["slot_mapping"], t["k_cache"],
+                     t["v_cache"])
+    torch.cuda.synchronize()
+    k_cache = from_torch(t["k_cache"]).reshape(8, -1).view(np.uint8)
+    before = inputs["k_cache"].reshape(8, -1).view(np.uint8)
+    assert np.array_equal(k_cache[4:], before[4:]), "slots 4..7 were not addressed by valid slots"
+    assert torch.isnan(q[1].float()).all() and torch.isfinite(q[0].float()).all()
+
+
+def test_misaligned_view_is_rejected():
+    import torch
+
+    import hpc_xla.torch as ht
+
+    t = {k: to_torch(v, "cuda") for k, v in make_inputs(Case()).items()}
+    flat = torch.empty(t["q"].numel() + 1, dtype=t["q"].dtype, device="cuda")
+    q = flat[1:].view(t["q"].shape)
+    q.copy_(t["q"])
+    with pytest.raises(ValueError, match=r"q must be 16-byte aligned"):
+        ht.rope_norm(q, t["k"], t["v"], t["positions"], t["cos_sin_cache"], t["slot_mapping"], t["k_cache"],
+                     t["v_cache"])

@@ -1,0 +1,53 @@
+#!/usr/bin/env bash
+# One call on the H200 (device tool): install, GPU tests, compute-sanitizer, benchmarks; short table last.
+#   tools/gpu_check.sh [suite ...]        suites: rope_norm (default: all)
+# Uses the carried cp312 binary (tools/build_gpu_binary.sh) or builds one with nvcc there. Full logs and
+# JSON go to $OUT (or ./out).
+set -uo pipefail
+cd "$(dirname "$0")/.."
+OUT="${OUT:-$PWD/out}"
+mkdir -p "$OUT"
+export PYTHONPATH="$PWD:$PWD/tests${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1 XLA_PYTHON_CLIENT_PREALLOCATE=false
+SUITES="${*:-rope_norm}"
+SUFFIX=$(python3 -c 'import sysconfig; print(sysconfig.get_config_var("EXT_SUFFIX"))')
+summary=()
+note() { summary+=("$1"); echo "== $1"; }
+
+if [ -f "hpc_xla/_hpc_xla$SUFFIX" ]; then
+  note "binary: carried hpc_xla/_hpc_xla$SUFFIX"
+else
+  t0=$(date +%s)
+  python3 tools/nvcc_build.py > "$OUT/build.log" 2>&1 || { cat "$OUT/build.log"; exit 1; }
+  note "binary: built here with nvcc in $(( $(date +%s) - t0 ))s"
+fi
+{ nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv,noheader
+  python3 -c 'import torch, jax, hpc_xla; print("torch", torch.__version__, "jax", jax.__version__, jax.devices()); print(hpc_xla.build_info())'
+} 2>&1 | tee "$OUT/env.txt"
+
+# 1. tests: everything (CPU and GPU) with the GPU present
+python3 -m pytest -q -p no:cacheprovider tests --junitxml="$OUT/pytest.xml" > "$OUT/pytest.log" 2>&1
+rc=$?
+note "pytest (all, GPU present): rc=$rc, $(tail -n 1 "$OUT/pytest.log")"
+[ $rc -ne 0 ] && grep -E "^(FAILED|ERROR)" "$OUT/pytest.log" | head -20
+
+# 2. compute-sanitizer on the GPU tests of each suite
+for s in $SUITES; do
+  for tool in memcheck racecheck; do
+    compute-sanitizer --tool "$tool" --target-processes all --error-exitcode 99 --log-file "$OUT/sanitizer_${s}_$tool.log" \
+      python3 -m pytest -q -p no:cacheprovider -x "tests/test_${s}.py" "tests/test_gpu_${s}.py" \
+      -k "cuda and (named or parity or strided) or bad_indices or graph or misaligned" > "$OUT/sanitizer_${s}_${tool}_pytest.log" 2>&1
+    rc=$?
+    errs=$(grep -cE "Invalid|Race|Hazard|ERROR SUMMARY: [1-9]" "$OUT/sanitizer_${s}_$tool.log" 2>/dev/null)
+    note "compute-sanitizer $tool ($s): rc=$rc, $(grep -h 'ERROR SUMMARY' "$OUT/sanitizer_${s}_$tool.log" | tail -n 1), $(tail -n 1 "$OUT/sanitizer_${s}_${tool}_pytest.log")"
+  done
+done
+
+# 3. benchmarks
+for s in $SUITES; do
+  python3 -m hpc_xla.bench "$s" --out "$OUT/bench_$s.json" 2>&1 | tee "$OUT/bench_$s.txt"
+done
+
+echo
+echo "================ summary ================"
+printf '%s\n' "${summary[@]}"
+for s in $SUITES; do cat "$OUT/bench_$s.txt"; done
