@@ -54,66 +54,72 @@ def test_torch_cuda_graph_capture_and_replay_with_new_inputs():
         check(case, inputs, from_torch(q_fp8), from_torch(q_scale), from_torch(s["k_cache"]), from_torch(s["v_cache"]))
 
 
-def test_jax_xla_command_buffers():
+def test_jax_xla_command_buffers(tmp_path):
     out = _run_python("""
-        import jax, jax.numpy as jnp, numpy as np
+        import glob, jax, jax.numpy as jnp, numpy as np
         import hpc_xla.jax as hj
-        from rope_norm_harness import Case, make_inputs, check
+        from hpc_xla import reference
+        from rope_norm_harness import Case, make_inputs
         case = Case(tokens=16, num_blocks=4, q_fp8=True)
         inputs = make_inputs(case)
         dev = jax.devices("gpu")[0]
         a = {k: None if v is None else jax.device_put(v, dev) for k, v in inputs.items()}
+        names = ["q", "k", "v", "positions", "cos_sin_cache", "slot_mapping", "k_cache", "v_cache"]
         def layers(q, k, v, pos, cs, slots, kc, vc):
-            # three layers in a loop: XLA records the custom call into a command buffer (CUDA graph)
-            def body(i, carry):
-                q_, kc_, vc_ = carry
-                qf, qs, kc_, vc_ = hj.rope_norm(q, k, v, pos, cs, slots, kc_, vc_, q_norm_weight=a["q_norm_weight"],
-                                                k_norm_weight=a["k_norm_weight"], q_quant="fp8")
-                return qf.astype(jnp.float32) * qs[..., None], kc_, vc_
-            return jax.lax.fori_loop(0, 3, body, (jnp.zeros(q.shape, jnp.float32), kc, vc))
+            # three "layers" back to back: XLA records the custom calls and fusions into one command buffer
+            acc = jnp.zeros(q.shape, jnp.float32)
+            for _ in range(3):
+                qf, qs, kc, vc = hj.rope_norm(q, k, v, pos, cs, slots, kc, vc, q_norm_weight=a["q_norm_weight"],
+                                              k_norm_weight=a["k_norm_weight"], q_quant="fp8")
+                acc = acc + qf.astype(jnp.float32) * qs[..., None]
+            return acc / 3, kc, vc
         f = jax.jit(layers, donate_argnums=(6, 7))
-        hlo = f.lower(*[a[n] for n in ["q","k","v","positions","cos_sin_cache","slot_mapping","k_cache","v_cache"]]).compile().as_text()
-        assert "command_buffer" in hlo, "no command buffer in the compiled HLO"
-        q, kc, vc = f(*[a[n] for n in ["q","k","v","positions","cos_sin_cache","slot_mapping","k_cache","v_cache"]])
-        from hpc_xla import reference
-        ref_q, _, _ = reference.rope_norm(inputs["q"], inputs["k"], inputs["v"], inputs["positions"], inputs["cos_sin_cache"],
-                                          q_norm_weight=inputs["q_norm_weight"], k_norm_weight=inputs["k_norm_weight"])
+        q, kc, vc = f(*[a[n] for n in names])
+        ref_q, _, _ = reference.rope_norm(inputs["q"], inputs["k"], inputs["v"], inputs["positions"],
+                                          inputs["cos_sin_cache"], q_norm_weight=inputs["q_norm_weight"],
+                                          k_norm_weight=inputs["k_norm_weight"])
         err = reference.relative_error(np.asarray(q), ref_q)
         assert err < 5e-2, err
+        dumps = [open(p).read() for p in glob.glob("DUMP/*after_optimizations*.txt")]
+        assert any("command_buffer" in d and "hpc_xla_rope_norm" in d for d in dumps), "no command buffer"
         print("OK", err)
-        """, XLA_FLAGS="--xla_gpu_enable_command_buffer=FUSION,CUSTOM_CALL --xla_gpu_graph_min_graph_size=1")
+        """.replace("DUMP", str(tmp_path)),
+        XLA_FLAGS="--xla_gpu_enable_command_buffer=FUSION,CUSTOM_CALL --xla_gpu_graph_min_graph_size=1 "
+                  "--xla_dump_to=%s --xla_dump_hlo_as_text" % tmp_path)
     assert "OK" in out
+
+
+_CHECK_CALLS = {
+    "torch": """
+import hpc_xla.torch as ht, torch
+t = {k: to_torch(v, "cuda") for k, v in inputs.items()}
+ht.rope_norm(t["q"], t["k"], t["v"], t["positions"], t["cos_sin_cache"], t["slot_mapping"], t["k_cache"], t["v_cache"])
+torch.cuda.synchronize()
+""",
+    "jax": """
+import jax, hpc_xla.jax as hj
+d = jax.devices("gpu")[0]
+a = {k: None if v is None else jax.device_put(v, d) for k, v in inputs.items()}
+jax.block_until_ready(jax.jit(hj.rope_norm)(a["q"], a["k"], a["v"], a["positions"], a["cos_sin_cache"],
+                                           a["slot_mapping"], a["k_cache"], a["v_cache"]))
+""",
+}
 
 
 @pytest.mark.parametrize("framework", ["torch", "jax"])
 def test_device_checks_report_bad_slot(framework):
-    call = {
-        "torch": """
-            import hpc_xla.torch as ht
-            t = {k: to_torch(v, "cuda") for k, v in inputs.items()}
-            ht.rope_norm(t["q"], t["k"], t["v"], t["positions"], t["cos_sin_cache"], t["slot_mapping"],
-                         t["k_cache"], t["v_cache"])
-            import torch; torch.cuda.synchronize()
-            """,
-        "jax": """
-            import jax, hpc_xla.jax as hj
-            d = jax.devices("gpu")[0]
-            a = {k: None if v is None else jax.device_put(v, d) for k, v in inputs.items()}
-            jax.block_until_ready(jax.jit(hj.rope_norm)(a["q"], a["k"], a["v"], a["positions"], a["cos_sin_cache"],
-                                                       a["slot_mapping"], a["k_cache"], a["v_cache"]))
-            """,
-    }[framework]
-    out = _run_python("""
-        import numpy as np
-        from rope_norm_harness import Case, make_inputs, to_torch
-        inputs = make_inputs(Case(tokens=6, num_blocks=1, page_size=8))
-        inputs["slot_mapping"][4] = 8
-        try:
-        """ + textwrap.indent(textwrap.dedent(call), "    ") + """
-            print("NO ERROR")
-        except Exception as e:
-            print("ERROR", e)
-        """, HPC_XLA_CHECK="1")
+    code = "\n".join([
+        "import numpy as np",
+        "from rope_norm_harness import Case, make_inputs, to_torch",
+        "inputs = make_inputs(Case(tokens=6, num_blocks=1, page_size=8))",
+        "inputs['slot_mapping'][4] = 8",
+        "try:",
+        textwrap.indent(_CHECK_CALLS[framework].strip(), "    "),
+        "    print('NO ERROR')",
+        "except Exception as e:",
+        "    print('ERROR', e)",
+    ])
+    out = _run_python(code, HPC_XLA_CHECK="1")
     assert "ERROR" in out and "slot_mapping[4] = 8 is outside [-1, 8)" in out, out
 
 

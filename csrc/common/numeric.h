@@ -39,7 +39,9 @@ HPC_HD float E4M3ToFloat(uint8_t x) {
   return __half2float(__half(h));
 }
 
-// q / scale quantized to e4m3; a zero scale (all-zero row) gives zeros instead of NaN.
-HPC_HD uint8_t QuantizeE4M3(float x, float scale) { return FloatToE4M3(scale > 0.0f ? x / scale : 0.0f); }
+// x / scale quantized to e4m3, computed as x * (1 / scale) (one division per row, not per element; the CUDA
+// kernels do the same); a zero scale (all-zero row) gives zeros instead of NaN.
+HPC_HD float QuantMultiplier(float scale) { return scale > 0.0f ? 1.0f / scale : 0.0f; }
+HPC_HD uint8_t QuantizeE4M3(float x, float scale) { return FloatToE4M3(x * QuantMultiplier(scale)); }
 
 }  // namespace hpc

@@ -10,6 +10,8 @@
 #include <cstdint>
 #include <type_traits>
 
+#include "csrc/common/numeric.h"
+
 namespace hpc {
 
 template <typename T>
@@ -50,10 +52,10 @@ __device__ __forceinline__ void StoreVec8(T* dst, const float (&x)[8]) {
 // Eight floats divided by `scale` (0 -> zeros), saturated to e4m3 and stored as 8 bytes.
 __device__ __forceinline__ void StoreE4M3x8(uint8_t* dst, const float (&x)[8], float scale) {
   uint32_t words[2] = {0u, 0u};
+  const float mul = QuantMultiplier(scale);  // same rule as QuantizeE4M3 (the CPU reference)
 #pragma unroll
   for (int i = 0; i < 4; ++i) {
-    // Same rule as QuantizeE4M3 in numeric.h (the CPU reference): x / scale, or 0 when scale is 0.
-    const float2 pair = scale > 0.0f ? make_float2(x[2 * i] / scale, x[2 * i + 1] / scale) : make_float2(0.f, 0.f);
+    const float2 pair = make_float2(x[2 * i] * mul, x[2 * i + 1] * mul);
     const uint32_t two = __nv_cvt_float2_to_fp8x2(pair, __NV_SATFINITE, __NV_E4M3);
     words[i / 2] |= two << (16 * (i % 2));
   }

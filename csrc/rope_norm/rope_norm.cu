@@ -19,7 +19,8 @@ namespace hpc {
 namespace {
 
 constexpr int kThreads = 256;
-constexpr int kVec = 8;  // elements per lane
+constexpr int kVec = 8;   // elements per lane
+constexpr int kRows = 4;  // rows per lane group
 
 struct RopeNormParams {
   const void* q;
@@ -177,78 +178,106 @@ __device__ __forceinline__ void RopeRow(const RopeNormParams& p, float (&x)[8], 
   for (int i = 0; i < kVec; ++i) x[i] = y[i];
 }
 
+// One row's identity: which tensor (q / k / v), token and head; `active` lanes hold real elements.
+struct RowRef {
+  uint32_t token;
+  int head;
+  bool is_q, is_k, in_range;
+};
+
+__device__ __forceinline__ RowRef DecodeRow(const RopeNormParams& p, uint32_t row) {
+  const uint32_t rows_per_token = p.num_q_heads + 2 * p.num_kv_heads;
+  RowRef r;
+  r.token = row / rows_per_token;
+  const int j = static_cast<int>(row - r.token * rows_per_token);
+  r.in_range = r.token < static_cast<uint32_t>(p.tokens);
+  r.is_q = j < p.num_q_heads;
+  r.is_k = !r.is_q && j < p.num_q_heads + p.num_kv_heads;
+  r.head = r.is_q ? j : (r.is_k ? j - p.num_q_heads : j - p.num_q_heads - p.num_kv_heads);
+  return r;
+}
+
+// Each group of G lanes owns kRows consecutive rows. All their loads are issued before any math, so a thread
+// keeps kRows 16-byte loads (plus the index loads) in flight: the kernel is latency-bound otherwise.
 template <int G, typename T, bool kFp8Cache, bool kFp8Q>
 __global__ void __launch_bounds__(kThreads) RopeNormKernel(const __grid_constant__ RopeNormParams p) {
   __shared__ __align__(16) float exchange[kThreads * kVec];
   const int lane = threadIdx.x % G;
-  const int rows_per_token = p.num_q_heads + 2 * p.num_kv_heads;
-  const int64_t row = static_cast<int64_t>(blockIdx.x) * (kThreads / G) + threadIdx.x / G;
-  const int64_t token = row / rows_per_token;
-  const int r = static_cast<int>(row % rows_per_token);
-  const bool in_range = token < p.tokens;
-  const bool active = in_range && lane * kVec < p.head_dim;
-  const bool is_q = r < p.num_q_heads;
-  const bool is_k = !is_q && r < p.num_q_heads + p.num_kv_heads;
-  const bool is_v = !is_q && !is_k;
-  const int head = is_q ? r : (is_k ? r - p.num_q_heads : r - p.num_q_heads - p.num_kv_heads);
+  const uint32_t first_row = (blockIdx.x * (kThreads / G) + threadIdx.x / G) * kRows;
+  const bool lane_has_data = lane * kVec < p.head_dim;
 
+  RowRef rows[kRows];
+  float x[kRows][8];
+  int64_t pos[kRows], slot[kRows];
   PdlWait();  // inputs may come from the previous kernel in the stream
-  float x[8] = {0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f};
-  int64_t pos = 0, slot = -1;
-  if (active) {
-    const T* src = is_q ? static_cast<const T*>(p.q) + token * p.q_stride_t + head * p.q_stride_h
-                 : is_k ? static_cast<const T*>(p.k) + token * p.k_stride_t + head * p.k_stride_h
-                        : static_cast<const T*>(p.v) + token * p.v_stride_t + head * p.v_stride_h;
-    LoadVec8(src + lane * kVec, x);
-  }
-  if (in_range) {
-    if (!is_v) pos = LoadIndex(p.positions, p.positions_i64, token);
-    if (!is_q) slot = LoadIndex(p.slot_mapping, p.slots_i64, token);
+#pragma unroll
+  for (int k = 0; k < kRows; ++k) {
+    rows[k] = DecodeRow(p, first_row + k);
+    const RowRef& r = rows[k];
+#pragma unroll
+    for (int i = 0; i < kVec; ++i) x[k][i] = 0.0f;
+    pos[k] = 0;
+    slot[k] = -1;
+    if (!r.in_range) continue;
+    if (lane_has_data) {
+      const T* src = r.is_q ? static_cast<const T*>(p.q) + r.token * p.q_stride_t + r.head * p.q_stride_h
+                   : r.is_k ? static_cast<const T*>(p.k) + r.token * p.k_stride_t + r.head * p.k_stride_h
+                            : static_cast<const T*>(p.v) + r.token * p.v_stride_t + r.head * p.v_stride_h;
+      LoadVec8(src + lane * kVec, x[k]);
+    }
+    if (r.is_q || r.is_k) pos[k] = LoadIndex(p.positions, p.positions_i64, r.token);
+    if (!r.is_q) slot[k] = LoadIndex(p.slot_mapping, p.slots_i64, r.token);
   }
   PdlLaunchDependents();
 
-  // Out-of-range positions (only possible without HPC_XLA_CHECK) make the row NaN rather than read outside
-  // cos_sin_cache; out-of-range slots are not written.
-  const bool pos_ok = pos >= 0 && pos < p.max_pos;
-  const bool rotate = active && !is_v && pos_ok;
-  const void* w = is_q ? p.q_norm_weight : (is_k ? p.k_norm_weight : nullptr);
-  const DType w_dtype = is_q ? p.q_norm_dtype : p.k_norm_dtype;
-  const bool normalize = active && w != nullptr;
-  if (p.norm_before_rope) RmsNormRow<G>(x, normalize, w, w_dtype, lane, p.head_dim, p.eps);
-  RopeRow<G>(p, x, rotate, pos, lane, exchange);
-  if (!p.norm_before_rope) RmsNormRow<G>(x, normalize, w, w_dtype, lane, p.head_dim, p.eps);
-  if (!is_v && !pos_ok) {
 #pragma unroll
-    for (int i = 0; i < kVec; ++i) x[i] = __int_as_float(0x7fc00000);
-  }
-
-  float q_scale = 0.0f;
-  if constexpr (kFp8Q) {
-    float amax = 0.0f;
+  for (int k = 0; k < kRows; ++k) {
+    const RowRef& r = rows[k];
+    const bool is_v = !r.is_q && !r.is_k;
+    const bool active = r.in_range && lane_has_data;
+    // Out-of-range positions (only possible without HPC_XLA_CHECK) make the row NaN rather than read outside
+    // cos_sin_cache; out-of-range slots are not written.
+    const bool pos_ok = pos[k] >= 0 && pos[k] < p.max_pos;
+    const void* w = r.is_q ? p.q_norm_weight : (r.is_k ? p.k_norm_weight : nullptr);
+    const DType w_dtype = r.is_q ? p.q_norm_dtype : p.k_norm_dtype;
+    const bool normalize = active && w != nullptr;
+    if (p.norm_before_rope) RmsNormRow<G>(x[k], normalize, w, w_dtype, lane, p.head_dim, p.eps);
+    if (k > 0) __syncwarp();  // the shared-memory exchange buffer is reused row after row
+    RopeRow<G>(p, x[k], active && !is_v && pos_ok, pos[k], lane, exchange);
+    if (!p.norm_before_rope) RmsNormRow<G>(x[k], normalize, w, w_dtype, lane, p.head_dim, p.eps);
+    if (!is_v && !pos_ok) {
 #pragma unroll
-    for (int i = 0; i < kVec; ++i) amax = fmaxf(amax, fabsf(x[i]));
-    q_scale = GroupMax<G>(amax) / kFp8E4M3Max;
-  }
-  if (!active) return;
-  if (is_q) {
-    const int64_t off = token * p.q_out_stride_t + head * p.q_out_stride_h + lane * kVec;
-    if constexpr (kFp8Q) {
-      StoreE4M3x8(static_cast<uint8_t*>(p.q_out) + off, x, q_scale);
-      if (lane == 0) p.q_scale[token * p.num_q_heads + head] = q_scale;
-    } else {
-      StoreVec8(static_cast<T*>(p.q_out) + off, x);
+      for (int i = 0; i < kVec; ++i) x[k][i] = __int_as_float(0x7fc00000);
     }
-    return;
-  }
-  if (slot < 0 || slot >= p.num_slots) return;
-  const int64_t block = slot / p.page_size, in_page = slot % p.page_size;
-  const int64_t off = is_k ? block * p.k_cache_stride_b + in_page * p.k_cache_stride_p + head * p.k_cache_stride_h
-                           : block * p.v_cache_stride_b + in_page * p.v_cache_stride_p + head * p.v_cache_stride_h;
-  void* cache = is_k ? p.k_cache : p.v_cache;
-  if constexpr (kFp8Cache) {
-    StoreE4M3x8(static_cast<uint8_t*>(cache) + off + lane * kVec, x, is_k ? *p.k_scale : *p.v_scale);
-  } else {
-    StoreVec8(static_cast<T*>(cache) + off + lane * kVec, x);
+    float q_scale = 0.0f;
+    if constexpr (kFp8Q) {
+      float amax = 0.0f;
+#pragma unroll
+      for (int i = 0; i < kVec; ++i) amax = fmaxf(amax, fabsf(x[k][i]));
+      q_scale = GroupMax<G>(amax) / kFp8E4M3Max;
+    }
+    if (!active) continue;
+    if (r.is_q) {
+      const int64_t off = r.token * p.q_out_stride_t + r.head * p.q_out_stride_h + lane * kVec;
+      if constexpr (kFp8Q) {
+        StoreE4M3x8(static_cast<uint8_t*>(p.q_out) + off, x[k], q_scale);
+        if (lane == 0) p.q_scale[r.token * p.num_q_heads + r.head] = q_scale;
+      } else {
+        StoreVec8(static_cast<T*>(p.q_out) + off, x[k]);
+      }
+      continue;
+    }
+    if (slot[k] < 0 || slot[k] >= p.num_slots) continue;
+    const int64_t block = slot[k] / p.page_size, in_page = slot[k] % p.page_size;
+    const int64_t off = r.is_k
+        ? block * p.k_cache_stride_b + in_page * p.k_cache_stride_p + r.head * p.k_cache_stride_h
+        : block * p.v_cache_stride_b + in_page * p.v_cache_stride_p + r.head * p.v_cache_stride_h;
+    void* cache = r.is_k ? p.k_cache : p.v_cache;
+    if constexpr (kFp8Cache) {
+      StoreE4M3x8(static_cast<uint8_t*>(cache) + off + lane * kVec, x[k], r.is_k ? *p.k_scale : *p.v_scale);
+    } else {
+      StoreVec8(static_cast<T*>(cache) + off + lane * kVec, x[k]);
+    }
   }
 }
 
@@ -400,7 +429,7 @@ Status RopeNormCuda(const RopeNormArgs& a, cudaStream_t stream) {
     default: kernel = PickKernel<32>(a.q.dtype, fp8_cache, fp8_q); break;
   }
   const int64_t rows = static_cast<int64_t>(p.tokens) * (p.num_q_heads + 2 * p.num_kv_heads);
-  const int rows_per_block = kThreads / g;
+  const int rows_per_block = kThreads / g * kRows;
   const dim3 grid(static_cast<unsigned>((rows + rows_per_block - 1) / rows_per_block));
   using KernelFn = void (*)(RopeNormParams);
   return Launch("rope_norm kernel launch", reinterpret_cast<KernelFn>(kernel), grid, dim3(kThreads), 0, stream, p);

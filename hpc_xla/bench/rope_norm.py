@@ -92,8 +92,11 @@ def _unfused(p, variant):
             p["q_out"].copy_(q)
             k = k.to(torch.bfloat16)
         hkv = p["k"].shape[1]
-        p["k_cache"].view(-1, hkv, d).index_copy_(0, p["slots"], k)
-        p["v_cache"].view(-1, hkv, d).index_copy_(0, p["slots"], v)
+        # index_copy_ has no float8 kernel: scatter the bytes
+        for cache, x in ((p["k_cache"], k), (p["v_cache"], v)):
+            if cache.dtype == torch.float8_e4m3fn:
+                cache, x = cache.view(torch.uint8), x.view(torch.uint8)
+            cache.view(-1, hkv, d).index_copy_(0, p["slots"], x)
     return call
 
 
@@ -139,6 +142,7 @@ def run(args):
                 records.append(rec)
                 rows.append([variant, "%d/%d/%d" % (hq, hkv, d), tokens, "%.1f" % ours, "%.2f" % tbps,
                              "%.0f%%" % rec["pct_ceiling"], "%.1f" % theirs, "%.2fx" % rec["speedup_vs_unfused"]])
+                print("  " + "  ".join(str(x) for x in rows[-1]), flush=True)
                 del probs
     overhead = host_overhead_us()
     report.print_table("rope_norm on %s (copy ceiling %.2f TB/s, CUDA-graph replay, median)" % (
