@@ -5,6 +5,8 @@ namespace hpc::ffi_glue {
 const std::vector<FfiTarget>& FfiTargets() {
   static const std::vector<FfiTarget> targets = {
       {"rope_norm", HpcXlaRopeNormCuda, HpcXlaRopeNormCpu},
+      {"decode_plan", HpcXlaDecodePlanCuda, HpcXlaDecodePlanCpu},
+      {"decode_attention", HpcXlaDecodeAttentionCuda, HpcXlaDecodeAttentionCpu},
   };
   return targets;
 }

@@ -17,5 +17,9 @@ const std::vector<FfiTarget>& FfiTargets();
 
 extern "C" XLA_FFI_Error* HpcXlaRopeNormCuda(XLA_FFI_CallFrame* call_frame);
 extern "C" XLA_FFI_Error* HpcXlaRopeNormCpu(XLA_FFI_CallFrame* call_frame);
+extern "C" XLA_FFI_Error* HpcXlaDecodePlanCuda(XLA_FFI_CallFrame* call_frame);
+extern "C" XLA_FFI_Error* HpcXlaDecodePlanCpu(XLA_FFI_CallFrame* call_frame);
+extern "C" XLA_FFI_Error* HpcXlaDecodeAttentionCuda(XLA_FFI_CallFrame* call_frame);
+extern "C" XLA_FFI_Error* HpcXlaDecodeAttentionCpu(XLA_FFI_CallFrame* call_frame);
 
 }  // namespace hpc::ffi_glue

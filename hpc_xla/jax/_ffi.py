@@ -4,7 +4,6 @@ import functools
 
 import jax
 import jax.numpy as jnp
-import numpy as np
 
 from hpc_xla._ext import ext
 
@@ -36,5 +35,8 @@ def f32_scalar(x):
     return jnp.asarray(x, jnp.float32).reshape(())
 
 
-def attr_f32(x):
-    return np.float32(x)
+def dtype_code(dtype):
+    """The binary's code for a dtype (numpy / jax / torch dtype or name)."""
+    from hpc_xla._decode import canonical_dtype_name
+
+    return ext().dtype_code(canonical_dtype_name(dtype))

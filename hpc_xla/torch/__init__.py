@@ -2,6 +2,7 @@
 torch.compile and capture into CUDA graphs), plus documented wrappers that allocate outputs when not given.
 """
 
+from hpc_xla.torch.attention import DecodePlan, decode_attention, decode_plan
 from hpc_xla.torch.rope_norm import rope_norm
 
-__all__ = ["rope_norm"]
+__all__ = ["DecodePlan", "decode_attention", "decode_plan", "rope_norm"]

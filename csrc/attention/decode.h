@@ -1,0 +1,79 @@
+// Paged decode attention (DESIGN.md API item 2): decode_plan builds the load-balanced schedule on the device
+// from seq_lens (decode_plan.h explains it); decode_attention runs a persistent grid over it (dynamic) or a
+// fixed (kv head, sequence, split) grid (static), then merges split pieces in a fixed order.
+#pragma once
+
+#include <cstdint>
+
+#include "csrc/common/status.h"
+#include "csrc/common/tensor_view.h"
+
+typedef struct CUstream_st* cudaStream_t;
+
+namespace hpc {
+
+enum class DecodeSchedule : int32_t { kDynamic = 0, kStatic = 1 };
+
+constexpr int kMaxQLen = 4;
+constexpr int kMaxGroup = 16;       // q heads per kv head
+constexpr int kMaxStaticSplits = 16;
+
+// What a plan is built for; decode_attention checks its operands against it.
+struct DecodeConfig {
+  int num_kv_heads = 0;
+  int num_q_heads = 0;
+  int head_dim = 0;
+  int q_len = 1;
+  int page_size = 0;
+  DType kv_dtype = DType::kBF16;
+  DType q_dtype = DType::kBF16;
+};
+
+// Largest persistent grid for `config` on CUDA device `device`: SMs x resident CTAs per SM from the occupancy
+// API for the kernel the config selects. (The CPU platform uses kCpuMaxCtas.)
+constexpr int kCpuMaxCtas = 64;
+Status DecodeMaxCtas(const DecodeConfig& config, int device, int* max_ctas);
+
+struct DecodePlanArgs {
+  TensorView seq_lens;  // [B] int32 (device for CUDA)
+  TensorView plan;      // [PlanInts(B, max_ctas)] int32, written
+  DecodeConfig config;
+  int max_ctas = 0;
+};
+
+Status ValidateDecodePlan(const DecodePlanArgs& args);
+Status DecodePlanCuda(const DecodePlanArgs& args, cudaStream_t stream);
+Status DecodePlanCpu(const DecodePlanArgs& args);
+
+struct DecodeAttentionArgs {
+  TensorView q;            // [B*q_len, Hq, D] bf16 | fp16 | float8_e4m3fn (then q_scale)
+  TensorView q_scale;      // [B*q_len, Hq] f32, only with fp8 q
+  TensorView k_cache;      // [NB, P, Hkv, D] bf16 | fp16 | float8_e4m3fn, last dim contiguous
+  TensorView v_cache;      // same shape and dtype
+  TensorView block_table;  // [B, max_blocks] int32
+  TensorView seq_lens;     // [B] int32: total KV length incl. the q_len new tokens
+  TensorView plan;         // dynamic schedule: from decode_plan with the same config
+  TensorView workspace;    // float32, >= DecodeWorkspaceFloats(...) elements
+  TensorView out;          // [B*q_len, Hq, D] bf16 (fp16 when q is fp16)
+  TensorView k_scale, v_scale;  // float32 scalars, only with an fp8 cache
+  float sm_scale = 0.0f;
+  int q_len = 1;
+  DecodeSchedule schedule = DecodeSchedule::kDynamic;
+  int max_ctas = 0;        // static schedule: sizes the split count (dynamic: read from the plan)
+};
+
+// Fixed splits per sequence of the static schedule: fills about one wave of max_ctas.
+int StaticSplits(int64_t batch, int num_kv_heads, int max_ctas);
+// fp32 elements the workspace needs for these max shapes (covers both schedules).
+int64_t DecodeWorkspaceFloats(int64_t batch, int num_kv_heads, int num_q_heads, int head_dim, int q_len,
+                              int max_ctas);
+
+Status ValidateDecodeAttention(const DecodeAttentionArgs& args, DecodeConfig* config);
+// Checks a plan header (host copy) against the call: "plan was built for q_len=1 but this call has q_len=2".
+Status CheckPlanHeader(const int32_t* header, const DecodeConfig& config, int64_t batch);
+// Fills the plan for host seq_lens (the CPU platform; also what the GPU planner computes).
+void BuildPlanHost(const int32_t* seq_lens, int batch, const DecodeConfig& config, int max_ctas, int32_t* plan);
+Status DecodeAttentionCuda(const DecodeAttentionArgs& args, cudaStream_t stream);
+Status DecodeAttentionCpu(const DecodeAttentionArgs& args);
+
+}  // namespace hpc

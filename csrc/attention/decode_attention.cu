@@ -1,0 +1,244 @@
+// Host side of decode attention on sm_90a: picks the kernel instantiation for (head_dim, row tiles, K/V type),
+// sizes the persistent grid with the occupancy API, builds the plan on the GPU, and launches attention +
+// combine (PDL-chained).
+#include <cuda_runtime.h>
+#include <cub/block/block_scan.cuh>
+
+#include <mutex>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "csrc/attention/decode.h"
+#include "csrc/attention/decode_kernel.cuh"
+#include "csrc/common/arch.h"
+#include "csrc/common/check.h"
+
+namespace hpc {
+namespace {
+
+using attention::DecodeParams;
+using attention::Fp8E4M3;
+
+struct KernelChoice {
+  const void* fn = nullptr;
+  int smem = 0;
+};
+
+template <int D, int MT, typename KV, typename CT>
+KernelChoice Choice() {
+  return {reinterpret_cast<const void*>(&attention::DecodeAttentionKernel<D, MT, KV, CT>),
+          attention::DecodeShape<D, MT, KV, CT>::kSmemBytes};
+}
+
+template <int D, int MT>
+KernelChoice ChooseType(DType kv, DType q) {
+  if (kv == DType::kF8E4M3) return Choice<D, MT, Fp8E4M3, __half>();
+  if (kv == DType::kF16) return Choice<D, MT, __half, __half>();
+  (void)q;
+  return Choice<D, MT, __nv_bfloat16, __nv_bfloat16>();
+}
+
+template <int D>
+KernelChoice ChooseRows(int rows, DType kv, DType q) {
+  if (rows <= 16) return ChooseType<D, 1>(kv, q);
+  if (rows <= 32) return ChooseType<D, 2>(kv, q);
+  return ChooseType<D, 4>(kv, q);
+}
+
+KernelChoice ChooseKernel(const DecodeConfig& cfg) {
+  const int rows = cfg.q_len * (cfg.num_q_heads / cfg.num_kv_heads);
+  switch (cfg.head_dim) {
+    case 64: return ChooseRows<64>(rows, cfg.kv_dtype, cfg.q_dtype);
+    case 128: return ChooseRows<128>(rows, cfg.kv_dtype, cfg.q_dtype);
+    default: return ChooseRows<256>(rows, cfg.kv_dtype, cfg.q_dtype);
+  }
+}
+
+// Raises the kernel's dynamic shared-memory limit once (not on the hot path) and returns resident CTAs/SM.
+Status PrepareKernel(const KernelChoice& k, int device, int* ctas_per_sm) {
+  static std::mutex mu;
+  static std::unordered_map<const void*, int> occupancy;  // per kernel; all our GPUs are the same arch
+  std::lock_guard<std::mutex> lock(mu);
+  auto it = occupancy.find(k.fn);
+  if (it == occupancy.end()) {
+    HPC_RETURN_IF_ERROR(CudaStatus(cudaFuncSetAttribute(k.fn, cudaFuncAttributeMaxDynamicSharedMemorySize, k.smem),
+                                   "decode_attention: shared memory attribute"));
+    int n = 0;
+    HPC_RETURN_IF_ERROR(CudaStatus(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, k.fn, attention::kDecodeThreads,
+                                                                                k.smem),
+                                   "decode_attention: occupancy"));
+    if (n < 1) return Status::Internal("decode_attention: kernel does not fit on an SM");
+    it = occupancy.emplace(k.fn, n).first;
+  }
+  (void)device;
+  *ctas_per_sm = it->second;
+  return Status::Ok();
+}
+
+__global__ void __launch_bounds__(1024) DecodePlanKernel(const int32_t* seq_lens, int batch, DecodeConfig cfg,
+                                                          int max_ctas, int32_t* plan) {
+  using namespace attention;
+  using BlockScan = cub::BlockScan<int32_t, 1024>;
+  __shared__ typename BlockScan::TempStorage scan;
+  __shared__ int32_t running;
+  PdlWait();
+  int32_t* prefix = PlanPrefix(plan);
+  if (threadIdx.x == 0) running = 0;
+  __syncthreads();
+  for (int base = 0; base < batch; base += 1024) {
+    const int b = base + threadIdx.x;
+    const int32_t w = b < batch ? UnitCost(max(seq_lens[b], 0), kPieceCostTiles) : 0;
+    int32_t excl, chunk_total;
+    BlockScan(scan).ExclusiveSum(w, excl, chunk_total);
+    const int32_t before = running;
+    if (b < batch) prefix[b] = before + excl;
+    __syncthreads();
+    if (threadIdx.x == 0) running = before + chunk_total;
+    __syncthreads();
+  }
+  if (threadIdx.x == 0) prefix[batch] = running;
+  __syncthreads();
+  PdlLaunchDependents();
+  const int64_t total = static_cast<int64_t>(running) * cfg.num_kv_heads;
+  const int64_t capacity = CapacityOf(total, max_ctas, kMinCapacityTiles + kPieceCostTiles);
+  const int num_ctas = static_cast<int>((total + capacity - 1) / capacity);
+  int32_t* start = PlanStart(plan, batch);
+  for (int i = threadIdx.x; i <= max_ctas; i += blockDim.x) {
+    int unit, tile;
+    LocatePosition(prefix, batch, cfg.num_kv_heads, kPieceCostTiles, i <= num_ctas ? i * capacity : total, &unit,
+                   &tile);
+    start[2 * i] = unit;
+    start[2 * i + 1] = tile;
+  }
+  if (threadIdx.x == 0) {
+    const int32_t header[kPlanHeaderInts] = {kPlanMagic, kPlanVersion, batch, cfg.num_kv_heads, cfg.num_q_heads,
+                                             cfg.head_dim, cfg.q_len, cfg.page_size, static_cast<int32_t>(cfg.kv_dtype),
+                                             max_ctas, num_ctas, static_cast<int32_t>(capacity), kPieceCostTiles,
+                                             running, 0, 0};
+    for (int i = 0; i < kPlanHeaderInts; ++i) plan[i] = header[i];
+  }
+}
+
+// HPC_XLA_CHECK=1: copy the plan header and the lengths/block ids the kernel will use, validate on the host.
+Status CheckOnDevice(const DecodeAttentionArgs& a, const DecodeConfig& cfg, cudaStream_t stream) {
+  cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
+  HPC_RETURN_IF_ERROR(CudaStatus(cudaStreamIsCapturing(stream, &capture), "decode_attention check"));
+  if (capture != cudaStreamCaptureStatusNone) return Status::Ok();
+  HPC_RETURN_IF_ERROR(CudaStatus(cudaStreamSynchronize(stream), "decode_attention check"));
+  const int64_t batch = a.seq_lens.shape[0], max_blocks = a.block_table.shape[1];
+  std::vector<int32_t> lens(batch), table(batch * max_blocks);
+  HPC_RETURN_IF_ERROR(CudaStatus(cudaMemcpy(lens.data(), a.seq_lens.data, batch * 4, cudaMemcpyDeviceToHost),
+                                 "decode_attention check"));
+  HPC_RETURN_IF_ERROR(CudaStatus(cudaMemcpy2D(table.data(), max_blocks * 4, a.block_table.data,
+                                              a.block_table.strides[0] * 4, max_blocks * 4, batch,
+                                              cudaMemcpyDeviceToHost),
+                                 "decode_attention check"));
+  ArgCheck c("decode_attention");
+  for (int64_t b = 0; b < batch; ++b) {
+    const int64_t len = lens[b];
+    if (len != 0 && (len < a.q_len || len > max_blocks * cfg.page_size)) {
+      return c.Fail("seq_lens[" + std::to_string(b) + "] = " + std::to_string(len) + " must be 0 or in [q_len, " +
+                    std::to_string(max_blocks * cfg.page_size) + "] (HPC_XLA_CHECK)");
+    }
+    for (int64_t i = 0; i < (len + cfg.page_size - 1) / cfg.page_size; ++i) {
+      const int64_t blk = table[b * max_blocks + i];
+      if (blk < 0 || blk >= a.k_cache.shape[0]) {
+        return c.Fail("block_table[" + std::to_string(b) + ", " + std::to_string(i) + "] = " + std::to_string(blk) +
+                      " is outside [0, " + std::to_string(a.k_cache.shape[0]) + ") (HPC_XLA_CHECK)");
+      }
+    }
+  }
+  if (a.schedule == DecodeSchedule::kDynamic) {
+    int32_t header[attention::kPlanHeaderInts];
+    HPC_RETURN_IF_ERROR(CudaStatus(cudaMemcpy(header, a.plan.data, sizeof(header), cudaMemcpyDeviceToHost),
+                                   "decode_attention check"));
+    HPC_RETURN_IF_ERROR(CheckPlanHeader(header, cfg, batch));
+  }
+  return Status::Ok();
+}
+
+int Log2(int x) {
+  int s = 0;
+  while ((1 << s) < x) ++s;
+  return s;
+}
+
+}  // namespace
+
+Status DecodeMaxCtas(const DecodeConfig& cfg, int device, int* max_ctas) {
+  HPC_RETURN_IF_ERROR(CheckHopper(device));
+  int per_sm = 0;
+  HPC_RETURN_IF_ERROR(PrepareKernel(ChooseKernel(cfg), device, &per_sm));
+  *max_ctas = per_sm * MultiprocessorCount(device);
+  return Status::Ok();
+}
+
+Status DecodePlanCuda(const DecodePlanArgs& a, cudaStream_t stream) {
+  HPC_RETURN_IF_ERROR(ValidateDecodePlan(a));
+  if (a.seq_lens.device != DeviceKind::kCuda) return Status::Internal("decode_plan: CUDA path called with CPU tensors");
+  HPC_RETURN_IF_ERROR(CheckHopper(a.seq_lens.device_id));
+  return Launch("decode_plan kernel launch", DecodePlanKernel, dim3(1), dim3(1024), 0, stream,
+                a.seq_lens.ptr<const int32_t>(), static_cast<int>(a.seq_lens.shape[0]), a.config, a.max_ctas,
+                a.plan.ptr<int32_t>());
+}
+
+Status DecodeAttentionCuda(const DecodeAttentionArgs& a, cudaStream_t stream) {
+  DecodeConfig cfg;
+  HPC_RETURN_IF_ERROR(ValidateDecodeAttention(a, &cfg));
+  if (a.q.device != DeviceKind::kCuda) return Status::Internal("decode_attention: CUDA path called with CPU tensors");
+  HPC_RETURN_IF_ERROR(CheckHopper(a.q.device_id));
+  if (DeviceChecksEnabled()) HPC_RETURN_IF_ERROR(CheckOnDevice(a, cfg, stream));
+  const KernelChoice kernel = ChooseKernel(cfg);
+  int per_sm = 0;
+  HPC_RETURN_IF_ERROR(PrepareKernel(kernel, a.q.device_id, &per_sm));
+
+  const int batch = static_cast<int>(a.seq_lens.shape[0]);
+  DecodeParams p = {};
+  p.q = a.q.data;
+  p.q_scale = a.q_scale.present() ? a.q_scale.ptr<const float>() : nullptr;
+  p.q_stride_row = a.q.strides[0], p.q_stride_head = a.q.strides[1];
+  p.k_cache = a.k_cache.data, p.v_cache = a.v_cache.data;
+  p.k_stride_b = a.k_cache.strides[0], p.k_stride_p = a.k_cache.strides[1], p.k_stride_h = a.k_cache.strides[2];
+  p.v_stride_b = a.v_cache.strides[0], p.v_stride_p = a.v_cache.strides[1], p.v_stride_h = a.v_cache.strides[2];
+  p.block_table = a.block_table.ptr<const int32_t>();
+  p.block_table_stride = a.block_table.strides[0];
+  p.seq_lens = a.seq_lens.ptr<const int32_t>();
+  p.plan = a.plan.present() ? a.plan.ptr<const int32_t>() : nullptr;
+  p.workspace = a.workspace.ptr<float>();
+  p.out = a.out.data;
+  p.out_stride_row = a.out.strides[0], p.out_stride_head = a.out.strides[1];
+  p.k_scale = a.k_scale.present() ? a.k_scale.ptr<const float>() : nullptr;
+  p.v_scale = a.v_scale.present() ? a.v_scale.ptr<const float>() : nullptr;
+  p.sm_scale = a.sm_scale;
+  p.batch = batch;
+  p.num_kv_heads = cfg.num_kv_heads, p.num_q_heads = cfg.num_q_heads;
+  p.group = cfg.num_q_heads / cfg.num_kv_heads;
+  p.q_len = a.q_len;
+  p.rows = a.q_len * p.group;
+  p.head_dim = cfg.head_dim;
+  p.page_shift = Log2(cfg.page_size);
+  p.q_dtype = a.q.dtype;
+  p.out_fp16 = a.out.dtype == DType::kF16;
+  p.dynamic = a.schedule == DecodeSchedule::kDynamic;
+  int grid = 0, combine_grid = 0;
+  if (p.dynamic) {
+    const int max_ctas = static_cast<int>((a.plan.shape[0] - attention::kPlanHeaderInts - (batch + 1)) / 2 - 1);
+    p.num_slots = 2 * static_cast<int64_t>(max_ctas);
+    p.static_splits = 1;
+    grid = max_ctas;
+    combine_grid = max_ctas;
+  } else {
+    p.static_splits = StaticSplits(batch, cfg.num_kv_heads, a.max_ctas);
+    p.num_slots = static_cast<int64_t>(batch) * cfg.num_kv_heads * p.static_splits;
+    grid = batch * cfg.num_kv_heads * p.static_splits;
+    combine_grid = batch * cfg.num_kv_heads;
+  }
+  using KernelFn = void (*)(DecodeParams);
+  HPC_RETURN_IF_ERROR(Launch("decode_attention kernel launch", reinterpret_cast<KernelFn>(const_cast<void*>(kernel.fn)),
+                             dim3(grid), dim3(attention::kDecodeThreads), kernel.smem, stream, p));
+  return Launch("decode_attention combine launch", attention::DecodeCombineKernel, dim3(combine_grid),
+                dim3(attention::kDecodeThreads), 0, stream, p);
+}
+
+}  // namespace hpc

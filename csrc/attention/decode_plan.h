@@ -1,0 +1,182 @@
+// The decode schedule: ONE __host__ __device__ source of truth used by the GPU planner kernel, the attention
+// and combine kernels, and the CPU reference.
+//
+// Work: every (kv head h, sequence b) "unit" is cut into 64-token tiles, n_b = ceil(seq_len_b / 64). Each unit
+// also costs a fixed `piece_cost` (tile-equivalents: loading q, the epilogue, a possible merge). Units are laid
+// out head-major on a line of cost positions: unit (h, b) occupies [h*W + prefix[b], h*W + prefix[b+1]) with
+// W = prefix[B], first its overhead then its tiles. CTA i of the persistent grid owns the positions
+// [i*Q, (i+1)*Q) with Q = max(ceil(total / max_ctas), min_capacity): a tile belongs to the CTA where its
+// position lies, so every CTA gets the same work to within one tile plus one piece cost, across sequence
+// boundaries. A unit cut by a CTA boundary is "split": its pieces write fp32 partials that are merged (by
+// log-sum-exp, in CTA order, so results are bitwise reproducible) by the combine kernel.
+//
+// Partial slots are indexed by task, not by (batch, max_splits): a CTA has at most two split pieces (its
+// first and its last), so CTA i uses slots 2i (its first piece) and 2i+1 (its last piece).
+//
+// Plan (int32 array, size PlanInts(batch, max_ctas), fixed for given max shapes, so CUDA-graph safe):
+//   [0, kPlanHeaderInts)  header (PlanField)
+//   prefix[batch + 1]     per-head cost prefix over sequences
+//   start[2 * (max_ctas + 1)]  (unit, tile) where CTA i starts; entry num_ctas is the end (num_units, 0)
+#pragma once
+
+#include <cstdint>
+
+#ifdef __CUDACC__
+#define HPC_PLAN_HD __host__ __device__ __forceinline__
+#else
+#define HPC_PLAN_HD inline
+#endif
+
+namespace hpc::attention {
+
+constexpr int kTileTokens = 64;
+constexpr int kPlanHeaderInts = 16;
+constexpr int32_t kPlanMagic = 0x4C505848;  // "HXPL"
+constexpr int32_t kPlanVersion = 1;
+// Fixed cost of one piece in tile-equivalents (q load, pipeline ramp, epilogue/merge) and the least work a
+// CTA is given: below ~4 tiles the merge and ramp cost more than the parallelism gains.
+constexpr int kPieceCostTiles = 2;
+constexpr int kMinCapacityTiles = 4;
+
+enum PlanField : int {
+  kFieldMagic = 0,
+  kFieldVersion,
+  kFieldBatch,
+  kFieldNumKvHeads,
+  kFieldNumQHeads,
+  kFieldHeadDim,
+  kFieldQLen,
+  kFieldPageSize,
+  kFieldKvDtype,
+  kFieldMaxCtas,
+  kFieldNumCtas,   // CTAs that have work (<= max_ctas)
+  kFieldCapacity,  // Q, cost positions per CTA
+  kFieldPieceCost,
+  kFieldHeadCost,  // W = prefix[batch]
+  kFieldReserved0,
+  kFieldReserved1,
+};
+
+HPC_PLAN_HD int64_t PlanInts(int64_t batch, int64_t max_ctas) {
+  return kPlanHeaderInts + (batch + 1) + 2 * (max_ctas + 1);
+}
+HPC_PLAN_HD int32_t* PlanPrefix(int32_t* plan) { return plan + kPlanHeaderInts; }
+HPC_PLAN_HD const int32_t* PlanPrefix(const int32_t* plan) { return plan + kPlanHeaderInts; }
+HPC_PLAN_HD int32_t* PlanStart(int32_t* plan, int batch) { return plan + kPlanHeaderInts + batch + 1; }
+HPC_PLAN_HD const int32_t* PlanStart(const int32_t* plan, int batch) { return plan + kPlanHeaderInts + batch + 1; }
+
+HPC_PLAN_HD int TilesOf(int64_t seq_len) { return seq_len > 0 ? static_cast<int>((seq_len + kTileTokens - 1) / kTileTokens) : 0; }
+HPC_PLAN_HD int UnitCost(int64_t seq_len, int piece_cost) {
+  const int n = TilesOf(seq_len);
+  return n > 0 ? n + piece_cost : 0;
+}
+
+HPC_PLAN_HD int64_t CapacityOf(int64_t total_cost, int max_ctas, int min_capacity) {
+  const int64_t even = (total_cost + max_ctas - 1) / max_ctas;
+  return even > min_capacity ? even : min_capacity;
+}
+
+// The (unit, tile) of the first tile whose cost position is >= pos. Units are head-major: unit = h * batch + b.
+HPC_PLAN_HD void LocatePosition(const int32_t* prefix, int batch, int num_kv_heads, int piece_cost, int64_t pos,
+                                int* unit, int* tile) {
+  const int64_t head_cost = prefix[batch];
+  if (head_cost == 0 || pos >= head_cost * num_kv_heads) {
+    *unit = batch * num_kv_heads;
+    *tile = 0;
+    return;
+  }
+  const int h = static_cast<int>(pos / head_cost);
+  const int64_t r = pos - h * head_cost;
+  // largest b with prefix[b] <= r (then prefix[b + 1] > r, so unit b has cost)
+  int lo = 0, hi = batch;
+  while (hi - lo > 1) {
+    const int mid = (lo + hi) / 2;
+    if (prefix[mid] <= r) lo = mid; else hi = mid;
+  }
+  const int64_t into = r - prefix[lo] - piece_cost;
+  *unit = h * batch + lo;
+  *tile = into > 0 ? static_cast<int>(into) : 0;
+}
+
+// The slot a split piece writes its partial to (see the header comment).
+HPC_PLAN_HD int PartialSlot(int cta, bool first_piece_of_cta) { return 2 * cta + (first_piece_of_cta ? 0 : 1); }
+
+// ------------------------------------------------------------------------------------------ walking a plan
+struct Piece {
+  int unit;        // h * batch + b
+  int tile_begin;  // [tile_begin, tile_end) of the unit's tiles
+  int tile_end;
+  bool whole;      // the unit's only piece: writes the output directly
+  int slot;        // partial slot when !whole
+};
+
+// The pieces of one CTA, in order. `seq_lens` are read at attention time; a plan built from other lengths
+// only ever shrinks ranges (tiles past a sequence's end are skipped), never reads outside it.
+struct PieceCursor {
+  int cta;
+  int unit, tile;          // next position
+  int end_unit, end_tile;  // exclusive end
+  bool first;
+};
+
+HPC_PLAN_HD PieceCursor CtaPieces(const int32_t* plan, int cta) {
+  const int batch = plan[kFieldBatch];
+  const int32_t* start = PlanStart(plan, batch);
+  PieceCursor c;
+  c.cta = cta;
+  c.unit = start[2 * cta];
+  c.tile = start[2 * cta + 1];
+  c.end_unit = start[2 * cta + 2];
+  c.end_tile = start[2 * cta + 3];
+  c.first = true;
+  return c;
+}
+
+HPC_PLAN_HD bool NextPiece(PieceCursor& c, const int32_t* plan, const int32_t* seq_lens, Piece* piece) {
+  const int batch = plan[kFieldBatch];
+  while (c.unit < c.end_unit || (c.unit == c.end_unit && c.tile < c.end_tile)) {
+    const int n = TilesOf(seq_lens[c.unit % batch]);
+    const int end = c.unit < c.end_unit ? n : (c.end_tile < n ? c.end_tile : n);
+    const int begin = c.tile;
+    const int unit = c.unit;
+    ++c.unit;
+    c.tile = 0;
+    if (end <= begin) continue;
+    piece->unit = unit;
+    piece->tile_begin = begin;
+    piece->tile_end = end;
+    piece->whole = begin == 0 && end == n;
+    piece->slot = PartialSlot(c.cta, c.first);
+    c.first = false;
+    return true;
+  }
+  return false;
+}
+
+// Merge task of boundary i (1 <= i < num_ctas): the unit split at the START of CTA i, if this is the first
+// boundary that cuts it. Its pieces live in CTAs [first_cta, last_cta]; the first piece's slot is
+// `first_slot`, the others use slot 2*j (they are their CTA's first piece).
+struct MergeTask {
+  int unit;
+  int first_cta, last_cta;
+  int first_slot;
+};
+
+HPC_PLAN_HD bool MergeTaskAt(const int32_t* plan, int i, MergeTask* task) {
+  const int batch = plan[kFieldBatch];
+  const int num_ctas = plan[kFieldNumCtas];
+  if (i < 1 || i >= num_ctas) return false;
+  const int32_t* start = PlanStart(plan, batch);
+  const int unit = start[2 * i], tile = start[2 * i + 1];
+  if (tile == 0) return false;                                         // boundary between units
+  if (start[2 * (i - 1)] == unit && start[2 * (i - 1) + 1] > 0) return false;  // an earlier boundary owns it
+  task->unit = unit;
+  task->first_cta = i - 1;
+  task->first_slot = PartialSlot(i - 1, start[2 * (i - 1)] == unit);
+  int last = i;
+  while (last + 1 < num_ctas && start[2 * (last + 1)] == unit && start[2 * (last + 1) + 1] > 0) ++last;
+  task->last_cta = last;
+  return true;
+}
+
+}  // namespace hpc::attention

@@ -1,0 +1,204 @@
+#include <string>
+
+#include "csrc/attention/decode.h"
+#include "csrc/attention/decode_plan.h"
+#include "csrc/common/check.h"
+
+namespace hpc {
+namespace {
+
+bool Fp8(DType d) { return d == DType::kF8E4M3; }
+
+Status ValidateConfig(const ArgCheck& c, const DecodeConfig& cfg) {
+  if (cfg.num_kv_heads < 1) return c.Fail("num_kv_heads must be >= 1; got " + std::to_string(cfg.num_kv_heads));
+  if (cfg.num_q_heads < cfg.num_kv_heads || cfg.num_q_heads % cfg.num_kv_heads != 0) {
+    return c.Fail("num_q_heads (" + std::to_string(cfg.num_q_heads) + ") must be a multiple of num_kv_heads (" +
+                  std::to_string(cfg.num_kv_heads) + ")");
+  }
+  const int group = cfg.num_q_heads / cfg.num_kv_heads;
+  if (group > kMaxGroup) {
+    return c.Fail("num_q_heads / num_kv_heads must be <= " + std::to_string(kMaxGroup) + "; got " +
+                  std::to_string(group));
+  }
+  if (cfg.head_dim != 64 && cfg.head_dim != 128 && cfg.head_dim != 256) {
+    return c.Fail("head_dim must be 64, 128 or 256; got " + std::to_string(cfg.head_dim));
+  }
+  if (cfg.q_len < 1 || cfg.q_len > kMaxQLen) {
+    return c.Fail("q_len must be in [1, " + std::to_string(kMaxQLen) + "]; got " + std::to_string(cfg.q_len));
+  }
+  if (cfg.page_size != 16 && cfg.page_size != 32 && cfg.page_size != 64) {
+    return c.Fail("page_size must be 16, 32 or 64; got " + std::to_string(cfg.page_size));
+  }
+  return Status::Ok();
+}
+
+}  // namespace
+
+int StaticSplits(int64_t batch, int num_kv_heads, int max_ctas) {
+  const int64_t units = batch * num_kv_heads;
+  int64_t splits = units > 0 ? max_ctas / units : 1;
+  if (splits < 1) splits = 1;
+  if (splits > kMaxStaticSplits) splits = kMaxStaticSplits;
+  return static_cast<int>(splits);
+}
+
+int64_t DecodeWorkspaceFloats(int64_t batch, int num_kv_heads, int num_q_heads, int head_dim, int q_len,
+                              int max_ctas) {
+  const int64_t rows = static_cast<int64_t>(q_len) * (num_q_heads / (num_kv_heads > 0 ? num_kv_heads : 1));
+  const int64_t dynamic_slots = 2 * static_cast<int64_t>(max_ctas);
+  const int64_t static_slots = batch * num_kv_heads * StaticSplits(batch, num_kv_heads, max_ctas);
+  const int64_t slots = dynamic_slots > static_slots ? dynamic_slots : static_slots;
+  return slots * rows * (head_dim + 1);  // O rows + one log-sum-exp per row
+}
+
+Status ValidateDecodePlan(const DecodePlanArgs& a) {
+  ArgCheck c("decode_plan");
+  HPC_RETURN_IF_ERROR(ValidateConfig(c, a.config));
+  HPC_RETURN_IF_ERROR(c.Required("seq_lens", a.seq_lens, 1, "[B]"));
+  HPC_RETURN_IF_ERROR(c.Dtype("seq_lens", a.seq_lens, {DType::kI32}));
+  HPC_RETURN_IF_ERROR(c.Contiguous("seq_lens", a.seq_lens));
+  if (a.seq_lens.shape[0] < 1) return c.Fail("seq_lens must hold at least one sequence");
+  if (a.max_ctas < 1) return c.Fail("max_ctas must be >= 1; got " + std::to_string(a.max_ctas));
+  HPC_RETURN_IF_ERROR(c.Required("plan", a.plan, 1, "[plan_size]"));
+  HPC_RETURN_IF_ERROR(c.Dtype("plan", a.plan, {DType::kI32}));
+  HPC_RETURN_IF_ERROR(c.Contiguous("plan", a.plan));
+  HPC_RETURN_IF_ERROR(c.SameDevice("plan", a.plan, "seq_lens", a.seq_lens));
+  const int64_t need = attention::PlanInts(a.seq_lens.shape[0], a.max_ctas);
+  if (a.plan.shape[0] < need) {
+    return c.Fail("plan must hold " + std::to_string(need) + " int32 for batch " +
+                  std::to_string(a.seq_lens.shape[0]) + " and max_ctas " + std::to_string(a.max_ctas) + "; got " +
+                  std::to_string(a.plan.shape[0]));
+  }
+  return Status::Ok();
+}
+
+Status ValidateDecodeAttention(const DecodeAttentionArgs& a, DecodeConfig* cfg) {
+  ArgCheck c("decode_attention");
+  HPC_RETURN_IF_ERROR(c.Required("q", a.q, 3, "[B * q_len, Hq, D]"));
+  HPC_RETURN_IF_ERROR(c.Dtype("q", a.q, {DType::kBF16, DType::kF16, DType::kF8E4M3}));
+  HPC_RETURN_IF_ERROR(c.InnerContiguous("q", a.q));
+  HPC_RETURN_IF_ERROR(c.Required("k_cache", a.k_cache, 4, "[num_blocks, page_size, Hkv, D]"));
+  HPC_RETURN_IF_ERROR(c.Dtype("k_cache", a.k_cache, {DType::kBF16, DType::kF16, DType::kF8E4M3}));
+  HPC_RETURN_IF_ERROR(c.InnerContiguous("k_cache", a.k_cache));
+  HPC_RETURN_IF_ERROR(c.SameDevice("k_cache", a.k_cache, "q", a.q));
+  HPC_RETURN_IF_ERROR(c.Required("v_cache", a.v_cache, 4, "[num_blocks, page_size, Hkv, D]"));
+  HPC_RETURN_IF_ERROR(c.SameDtype("v_cache", a.v_cache, "k_cache", a.k_cache));
+  for (int d = 0; d < 4; ++d) HPC_RETURN_IF_ERROR(c.Dim("v_cache", a.v_cache, d, a.k_cache.shape[d], "from k_cache"));
+  HPC_RETURN_IF_ERROR(c.InnerContiguous("v_cache", a.v_cache));
+  HPC_RETURN_IF_ERROR(c.SameDevice("v_cache", a.v_cache, "q", a.q));
+  if (!Fp8(a.q.dtype) && !Fp8(a.k_cache.dtype) && a.q.dtype != a.k_cache.dtype) {
+    return c.Fail(std::string("q (") + DTypeName(a.q.dtype) + ") and k_cache (" + DTypeName(a.k_cache.dtype) +
+                  ") must have the same dtype unless one of them is float8_e4m3fn");
+  }
+
+  cfg->num_q_heads = static_cast<int>(a.q.shape[1]);
+  cfg->head_dim = static_cast<int>(a.q.shape[2]);
+  cfg->num_kv_heads = static_cast<int>(a.k_cache.shape[2]);
+  cfg->page_size = static_cast<int>(a.k_cache.shape[1]);
+  cfg->q_len = a.q_len;
+  cfg->kv_dtype = a.k_cache.dtype;
+  cfg->q_dtype = a.q.dtype;
+  HPC_RETURN_IF_ERROR(c.Dim("k_cache", a.k_cache, 3, cfg->head_dim, "head_dim, from q"));
+  HPC_RETURN_IF_ERROR(ValidateConfig(c, *cfg));
+
+  HPC_RETURN_IF_ERROR(c.Required("seq_lens", a.seq_lens, 1, "[B]"));
+  HPC_RETURN_IF_ERROR(c.Dtype("seq_lens", a.seq_lens, {DType::kI32}));
+  HPC_RETURN_IF_ERROR(c.Contiguous("seq_lens", a.seq_lens));
+  HPC_RETURN_IF_ERROR(c.SameDevice("seq_lens", a.seq_lens, "q", a.q));
+  const int64_t batch = a.seq_lens.shape[0];
+  if (batch < 1) return c.Fail("seq_lens must hold at least one sequence");
+  if (a.q.shape[0] != batch * a.q_len) {
+    return c.Fail("q.shape[0] must be batch * q_len = " + std::to_string(batch) + " * " + std::to_string(a.q_len) +
+                  " = " + std::to_string(batch * a.q_len) + " (batch from seq_lens); got " +
+                  std::to_string(a.q.shape[0]));
+  }
+  HPC_RETURN_IF_ERROR(c.Required("block_table", a.block_table, 2, "[B, max_blocks]"));
+  HPC_RETURN_IF_ERROR(c.Dtype("block_table", a.block_table, {DType::kI32}));
+  HPC_RETURN_IF_ERROR(c.Dim("block_table", a.block_table, 0, batch, "batch, from seq_lens"));
+  HPC_RETURN_IF_ERROR(c.InnerContiguous("block_table", a.block_table));
+  HPC_RETURN_IF_ERROR(c.SameDevice("block_table", a.block_table, "q", a.q));
+
+  if (Fp8(a.q.dtype)) {
+    HPC_RETURN_IF_ERROR(c.Required("q_scale", a.q_scale, 2, "[B * q_len, Hq]"));
+    HPC_RETURN_IF_ERROR(c.Dtype("q_scale", a.q_scale, {DType::kF32}));
+    HPC_RETURN_IF_ERROR(c.Dim("q_scale", a.q_scale, 0, a.q.shape[0], "rows, from q"));
+    HPC_RETURN_IF_ERROR(c.Dim("q_scale", a.q_scale, 1, a.q.shape[1], "num_q_heads, from q"));
+    HPC_RETURN_IF_ERROR(c.Contiguous("q_scale", a.q_scale));
+    HPC_RETURN_IF_ERROR(c.SameDevice("q_scale", a.q_scale, "q", a.q));
+  } else if (a.q_scale.present()) {
+    return c.Fail("q_scale is only used with a float8_e4m3fn q; q is " + std::string(DTypeName(a.q.dtype)));
+  }
+  for (const auto& [name, s] : {std::pair<const char*, const TensorView*>{"k_scale", &a.k_scale}, {"v_scale", &a.v_scale}}) {
+    if (Fp8(a.k_cache.dtype)) {
+      if (!s->present()) return c.Fail(std::string(name) + " is required with a float8_e4m3fn cache");
+      HPC_RETURN_IF_ERROR(c.Scalar(name, *s));
+      HPC_RETURN_IF_ERROR(c.SameDevice(name, *s, "q", a.q));
+    } else if (s->present()) {
+      return c.Fail(std::string(name) + " is only used with a float8_e4m3fn cache; the cache is " +
+                    DTypeName(a.k_cache.dtype));
+    }
+  }
+
+  const DType out_dtype = a.q.dtype == DType::kF16 ? DType::kF16 : DType::kBF16;
+  HPC_RETURN_IF_ERROR(c.Required("out", a.out, 3, "[B * q_len, Hq, D]"));
+  HPC_RETURN_IF_ERROR(c.Dtype("out", a.out, {out_dtype}));
+  for (int d = 0; d < 3; ++d) HPC_RETURN_IF_ERROR(c.Dim("out", a.out, d, a.q.shape[d], "from q"));
+  HPC_RETURN_IF_ERROR(c.InnerContiguous("out", a.out));
+  HPC_RETURN_IF_ERROR(c.SameDevice("out", a.out, "q", a.q));
+  if (!(a.sm_scale > 0.0f)) return c.Fail("sm_scale must be > 0; got " + std::to_string(a.sm_scale));
+
+  int max_ctas = a.max_ctas;
+  if (a.schedule == DecodeSchedule::kDynamic) {
+    HPC_RETURN_IF_ERROR(c.Required("plan", a.plan, 1, "[plan_size] (from decode_plan)"));
+    HPC_RETURN_IF_ERROR(c.Dtype("plan", a.plan, {DType::kI32}));
+    HPC_RETURN_IF_ERROR(c.SameDevice("plan", a.plan, "q", a.q));
+    // The plan's size fixes (batch, max_ctas): max_ctas = (size - header - batch - 1) / 2 - 1.
+    const int64_t rest = a.plan.shape[0] - attention::kPlanHeaderInts - (batch + 1);
+    if (rest < 4 || rest % 2 != 0) {
+      return c.Fail("plan has " + std::to_string(a.plan.shape[0]) + " int32, which no decode_plan for batch " +
+                    std::to_string(batch) + " produces (was it built for another batch size?)");
+    }
+    max_ctas = static_cast<int>(rest / 2 - 1);
+  } else if (a.schedule != DecodeSchedule::kStatic) {
+    return c.Fail("schedule must be 'dynamic' or 'static'");
+  }
+  if (max_ctas < 1) return c.Fail("max_ctas must be >= 1");
+  HPC_RETURN_IF_ERROR(c.Required("workspace", a.workspace, 1, "[workspace_size] float32"));
+  HPC_RETURN_IF_ERROR(c.Dtype("workspace", a.workspace, {DType::kF32}));
+  HPC_RETURN_IF_ERROR(c.SameDevice("workspace", a.workspace, "q", a.q));
+  const int64_t need = DecodeWorkspaceFloats(batch, cfg->num_kv_heads, cfg->num_q_heads, cfg->head_dim, a.q_len,
+                                             max_ctas);
+  if (a.workspace.shape[0] < need) {
+    return c.Fail("workspace must hold " + std::to_string(need) + " float32; got " +
+                  std::to_string(a.workspace.shape[0]));
+  }
+  return Status::Ok();
+}
+
+// Header check shared by the CPU path (host plan) and the GPU debug mode (copied plan header).
+Status CheckPlanHeader(const int32_t* header, const DecodeConfig& cfg, int64_t batch) {
+  ArgCheck c("decode_attention");
+  using namespace attention;
+  if (header[kFieldMagic] != kPlanMagic || header[kFieldVersion] != kPlanVersion) {
+    return c.Fail("plan is not a decode_plan output (bad magic/version)");
+  }
+  const struct {
+    PlanField field;
+    int64_t want;
+    const char* name;
+  } fields[] = {{kFieldBatch, batch, "batch"},
+                {kFieldNumKvHeads, cfg.num_kv_heads, "num_kv_heads"},
+                {kFieldNumQHeads, cfg.num_q_heads, "num_q_heads"},
+                {kFieldHeadDim, cfg.head_dim, "head_dim"},
+                {kFieldQLen, cfg.q_len, "q_len"},
+                {kFieldPageSize, cfg.page_size, "page_size"}};
+  for (const auto& f : fields) {
+    if (header[f.field] != f.want) {
+      return c.Fail(std::string("plan was built for ") + f.name + "=" + std::to_string(header[f.field]) +
+                    " but this call has " + f.name + "=" + std::to_string(f.want));
+    }
+  }
+  return Status::Ok();
+}
+
+}  // namespace hpc

@@ -1,0 +1,98 @@
+"""Framework-free pieces of the decode API shared by hpc_xla.jax and hpc_xla.torch: the plan's static config,
+sizes of the plan and workspace, and a reader of plans (used by tests and for debugging)."""
+
+import dataclasses
+import math
+
+import numpy as np
+
+from hpc_xla._ext import ext
+
+SCHEDULES = {"dynamic": 0, "static": 1}
+HEADER_FIELDS = ("magic", "version", "batch", "num_kv_heads", "num_q_heads", "head_dim", "q_len", "page_size",
+                 "kv_dtype", "max_ctas", "num_ctas", "capacity", "piece_cost", "head_cost")
+HEADER_INTS = 16
+TILE_TOKENS = 64
+
+
+@dataclasses.dataclass(frozen=True)
+class DecodeConfig:
+    """What a decode plan is built for (static: part of the jit cache key)."""
+
+    batch: int
+    num_kv_heads: int
+    num_q_heads: int
+    head_dim: int
+    q_len: int
+    page_size: int
+    kv_dtype: str
+    max_ctas: int
+
+    @property
+    def plan_size(self):
+        return int(ext().decode_plan_size(self.batch, self.max_ctas))
+
+    @property
+    def workspace_size(self):
+        return int(ext().decode_workspace_size(self.batch, self.num_kv_heads, self.num_q_heads, self.head_dim,
+                                               self.q_len, self.max_ctas))
+
+    def check_call(self, batch, num_kv_heads, num_q_heads, head_dim, q_len, page_size):
+        """Raises ValueError naming the first field the call disagrees on."""
+        for name, got in (("batch", batch), ("num_kv_heads", num_kv_heads), ("num_q_heads", num_q_heads),
+                          ("head_dim", head_dim), ("q_len", q_len), ("page_size", page_size)):
+            want = getattr(self, name)
+            if want != got:
+                raise ValueError("decode_attention: plan was built for %s=%s but this call has %s=%s"
+                                 % (name, want, name, got))
+
+
+def canonical_dtype_name(dtype):
+    """'bfloat16' | 'float16' | 'float8_e4m3fn' | ... for numpy / jax / torch dtypes or names."""
+    if isinstance(dtype, str):
+        return dtype
+    s = str(dtype)
+    if s.startswith("torch."):
+        return s[len("torch."):]
+    return np.dtype(dtype).name
+
+
+def max_ctas_for(device_index, num_kv_heads, num_q_heads, head_dim, q_len, page_size, kv_dtype, q_dtype):
+    """Persistent-grid size: SMs x resident CTAs (occupancy API) on CUDA device `device_index`; the CPU
+    platform's fixed count when device_index is None."""
+    return int(ext().decode_max_ctas(num_kv_heads, num_q_heads, head_dim, q_len, page_size,
+                                     ext().dtype_code(canonical_dtype_name(kv_dtype)),
+                                     ext().dtype_code(canonical_dtype_name(q_dtype)),
+                                     -1 if device_index is None else int(device_index)))
+
+
+def default_sm_scale(head_dim, sm_scale):
+    return float(sm_scale) if sm_scale is not None else 1.0 / math.sqrt(head_dim)
+
+
+def read_plan(plan):
+    """Decodes a plan array (numpy) -> dict(header fields, prefix, starts [(unit, tile)])."""
+    plan = np.asarray(plan).astype(np.int64)
+    header = dict(zip(HEADER_FIELDS, plan[:len(HEADER_FIELDS)].tolist()))
+    batch, max_ctas = header["batch"], header["max_ctas"]
+    prefix = plan[HEADER_INTS:HEADER_INTS + batch + 1]
+    starts = plan[HEADER_INTS + batch + 1:HEADER_INTS + batch + 1 + 2 * (max_ctas + 1)].reshape(-1, 2)
+    return dict(header, prefix=prefix, starts=[tuple(s) for s in starts.tolist()])
+
+
+def plan_pieces(plan, seq_lens):
+    """[(cta, unit, tile_begin, tile_end)] as the kernels walk them (mirrors NextPiece in decode_plan.h)."""
+    info = read_plan(plan)
+    batch = info["batch"]
+    tiles = [(int(n) + TILE_TOKENS - 1) // TILE_TOKENS for n in np.asarray(seq_lens)]
+    out = []
+    for cta in range(info["num_ctas"]):
+        unit, tile = info["starts"][cta]
+        end_unit, end_tile = info["starts"][cta + 1]
+        while unit < end_unit or (unit == end_unit and tile < end_tile):
+            n = tiles[unit % batch]
+            end = n if unit < end_unit else min(end_tile, n)
+            if end > tile:
+                out.append((cta, unit, tile, end))
+            unit, tile = unit + 1, 0
+    return out

@@ -1,0 +1,109 @@
+"""Paged decode attention for JAX (DESIGN.md API item 2): decode_plan + decode_attention.
+
+The plan is built ON THE DEVICE from seq_lens (one small kernel), has a fixed size for given max shapes, and is
+meant to be built once per step and reused by every layer. It is a pytree whose static part (the config it was
+built for) is checked against each decode_attention call at trace time.
+"""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from hpc_xla import _decode
+from hpc_xla.jax import _ffi
+
+
+@jax.tree_util.register_pytree_node_class
+class DecodePlan:
+    """The schedule of one decode step: `array` (int32, built on the device) + `config` (static)."""
+
+    def __init__(self, array, config):
+        self.array = array
+        self.config = config
+
+    def tree_flatten(self):
+        return (self.array,), self.config
+
+    @classmethod
+    def tree_unflatten(cls, config, children):
+        return cls(children[0], config)
+
+    def __repr__(self):
+        return "DecodePlan(%s)" % (self.config,)
+
+
+def _max_ctas(max_ctas, num_kv_heads, num_q_heads, head_dim, q_len, page_size, kv_dtype, q_dtype):
+    if max_ctas is not None:
+        return int(max_ctas)
+    on_gpu = jax.default_backend() == "gpu"
+    return _decode.max_ctas_for(0 if on_gpu else None, num_kv_heads, num_q_heads, head_dim, q_len, page_size,
+                                kv_dtype, q_dtype)
+
+
+def decode_plan(seq_lens, *, num_kv_heads, num_q_heads, head_dim, page_size, q_len=1, kv_dtype=jnp.bfloat16,
+                q_dtype=None, max_ctas=None):
+    """Builds the load-balanced decode schedule for `seq_lens` [B] int32 (total KV length incl. new tokens).
+
+    Args:
+      num_kv_heads, num_q_heads, head_dim, page_size, q_len: the attention the plan is for.
+      kv_dtype / q_dtype: the cache and query dtypes (they select the kernel, hence the grid size).
+      max_ctas: persistent-grid size; default: SMs x resident CTAs from the occupancy API on the GPU.
+    Returns a DecodePlan to pass to decode_attention (valid for every layer of the step).
+    """
+    q_dtype = kv_dtype if q_dtype is None else q_dtype
+    batch = int(seq_lens.shape[0])
+    ctas = _max_ctas(max_ctas, num_kv_heads, num_q_heads, head_dim, q_len, page_size, kv_dtype, q_dtype)
+    config = _decode.DecodeConfig(batch=batch, num_kv_heads=int(num_kv_heads), num_q_heads=int(num_q_heads),
+                                  head_dim=int(head_dim), q_len=int(q_len), page_size=int(page_size),
+                                  kv_dtype=_decode.canonical_dtype_name(kv_dtype), max_ctas=ctas)
+    call = jax.ffi.ffi_call("hpc_xla_decode_plan", jax.ShapeDtypeStruct((config.plan_size,), jnp.int32),
+                            vmap_method="sequential")
+    array = call(seq_lens, num_kv_heads=np.int32(num_kv_heads), num_q_heads=np.int32(num_q_heads),
+                 head_dim=np.int32(head_dim), q_len=np.int32(q_len), page_size=np.int32(page_size),
+                 kv_dtype=np.int32(_ffi.dtype_code(kv_dtype)), max_ctas=np.int32(ctas))
+    return DecodePlan(array, config)
+
+
+def decode_attention(q, k_cache, v_cache, block_table, seq_lens, plan=None, *, sm_scale=None, k_scale=None,
+                     v_scale=None, q_scale=None, q_len=1, schedule="dynamic", max_ctas=None):
+    """Attention of q_len new query tokens per sequence against the paged KV cache.
+
+    Args:
+      q: [B * q_len, Hq, D] bfloat16 / float16, or float8_e4m3fn with q_scale [B * q_len, Hq] float32.
+      k_cache, v_cache: [num_blocks, page_size, Hkv, D], q's dtype or float8_e4m3fn (then k_scale, v_scale).
+      block_table: [B, max_blocks] int32. seq_lens: [B] int32, total KV length INCLUDING the new tokens;
+        query j of a sequence sees positions [0, seq_len - q_len + j]. Zero-length sequences give zeros.
+      plan: from decode_plan (schedule="dynamic"); built here when None.
+      schedule: "dynamic" (persistent, load-balanced) or "static" (fixed splits per sequence; the baseline).
+    Returns out [B * q_len, Hq, D] bfloat16 (float16 for float16 q).
+    """
+    if schedule not in _decode.SCHEDULES:
+        raise ValueError("decode_attention: schedule must be 'dynamic' or 'static'; got %r" % (schedule,))
+    if q.ndim != 3 or k_cache.ndim != 4:
+        raise ValueError("decode_attention: q must be [B * q_len, Hq, D] and k_cache [NB, P, Hkv, D]; got %s, %s"
+                         % (q.shape, k_cache.shape))
+    batch = int(seq_lens.shape[0])
+    num_q_heads, head_dim = int(q.shape[1]), int(q.shape[2])
+    page_size, num_kv_heads = int(k_cache.shape[1]), int(k_cache.shape[2])
+    if schedule == "dynamic":
+        if plan is None:
+            plan = decode_plan(seq_lens, num_kv_heads=num_kv_heads, num_q_heads=num_q_heads, head_dim=head_dim,
+                               page_size=page_size, q_len=q_len, kv_dtype=k_cache.dtype, q_dtype=q.dtype,
+                               max_ctas=max_ctas)
+        plan.config.check_call(batch, num_kv_heads, num_q_heads, head_dim, q_len, page_size)
+        ctas, plan_array = plan.config.max_ctas, plan.array
+    else:
+        ctas = _max_ctas(max_ctas, num_kv_heads, num_q_heads, head_dim, q_len, page_size, k_cache.dtype, q.dtype)
+        plan_array = _ffi.absent()
+    workspace = _decode.DecodeConfig(batch, num_kv_heads, num_q_heads, head_dim, q_len, page_size,
+                                     _decode.canonical_dtype_name(k_cache.dtype), ctas).workspace_size
+    out_dtype = jnp.float16 if q.dtype == jnp.float16 else jnp.bfloat16
+    call = jax.ffi.ffi_call(
+        "hpc_xla_decode_attention",
+        (jax.ShapeDtypeStruct(q.shape, out_dtype), jax.ShapeDtypeStruct((workspace,), jnp.float32)),
+        vmap_method="sequential")
+    out, _ = call(q, _ffi.optional(q_scale), k_cache, v_cache, block_table, seq_lens, plan_array,
+                  _ffi.f32_scalar(k_scale), _ffi.f32_scalar(v_scale),
+                  sm_scale=np.float32(_decode.default_sm_scale(head_dim, sm_scale)), q_len=np.int32(q_len),
+                  schedule=np.int32(_decode.SCHEDULES[schedule]), max_ctas=np.int32(ctas))
+    return out

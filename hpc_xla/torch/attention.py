@@ -1,0 +1,116 @@
+"""Paged decode attention for torch (DESIGN.md API item 2): decode_plan + decode_attention.
+
+    plan = decode_plan(seq_lens, num_kv_heads=8, num_q_heads=64, head_dim=128, page_size=64)  # once per step
+    out = decode_attention(q, k_cache, v_cache, block_table, seq_lens, plan)                  # every layer
+
+decode_plan runs one small kernel on the current stream (no host sync); a DecodePlan owns its plan and
+workspace buffers, so `decode_plan(..., out=plan)` refills one in place: capture both calls in a CUDA graph
+at the max batch and replay with new seq_lens (padded sequences have length 0).
+"""
+
+import dataclasses
+
+import torch
+
+from hpc_xla import _decode
+from hpc_xla._ext import ext
+from hpc_xla.torch._library import define
+
+
+@dataclasses.dataclass
+class DecodePlan:
+    """Plan (int32, built on the device) + the fp32 workspace its split pieces use + the config it is for."""
+
+    plan: torch.Tensor
+    workspace: torch.Tensor
+    config: _decode.DecodeConfig
+
+
+def _plan_impl(seq_lens, plan, num_kv_heads, num_q_heads, head_dim, q_len, page_size, kv_dtype, max_ctas):
+    ext().decode_plan(seq_lens, plan, num_kv_heads, num_q_heads, head_dim, q_len, page_size, kv_dtype, max_ctas)
+
+
+def _attention_impl(q, q_scale, k_cache, v_cache, block_table, seq_lens, plan, workspace, out, k_scale, v_scale,
+                    sm_scale, q_len, schedule, max_ctas):
+    ext().decode_attention(q, q_scale, k_cache, v_cache, block_table, seq_lens, plan, workspace, out, k_scale,
+                           v_scale, sm_scale, q_len, schedule, max_ctas)
+
+
+def _fake(*args):
+    return None
+
+
+decode_plan_op = define(
+    "decode_plan(Tensor seq_lens, Tensor(a!) plan, int num_kv_heads, int num_q_heads, int head_dim, int q_len, "
+    "int page_size, int kv_dtype, int max_ctas) -> ()", _plan_impl, _fake)
+decode_attention_op = define(
+    "decode_attention(Tensor q, Tensor? q_scale, Tensor k_cache, Tensor v_cache, Tensor block_table, "
+    "Tensor seq_lens, Tensor? plan, Tensor(a!) workspace, Tensor(b!) out, Tensor? k_scale, Tensor? v_scale, "
+    "float sm_scale, int q_len, int schedule, int max_ctas) -> ()", _attention_impl, _fake)
+
+
+def _max_ctas(max_ctas, device, num_kv_heads, num_q_heads, head_dim, q_len, page_size, kv_dtype, q_dtype):
+    if max_ctas is not None:
+        return int(max_ctas)
+    index = None if device.type == "cpu" else (device.index or 0)
+    return _decode.max_ctas_for(index, num_kv_heads, num_q_heads, head_dim, q_len, page_size, kv_dtype, q_dtype)
+
+
+def decode_plan(seq_lens, *, num_kv_heads, num_q_heads, head_dim, page_size, q_len=1, kv_dtype=torch.bfloat16,
+                q_dtype=None, max_ctas=None, out=None):
+    """Builds the load-balanced schedule for `seq_lens` [B] int32 on their device (see hpc_xla.jax.decode_plan).
+    `out`: an existing DecodePlan for the same config to refill in place (CUDA-graph friendly)."""
+    q_dtype = kv_dtype if q_dtype is None else q_dtype
+    if out is None:
+        ctas = _max_ctas(max_ctas, seq_lens.device, num_kv_heads, num_q_heads, head_dim, q_len, page_size, kv_dtype,
+                         q_dtype)
+        config = _decode.DecodeConfig(batch=int(seq_lens.shape[0]), num_kv_heads=int(num_kv_heads),
+                                      num_q_heads=int(num_q_heads), head_dim=int(head_dim), q_len=int(q_len),
+                                      page_size=int(page_size), kv_dtype=_decode.canonical_dtype_name(kv_dtype),
+                                      max_ctas=ctas)
+        out = DecodePlan(torch.empty(config.plan_size, dtype=torch.int32, device=seq_lens.device),
+                         torch.empty(config.workspace_size, dtype=torch.float32, device=seq_lens.device), config)
+    c = out.config
+    c.check_call(int(seq_lens.shape[0]), num_kv_heads, num_q_heads, head_dim, q_len, page_size)
+    decode_plan_op(seq_lens, out.plan, c.num_kv_heads, c.num_q_heads, c.head_dim, c.q_len, c.page_size,
+                   ext().dtype_code(c.kv_dtype), c.max_ctas)
+    return out
+
+
+def decode_attention(q, k_cache, v_cache, block_table, seq_lens, plan=None, *, sm_scale=None, k_scale=None,
+                     v_scale=None, q_scale=None, q_len=1, schedule="dynamic", max_ctas=None, out=None,
+                     workspace=None):
+    """Attention of q_len new tokens per sequence against the paged cache (see hpc_xla.jax.decode_attention).
+
+    k_cache / v_cache may be vLLM's strided views. `out`: optional preallocated [B * q_len, Hq, D] output.
+    With schedule="static" (or no plan) a workspace is taken from `workspace` or allocated.
+    """
+    if schedule not in _decode.SCHEDULES:
+        raise ValueError("decode_attention: schedule must be 'dynamic' or 'static'; got %r" % (schedule,))
+    if q.dim() != 3 or k_cache.dim() != 4:
+        raise ValueError("decode_attention: q must be [B * q_len, Hq, D] and k_cache [NB, P, Hkv, D]; got %s, %s"
+                         % (tuple(q.shape), tuple(k_cache.shape)))
+    batch = int(seq_lens.shape[0])
+    num_q_heads, head_dim = int(q.shape[1]), int(q.shape[2])
+    page_size, num_kv_heads = int(k_cache.shape[1]), int(k_cache.shape[2])
+    if schedule == "dynamic" and plan is None:
+        plan = decode_plan(seq_lens, num_kv_heads=num_kv_heads, num_q_heads=num_q_heads, head_dim=head_dim,
+                           page_size=page_size, q_len=q_len, kv_dtype=k_cache.dtype, q_dtype=q.dtype,
+                           max_ctas=max_ctas)
+    if plan is not None:
+        plan.config.check_call(batch, num_kv_heads, num_q_heads, head_dim, q_len, page_size)
+        ctas = plan.config.max_ctas
+        workspace = plan.workspace if workspace is None else workspace
+    else:
+        ctas = _max_ctas(max_ctas, q.device, num_kv_heads, num_q_heads, head_dim, q_len, page_size, k_cache.dtype,
+                         q.dtype)
+    if workspace is None:
+        size = ext().decode_workspace_size(batch, num_kv_heads, num_q_heads, head_dim, q_len, ctas)
+        workspace = torch.empty(size, dtype=torch.float32, device=q.device)
+    if out is None:
+        out = torch.empty(q.shape, dtype=torch.float16 if q.dtype == torch.float16 else torch.bfloat16,
+                          device=q.device)
+    decode_attention_op(q, q_scale, k_cache, v_cache, block_table, seq_lens,
+                        plan.plan if schedule == "dynamic" else None, workspace, out, k_scale, v_scale,
+                        _decode.default_sm_scale(head_dim, sm_scale), int(q_len), _decode.SCHEDULES[schedule], ctas)
+    return out
