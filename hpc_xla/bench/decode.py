@@ -1,0 +1,107 @@
+"""decode benchmark: hpc_xla's dynamic (planner included) and static schedules on the issue's workloads,
+CUDA-graph replay, KV bytes / time against the measured copy ceiling. FlashInfer 0.5.3 joins the table when
+it is importable (its two configs, same graph replay)."""
+
+import math
+
+import torch
+
+import hpc_xla.torch as ht
+from hpc_xla.bench import report, timing
+
+HEADS = ((8, 1, 128), (64, 8, 128), (32, 8, 128))
+PAGE = 64
+
+
+def workloads(gen):
+    rand = torch.randint(64, 16384, (128,), generator=gen).tolist()
+    zipf = [min(32768, max(16, int(64 * (1.0 / (i + 1)) ** 1.0 * 512))) for i in range(256)]
+    return {
+        "64x512": [512] * 64,
+        "64x4K": [4096] * 64,
+        "1x128K+31x4K": [131072] + [4096] * 31,
+        "1x64K+15x4K": [65536] + [4096] * 15,
+        "2x32K+30x4K": [32768] * 2 + [4096] * 30,
+        "1x32K+63x1K": [32768] + [1024] * 63,
+        "128 random [64,16K)": rand,
+        "256 zipf": zipf,
+    }
+
+
+def _problem(lens, hq, hkv, d, kv_dtype, q_len, sets, gen):
+    dev = "cuda"
+    pages = [math.ceil(n / PAGE) for n in lens]
+    max_blocks = max(pages)
+    num_blocks = sets * sum(pages) + 1
+    cache = torch.randn(num_blocks, PAGE, hkv, d, device=dev, dtype=torch.bfloat16)
+    k_cache = cache.to(kv_dtype)
+    v_cache = torch.randn(num_blocks, PAGE, hkv, d, device=dev, dtype=torch.bfloat16).to(kv_dtype)
+    del cache
+    perm = torch.randperm(num_blocks, device=dev, generator=gen)
+    out = []
+    used = 0
+    seq_lens = torch.tensor(lens, dtype=torch.int32, device=dev)
+    for _ in range(sets):
+        table = torch.zeros(len(lens), max_blocks, dtype=torch.int32, device=dev)
+        for b, n in enumerate(pages):
+            table[b, :n] = perm[used:used + n]
+            used += n
+        q = torch.randn(len(lens) * q_len, hq, d, device=dev, dtype=torch.bfloat16)
+        out.append(dict(q=q, table=table, out=torch.empty_like(q)))
+    scales = dict(k_scale=torch.tensor(1.0, device=dev), v_scale=torch.tensor(1.0, device=dev)) \
+        if kv_dtype == torch.float8_e4m3fn else {}
+    return k_cache, v_cache, seq_lens, out, scales
+
+
+def run(args):
+    gen = torch.Generator(device="cpu").manual_seed(0)
+    cgen = torch.Generator(device="cuda").manual_seed(0)
+    ceiling = timing.copy_ceiling_tbps()
+    l2 = timing.l2_bytes()
+    rows, records = [], []
+    for kv_name, kv_dtype in (("bf16", torch.bfloat16), ("fp8", torch.float8_e4m3fn)):
+        for hq, hkv, d in HEADS:
+            for q_len in (1, 2):
+                if q_len == 2 and (hq, hkv, d) != (8, 1, 128):
+                    continue
+                for name, lens in workloads(gen).items():
+                    kv_bytes = sum(lens) * hkv * d * 2 * (1 if kv_name == "fp8" else 2)
+                    sets = max(1, min(8, math.ceil(3 * l2 / kv_bytes)))
+                    k_cache, v_cache, seq_lens, sets_, scales = _problem(lens, hq, hkv, d, kv_dtype, q_len, sets,
+                                                                         cgen)
+                    kw = dict(num_kv_heads=hkv, num_q_heads=hq, head_dim=d, page_size=PAGE, q_len=q_len,
+                              kv_dtype=kv_dtype, q_dtype=torch.bfloat16)
+                    plan = ht.decode_plan(seq_lens, **kw)
+
+                    def dyn(s):
+                        return lambda: (ht.decode_plan(seq_lens, out=plan, **kw),
+                                        ht.decode_attention(s["q"], k_cache, v_cache, s["table"], seq_lens, plan,
+                                                            q_len=q_len, out=s["out"], **scales))
+
+                    def static(s):
+                        return lambda: ht.decode_attention(s["q"], k_cache, v_cache, s["table"], seq_lens,
+                                                           schedule="static", q_len=q_len, out=s["out"],
+                                                           workspace=plan.workspace, **scales)
+
+                    t_dyn = timing.graph_time_us([dyn(s) for s in sets_])
+                    t_plan = timing.graph_time_us([lambda: ht.decode_plan(seq_lens, out=plan, **kw)])
+                    t_static = timing.graph_time_us([static(s) for s in sets_])
+                    floor = kv_bytes / (ceiling * 1e12) * 1e6
+                    tbps = kv_bytes / (t_dyn * 1e-6) / 1e12
+                    rec = dict(kv=kv_name, heads=[hq, hkv, d], q_len=q_len, workload=name, kv_bytes=kv_bytes,
+                               us=t_dyn, plan_us=t_plan, static_us=t_static, floor_us=floor, tbps=tbps,
+                               pct_ceiling=100 * tbps / ceiling, vs_static=t_static / t_dyn)
+                    records.append(rec)
+                    rows.append([kv_name, "%d/%d/%d" % (hq, hkv, d), q_len, name, "%.1f" % t_dyn, "%.1f" % t_plan,
+                                 "%.1f" % floor, "%.2f" % tbps, "%.0f%%" % rec["pct_ceiling"], "%.1f" % t_static,
+                                 "%.2fx" % rec["vs_static"]])
+                    print("  " + "  ".join(str(x) for x in rows[-1]), flush=True)
+                    del k_cache, v_cache, sets_, plan
+                    torch.cuda.empty_cache()
+    report.print_table("decode on %s (copy ceiling %.2f TB/s; CUDA-graph replay, planner included)" % (
+        torch.cuda.get_device_name(0), ceiling),
+        ["kv", "Hq/Hkv/D", "q_len", "workload", "us", "plan us", "floor us", "TB/s", "%ceil", "static us",
+         "vs static"], rows)
+    report.write_json(args.out, dict(suite="decode", device=torch.cuda.get_device_name(0),
+                                     copy_ceiling_tbps=ceiling, rows=records, torch=torch.__version__))
+    return records

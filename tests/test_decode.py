@@ -1,0 +1,159 @@
+"""decode_attention numerics (both frameworks, both schedules, every device) against float64 numpy, with
+garbage in every cache slot no sequence uses; JAX<->torch parity; bad inputs."""
+
+import dataclasses
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from conftest import devices
+from decode_harness import DecodeCase, check, make_inputs, run_jax, run_torch
+
+RUNNERS = {"jax": run_jax, "torch": run_torch}
+
+
+@st.composite
+def cases(draw):
+    kv = draw(st.integers(1, 4))
+    group = draw(st.sampled_from([1, 2, 4, 8, 16]))
+    q_len = draw(st.integers(1, 4))
+    lens = draw(st.lists(st.one_of(st.just(0), st.integers(q_len, 200), st.integers(q_len, 2500)),
+                         min_size=1, max_size=6))
+    kv_dtype = draw(st.sampled_from(["bfloat16", "float16", "float8_e4m3fn"]))
+    q_dtype = draw(st.sampled_from(["float16", "float8_e4m3fn"] if kv_dtype == "float16" else
+                                   ["bfloat16", "float8_e4m3fn"]))
+    return DecodeCase(
+        seq_lens=tuple(lens), num_q_heads=kv * group, num_kv_heads=kv,
+        head_dim=draw(st.sampled_from([64, 128, 256])), page_size=draw(st.sampled_from([16, 32, 64])),
+        q_len=q_len, kv_dtype=kv_dtype, q_dtype=q_dtype, schedule=draw(st.sampled_from(["dynamic", "static"])),
+        max_ctas=draw(st.sampled_from([None, 1, 3, 17])), seed=draw(st.integers(0, 2**31 - 1)))
+
+
+@pytest.mark.parametrize("device", devices())
+@pytest.mark.parametrize("framework", ["jax", "torch"])
+@settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(case=cases())
+def test_random_cases(framework, device, case):
+    inp = make_inputs(case)
+    check(case, inp, RUNNERS[framework](case, inp, device))
+
+
+NAMED = {
+    "mixed": DecodeCase(),
+    "one_long_many_short": DecodeCase(seq_lens=(9000,) + (65,) * 15, max_ctas=24),
+    "q_len2": DecodeCase(q_len=2, seq_lens=(2, 130, 700)),
+    "q_len4_group16": DecodeCase(q_len=4, num_q_heads=16, seq_lens=(4, 67, 1000)),
+    "gqa_64_8": DecodeCase(num_q_heads=64, num_kv_heads=8, seq_lens=(300, 1, 129)),
+    "mha": DecodeCase(num_q_heads=4, num_kv_heads=4, seq_lens=(333, 64)),
+    "page32": DecodeCase(page_size=32),
+    "page64": DecodeCase(page_size=64, seq_lens=(64, 65, 640)),
+    "d64": DecodeCase(head_dim=64),
+    "d256": DecodeCase(head_dim=256, seq_lens=(500, 3)),
+    "fp8_kv": DecodeCase(kv_dtype="float8_e4m3fn"),
+    "fp8_kv_fp8_q": DecodeCase(kv_dtype="float8_e4m3fn", q_dtype="float8_e4m3fn", q_len=2, seq_lens=(90, 2)),
+    "fp16": DecodeCase(kv_dtype="float16", q_dtype="float16"),
+    "all_empty": DecodeCase(seq_lens=(0, 0)),
+    "many_splits": DecodeCase(seq_lens=(3000, 2900), max_ctas=40),
+}
+
+
+@pytest.mark.parametrize("device", devices())
+@pytest.mark.parametrize("framework", ["jax", "torch"])
+@pytest.mark.parametrize("schedule", ["dynamic", "static"])
+@pytest.mark.parametrize("name", sorted(NAMED))
+def test_named_cases(framework, device, schedule, name):
+    case = dataclasses.replace(NAMED[name], schedule=schedule)
+    inp = make_inputs(case)
+    check(case, inp, RUNNERS[framework](case, inp, device))
+
+
+@pytest.mark.parametrize("device", devices())
+@pytest.mark.parametrize("schedule", ["dynamic", "static"])
+def test_jax_torch_bitwise_parity_and_determinism(device, schedule):
+    case = DecodeCase(seq_lens=(3000, 5, 700, 0), num_q_heads=16, num_kv_heads=2, q_len=2, schedule=schedule,
+                      max_ctas=None if device == "cuda" else 13)
+    inp = make_inputs(case)
+    a, b, c = run_jax(case, inp, device), run_torch(case, inp, device), run_torch(case, inp, device)
+    assert np.array_equal(a.view(np.uint8), b.view(np.uint8))
+    assert np.array_equal(b.view(np.uint8), c.view(np.uint8))
+
+
+def _torch_args(case, device="cpu", **edits):
+    from decode_harness import to_torch
+
+    inp = make_inputs(case)
+    inp.update(edits)
+    return {k: to_torch(v, device) for k, v in inp.items()}
+
+
+def _call(t, case, **kw):
+    import hpc_xla.torch as ht
+
+    args = dict(q_scale=t["q_scale"], k_scale=t["k_scale"], v_scale=t["v_scale"], q_len=case.q_len,
+                schedule=case.schedule, max_ctas=8)
+    args.update(kw)
+    return ht.decode_attention(t["q"], t["k_cache"], t["v_cache"], t["block_table"], t["seq_lens"], **args)
+
+
+def test_errors_torch_cpu():
+    import torch
+
+    import hpc_xla.torch as ht
+
+    case = DecodeCase()
+    t = _torch_args(case)
+    with pytest.raises(ValueError, match=r"q.shape\[0\] must be batch \* q_len = 4 \* 2 = 8"):
+        _call(t, case, q_len=2)
+    with pytest.raises(ValueError, match=r"sm_scale must be > 0"):
+        _call(t, case, sm_scale=-1.0)
+    with pytest.raises(ValueError, match=r"schedule must be 'dynamic' or 'static'"):
+        _call(t, case, schedule="greedy")
+    with pytest.raises(ValueError, match=r"k_cache must have dtype"):
+        _call(dict(t, k_cache=t["k_cache"].float(), v_cache=t["v_cache"].float()), case)
+    with pytest.raises(ValueError, match=r"v_cache.shape\[2\] must be 1"):
+        _call(dict(t, v_cache=t["v_cache"].repeat(1, 1, 2, 1)), case)
+    bad_table = t["block_table"].clone()
+    bad_table[3, 0] = 10**6
+    with pytest.raises(ValueError, match=r"block_table\[3, 0\] = 1000000 is outside"):
+        _call(dict(t, block_table=bad_table), case)
+    narrow = t["block_table"][:, :2].contiguous()
+    with pytest.raises(ValueError, match=r"seq_lens\[0\] = 100 must be 0 or in \[q_len=1, max_blocks \* page_size = 32\]"):
+        _call(dict(t, block_table=narrow), case)
+    with pytest.raises(ValueError, match=r"k_scale is required"):
+        fp8 = DecodeCase(kv_dtype="float8_e4m3fn")
+        _call(dict(_torch_args(fp8), k_scale=None), fp8)
+    with pytest.raises(ValueError, match=r"block_table.shape\[0\] must be 4"):
+        _call(dict(t, block_table=t["block_table"][:3]), case)
+    plan = ht.decode_plan(t["seq_lens"], num_kv_heads=1, num_q_heads=8, head_dim=128, page_size=16, q_len=1)
+    with pytest.raises(ValueError, match=r"plan was built for q_len=1 but this call has q_len=2"):
+        case2 = DecodeCase(q_len=2, seq_lens=(100, 0, 2, 700))
+        t2 = _torch_args(case2)
+        ht.decode_attention(t2["q"], t2["k_cache"], t2["v_cache"], t2["block_table"], t2["seq_lens"], plan, q_len=2)
+    other = ht.decode_plan(torch.tensor([5, 5], dtype=torch.int32), num_kv_heads=1, num_q_heads=8, head_dim=128,
+                           page_size=16)
+    with pytest.raises(ValueError, match=r"plan was built for batch=2 but this call has batch=4"):
+        ht.decode_attention(t["q"], t["k_cache"], t["v_cache"], t["block_table"], t["seq_lens"], other)
+
+
+def test_errors_jax_cpu():
+    import jax
+    import jax.numpy as jnp
+
+    import hpc_xla.jax as hj
+
+    case = DecodeCase()
+    inp = make_inputs(case)
+    a = {k: None if v is None else jnp.asarray(v) for k, v in inp.items()}
+    bad = np.array(inp["block_table"])
+    bad[3, 0] = inp["k_cache"].shape[0]
+    with pytest.raises(jax.errors.JaxRuntimeError, match=r"block_table\[3, 0\] = %d is outside" % bad[3, 0]):
+        jax.block_until_ready(jax.jit(hj.decode_attention)(a["q"], a["k_cache"], a["v_cache"], jnp.asarray(bad),
+                                                           a["seq_lens"]))
+    plan = hj.decode_plan(a["seq_lens"], num_kv_heads=1, num_q_heads=8, head_dim=128, page_size=16, q_len=2)
+    with pytest.raises(ValueError, match=r"plan was built for q_len=2 but this call has q_len=1"):
+        hj.decode_attention(a["q"], a["k_cache"], a["v_cache"], a["block_table"], a["seq_lens"], plan)
+    with pytest.raises(jax.errors.JaxRuntimeError, match=r"v_cache.shape\[1\] must be 16"):
+        jax.block_until_ready(hj.decode_attention(a["q"], a["k_cache"], a["v_cache"][:, :8], a["block_table"],
+                                                  a["seq_lens"], schedule="static"))

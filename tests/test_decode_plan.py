@@ -1,0 +1,116 @@
+"""Properties of the decode planner (CPU plans; the GPU planner computes the same function, compared
+bitwise in test_gpu_decode.py)."""
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from hpc_xla import _decode
+
+TILE = 64
+
+
+def _plan(lens, num_kv_heads, max_ctas, q_len=1):
+    import torch
+
+    import hpc_xla.torch as ht
+
+    p = ht.decode_plan(torch.tensor(lens, dtype=torch.int32), num_kv_heads=num_kv_heads,
+                       num_q_heads=num_kv_heads * 2, head_dim=128, page_size=16, q_len=q_len, max_ctas=max_ctas)
+    return p.plan.numpy()
+
+
+lengths = st.lists(st.one_of(st.just(0), st.integers(1, 300), st.integers(1, 40000)), min_size=1, max_size=70)
+
+
+@settings(max_examples=200, deadline=None)
+@given(lens=lengths, num_kv_heads=st.integers(1, 8), max_ctas=st.integers(1, 600))
+def test_every_tile_covered_exactly_once_and_balanced(lens, num_kv_heads, max_ctas):
+    plan = _plan(lens, num_kv_heads, max_ctas)
+    info = _decode.read_plan(plan)
+    batch = len(lens)
+    assert info["magic"] == 0x4C505848 and info["batch"] == batch and info["max_ctas"] == max_ctas
+    tiles = [(n + TILE - 1) // TILE for n in lens]
+    cost = info["piece_cost"]
+    total = sum(t + cost for t in tiles if t) * num_kv_heads
+    capacity = max(-(-total // max_ctas), 4 + cost)
+    assert info["capacity"] == capacity
+    assert info["num_ctas"] <= max_ctas and info["num_ctas"] == -(-total // capacity)
+    pieces = _decode.plan_pieces(plan, lens)
+    seen = {}
+    load = np.zeros(max(1, info["num_ctas"]), np.int64)
+    per_cta = {}
+    for cta, unit, t0, t1 in pieces:
+        assert 0 <= t0 < t1 <= tiles[unit % batch]
+        for t in range(t0, t1):
+            assert (unit, t) not in seen, "tile covered twice"
+            seen[(unit, t)] = cta
+        load[cta] += (t1 - t0) + cost
+        per_cta.setdefault(cta, []).append((unit, t0, t1))
+    expected = {(h * batch + b, t) for h in range(num_kv_heads) for b in range(batch) for t in range(tiles[b])}
+    assert set(seen) == expected, "tiles missing"
+    # every CTA gets the same work to within one piece cost (tile granularity included)
+    assert load.max(initial=0) <= capacity + cost
+    # at most two split pieces per CTA (its first and last): the workspace holds 2 * max_ctas partials
+    for cta, ps in per_cta.items():
+        split = [p for p in ps if not (p[1] == 0 and p[2] == tiles[p[0] % batch])]
+        assert len(split) <= 2
+        for p in split:
+            assert p == ps[0] or p == ps[-1]
+
+
+@settings(max_examples=100, deadline=None)
+@given(lens=lengths, num_kv_heads=st.integers(1, 4), max_ctas=st.integers(2, 300))
+def test_merge_tasks_cover_each_split_unit_once(lens, num_kv_heads, max_ctas):
+    plan = _plan(lens, num_kv_heads, max_ctas)
+    info = _decode.read_plan(plan)
+    batch = len(lens)
+    tiles = [(n + TILE - 1) // TILE for n in lens]
+    pieces = _decode.plan_pieces(plan, lens)
+    by_unit = {}
+    for cta, unit, t0, t1 in pieces:
+        by_unit.setdefault(unit, []).append(cta)
+    split_units = {u for u, ctas in by_unit.items() if len(ctas) > 1}
+    starts = info["starts"]
+    owners = []
+    for i in range(1, info["num_ctas"]):
+        unit, tile = starts[i]
+        if tile > 0 and not (starts[i - 1][0] == unit and starts[i - 1][1] > 0):
+            owners.append(unit)
+            # its pieces are in consecutive CTAs i-1 .. last
+            assert by_unit[unit] == list(range(i - 1, i - 1 + len(by_unit[unit])))
+    assert sorted(owners) == sorted(split_units)
+    for u in split_units:
+        assert tiles[u % batch] > 0
+
+
+def test_zero_length_batch_plans_no_work():
+    plan = _plan([0, 0, 0], 2, 16)
+    info = _decode.read_plan(plan)
+    assert info["num_ctas"] == 0 and _decode.plan_pieces(plan, [0, 0, 0]) == []
+
+
+def test_plan_size_is_a_function_of_max_shapes():
+    a = _plan([5, 70000, 3], 2, 100)
+    b = _plan([0, 1, 2], 2, 100)
+    assert a.shape == b.shape
+
+
+def test_bad_plan_arguments_raise():
+    import torch
+
+    import hpc_xla.torch as ht
+
+    lens = torch.tensor([10, 20], dtype=torch.int32)
+    with pytest.raises(ValueError, match=r"page_size must be 16, 32 or 64; got 8"):
+        ht.decode_plan(lens, num_kv_heads=1, num_q_heads=8, head_dim=128, page_size=8)
+    with pytest.raises(ValueError, match=r"num_q_heads \(6\) must be a multiple of num_kv_heads \(4\)"):
+        ht.decode_plan(lens, num_kv_heads=4, num_q_heads=6, head_dim=128, page_size=16)
+    with pytest.raises(ValueError, match=r"q_len must be in \[1, 4\]; got 5"):
+        ht.decode_plan(lens, num_kv_heads=1, num_q_heads=8, head_dim=128, page_size=16, q_len=5)
+    with pytest.raises(ValueError, match=r"head_dim must be 64, 128 or 256; got 96"):
+        ht.decode_plan(lens, num_kv_heads=1, num_q_heads=8, head_dim=96, page_size=16)
+    with pytest.raises(ValueError, match=r"seq_lens\[1\] = -3 is negative"):
+        ht.decode_plan(torch.tensor([1, -3], dtype=torch.int32), num_kv_heads=1, num_q_heads=8, head_dim=128,
+                       page_size=16, max_ctas=4)

@@ -1,0 +1,105 @@
+"""GPU-only behaviour of decode: the device planner equals the host planner, CUDA-graph capture at max batch
+replayed with new lengths (torch), XLA command buffers (JAX), and the HPC_XLA_CHECK debug mode."""
+
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from decode_harness import DecodeCase, check, from_torch, make_inputs, to_torch
+
+pytestmark = pytest.mark.gpu
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def _run_python(code, **env):
+    full_env = dict(os.environ, PYTHONPATH=os.pathsep.join([ROOT, os.path.join(ROOT, "tests")]), **env)
+    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=full_env, timeout=600)
+    assert res.returncode == 0, res.stdout + res.stderr
+    return res.stdout
+
+
+@pytest.mark.parametrize("lens", [[0], [5, 70000, 0, 3], list(range(0, 9000, 7)), [131072] + [4096] * 31])
+@pytest.mark.parametrize("max_ctas", [None, 7])
+def test_device_plan_equals_host_plan(lens, max_ctas):
+    import torch
+
+    import hpc_xla.torch as ht
+
+    kw = dict(num_kv_heads=2, num_q_heads=16, head_dim=128, page_size=16, max_ctas=max_ctas)
+    gpu = ht.decode_plan(torch.tensor(lens, dtype=torch.int32, device="cuda"), **kw)
+    cpu = ht.decode_plan(torch.tensor(lens, dtype=torch.int32), **dict(kw, max_ctas=gpu.config.max_ctas))
+    assert torch.equal(gpu.plan.cpu(), cpu.plan)
+
+
+def test_torch_cuda_graph_at_max_batch_replayed_with_new_lengths():
+    import torch
+
+    import hpc_xla.torch as ht
+
+    max_case = DecodeCase(seq_lens=(4000, 100, 1, 2000, 64, 3000, 7, 900), num_q_heads=8, num_kv_heads=1,
+                          page_size=16)
+    inp = make_inputs(max_case)
+    t = {k: to_torch(v, "cuda") for k, v in inp.items()}
+    kw = dict(num_kv_heads=1, num_q_heads=8, head_dim=128, page_size=16)
+    plan = ht.decode_plan(t["seq_lens"], **kw)
+    out = torch.empty(t["q"].shape, dtype=torch.bfloat16, device="cuda")
+    s = torch.cuda.Stream()
+    s.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(s):
+        ht.decode_plan(t["seq_lens"], out=plan, **kw)
+        ht.decode_attention(t["q"], t["k_cache"], t["v_cache"], t["block_table"], t["seq_lens"], plan, out=out)
+    torch.cuda.current_stream().wait_stream(s)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        ht.decode_plan(t["seq_lens"], out=plan, **kw)
+        ht.decode_attention(t["q"], t["k_cache"], t["v_cache"], t["block_table"], t["seq_lens"], plan, out=out)
+    # replay: shorter lengths, padded (zero-length) slots, new queries; same cache
+    for lens in ((3999, 0, 1, 64, 0, 2500, 0, 17), (1, 1, 1, 1, 0, 0, 0, 4000)):
+        inp2 = dict(inp, seq_lens=np.asarray(lens, np.int32),
+                    q=np.random.default_rng(sum(lens)).standard_normal(inp["q"].shape).astype(inp["q"].dtype))
+        t["seq_lens"].copy_(to_torch(inp2["seq_lens"], "cuda"))
+        t["q"].copy_(to_torch(inp2["q"], "cuda"))
+        out.fill_(float("nan"))
+        graph.replay()
+        torch.cuda.synchronize()
+        check(DecodeCase(seq_lens=lens, page_size=16), inp2, from_torch(out))
+
+
+def test_jax_command_buffer():
+    out = _run_python("""
+import glob, os, tempfile, jax, jax.numpy as jnp, numpy as np
+import hpc_xla.jax as hj
+from decode_harness import DecodeCase, make_inputs, check
+case = DecodeCase(seq_lens=(3000, 5, 700, 0), num_q_heads=16, num_kv_heads=2, q_len=2)
+inp = make_inputs(case)
+a = {k: None if v is None else jnp.asarray(v) for k, v in inp.items()}
+def step(q, kc, vc, bt, lens):
+    plan = hj.decode_plan(lens, num_kv_heads=2, num_q_heads=16, head_dim=128, page_size=16, q_len=2)
+    outs = [hj.decode_attention(q * (i + 1), kc, vc, bt, lens, plan, q_len=2) for i in range(3)]  # 3 layers
+    return outs[0]
+out = jax.jit(step)(a["q"], a["k_cache"], a["v_cache"], a["block_table"], a["seq_lens"])
+check(case, inp, np.asarray(out))
+print("OK")
+""", XLA_FLAGS="--xla_gpu_enable_command_buffer=FUSION,CUSTOM_CALL --xla_gpu_graph_min_graph_size=1")
+    assert "OK" in out
+
+
+def test_device_checks_report_bad_block_id():
+    out = _run_python("""
+import numpy as np, torch
+import hpc_xla.torch as ht
+from decode_harness import DecodeCase, make_inputs, to_torch
+inp = make_inputs(DecodeCase())
+inp["block_table"][3, 1] = -2
+t = {k: to_torch(v, "cuda") for k, v in inp.items()}
+try:
+    ht.decode_attention(t["q"], t["k_cache"], t["v_cache"], t["block_table"], t["seq_lens"])
+    torch.cuda.synchronize()
+    print("NO ERROR")
+except ValueError as e:
+    print("ERROR", e)
+""", HPC_XLA_CHECK="1")
+    assert "block_table[3, 1] = -2 is outside" in out, out
