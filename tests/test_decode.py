@@ -145,12 +145,13 @@ def test_errors_jax_cpu():
 
     case = DecodeCase()
     inp = make_inputs(case)
-    a = {k: None if v is None else jnp.asarray(v) for k, v in inp.items()}
+    cpu = jax.devices("cpu")[0]
+    a = {k: None if v is None else jax.device_put(v, cpu) for k, v in inp.items()}
     bad = np.array(inp["block_table"])
     bad[3, 0] = inp["k_cache"].shape[0]
     with pytest.raises(jax.errors.JaxRuntimeError, match=r"block_table\[3, 0\] = %d is outside" % bad[3, 0]):
-        jax.block_until_ready(jax.jit(hj.decode_attention)(a["q"], a["k_cache"], a["v_cache"], jnp.asarray(bad),
-                                                           a["seq_lens"]))
+        jax.block_until_ready(jax.jit(hj.decode_attention)(a["q"], a["k_cache"], a["v_cache"],
+                                                           jax.device_put(bad, cpu), a["seq_lens"]))
     plan = hj.decode_plan(a["seq_lens"], num_kv_heads=1, num_q_heads=8, head_dim=128, page_size=16, q_len=2)
     with pytest.raises(ValueError, match=r"plan was built for q_len=2 but this call has q_len=1"):
         hj.decode_attention(a["q"], a["k_cache"], a["v_cache"], a["block_table"], a["seq_lens"], plan)

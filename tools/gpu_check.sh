@@ -2,6 +2,7 @@
 # One call on the H200 (device tool): install, GPU tests, compute-sanitizer, benchmarks; short table last.
 #   tools/gpu_check.sh [suite ...]        suites: rope_norm decode (default: all)
 #   HPC_STAGES="test sanitize bench"      which stages to run (default: all three; each has a timeout)
+#   HPC_SANITIZERS="memcheck racecheck"   compute-sanitizer tools; HPC_BENCH_SUITES: suites to benchmark
 # Uses the carried cp312 binary (tools/build_gpu_binary.sh) or builds one with nvcc there. Full logs and
 # JSON go to $OUT (or ./out).
 set -uo pipefail
@@ -46,7 +47,7 @@ sanitizer_subset() {
 
 # 2. compute-sanitizer on the torch GPU tests of each suite (same kernels as JAX; XLA under the sanitizer is slow)
 has_stage sanitize && for s in $SUITES; do
-  for tool in memcheck racecheck; do
+  for tool in ${HPC_SANITIZERS:-memcheck racecheck}; do
     timeout "${HPC_SANITIZER_TIMEOUT:-240}" compute-sanitizer --tool "$tool" --target-processes all --error-exitcode 99 --log-file "$OUT/sanitizer_${s}_$tool.log" \
       python3 -m pytest -q -p no:cacheprovider -x "tests/test_${s}.py" "tests/test_gpu_${s}.py" \
       -k "$(sanitizer_subset "$s")" > "$OUT/sanitizer_${s}_${tool}_pytest.log" 2>&1
@@ -57,7 +58,7 @@ has_stage sanitize && for s in $SUITES; do
 done
 
 # 3. benchmarks
-has_stage bench && for s in $SUITES; do
+has_stage bench && for s in ${HPC_BENCH_SUITES:-$SUITES}; do
   [ "$s" = decode ] && ! python3 -c "import hpc_xla.bench.decode" 2>/dev/null && continue
   timeout "${HPC_BENCH_TIMEOUT:-300}" python3 -m hpc_xla.bench "$s" --out "$OUT/bench_$s.json" 2>&1 | tee "$OUT/bench_$s.txt"
 done
@@ -65,4 +66,10 @@ done
 echo
 echo "================ summary ================"
 printf '%s\n' "${summary[@]}"
+# A/B: the rope_norm kernel with one row per lane group (HPC_XLA_ROPE_ROWS=1) at the smallest and largest T
+if has_stage bench && [[ " $SUITES " == *" rope_norm "* ]]; then
+  HPC_XLA_ROPE_ROWS=1 timeout 120 python3 -m hpc_xla.bench rope_norm --tokens 1,16384 --out "$OUT/bench_rope_norm_rows1.json" \
+    > "$OUT/bench_rope_norm_rows1.txt" 2>&1
+fi
 has_stage bench && for s in $SUITES; do cat "$OUT/bench_$s.txt" 2>/dev/null; done
+has_stage bench && grep -E "^  (bf16|fp8)" "$OUT/bench_rope_norm_rows1.txt" 2>/dev/null | sed 's/^/rows=1: /'

@@ -212,6 +212,7 @@ Status DecodeAttentionCuda(const DecodeAttentionArgs& a, cudaStream_t stream) {
   p.v_scale = a.v_scale.present() ? a.v_scale.ptr<const float>() : nullptr;
   p.sm_scale = a.sm_scale;
   p.batch = batch;
+  p.num_blocks = a.k_cache.shape[0];
   p.num_kv_heads = cfg.num_kv_heads, p.num_q_heads = cfg.num_q_heads;
   p.group = cfg.num_q_heads / cfg.num_kv_heads;
   p.q_len = a.q_len;

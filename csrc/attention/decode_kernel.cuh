@@ -49,6 +49,7 @@ struct DecodeParams {
   const float* k_scale;
   const float* v_scale;
   float sm_scale;
+  int64_t num_blocks;  // k_cache.shape[0]
   int batch, num_kv_heads, num_q_heads, group, q_len, rows, head_dim, page_shift, static_splits;
   DType q_dtype;
   bool dynamic, out_fp16;
@@ -134,8 +135,11 @@ __device__ __forceinline__ void LoadKvTile(const DecodeParams& p, const Piece& p
     const int id = threadIdx.x + i * kDecodeThreads;
     const int row = id / S::kChunksPerRow, chunk = id % S::kChunksPerRow;
     const int tok = tile * kTileTokens + row;
-    const bool valid = tok < len;
-    const int64_t blk = valid ? table[tok >> p.page_shift] : 0;
+    // Past the sequence, or an invalid block id (only possible without HPC_XLA_CHECK): zero-fill, never read
+    // outside the cache.
+    const int64_t id_or_neg = tok < len ? table[tok >> p.page_shift] : -1;
+    const bool valid = id_or_neg >= 0 && id_or_neg < p.num_blocks;
+    const int64_t blk = valid ? id_or_neg : 0;
     const int64_t in_page = tok & page_mask;
     const char* ksrc = kbase + ((blk * p.k_stride_b + in_page * p.k_stride_p + h * p.k_stride_h) * S::kKvBytes + chunk * 16);
     const char* vsrc = vbase + ((blk * p.v_stride_b + in_page * p.v_stride_p + h * p.v_stride_h) * S::kKvBytes + chunk * 16);

@@ -6,6 +6,7 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <cstdlib>
 #include <mutex>
 
 #include "csrc/common/arch.h"
@@ -19,8 +20,7 @@ namespace hpc {
 namespace {
 
 constexpr int kThreads = 256;
-constexpr int kVec = 8;   // elements per lane
-constexpr int kRows = 4;  // rows per lane group
+constexpr int kVec = 8;  // elements per lane
 
 struct RopeNormParams {
   const void* q;
@@ -199,7 +199,7 @@ __device__ __forceinline__ RowRef DecodeRow(const RopeNormParams& p, uint32_t ro
 
 // Each group of G lanes owns kRows consecutive rows. All their loads are issued before any math, so a thread
 // keeps kRows 16-byte loads (plus the index loads) in flight: the kernel is latency-bound otherwise.
-template <int G, typename T, bool kFp8Cache, bool kFp8Q>
+template <int G, int kRows, typename T, bool kFp8Cache, bool kFp8Q>
 __global__ void __launch_bounds__(kThreads) RopeNormKernel(const __grid_constant__ RopeNormParams p) {
   __shared__ __align__(16) float exchange[kThreads * kVec];
   const int lane = threadIdx.x % G;
@@ -290,20 +290,35 @@ __global__ void RopeNormIndexCheckKernel(RopeNormParams p, unsigned long long* f
   if (pos < 0 || pos >= p.max_pos || slot < -1 || slot >= p.num_slots) atomicMin(first_bad, t);
 }
 
-template <int G, typename T, bool kFp8Cache, bool kFp8Q>
-void* PickKernel() {
-  return reinterpret_cast<void*>(&RopeNormKernel<G, T, kFp8Cache, kFp8Q>);
+// Rows per lane group: 4 (default) keeps four independent 16-byte loads in flight per thread; 1 is the
+// low-register variant. HPC_XLA_ROPE_ROWS=1 selects it (A/B measurements).
+int RowsPerGroup() {
+  static const int rows = [] {
+    const char* v = std::getenv("HPC_XLA_ROPE_ROWS");
+    return v != nullptr && std::atoi(v) == 1 ? 1 : 4;
+  }();
+  return rows;
 }
 
-template <int G, typename T>
+template <int G, int R, typename T, bool kFp8Cache, bool kFp8Q>
+void* PickKernel() {
+  return reinterpret_cast<void*>(&RopeNormKernel<G, R, T, kFp8Cache, kFp8Q>);
+}
+
+template <int G, int R, typename T>
 void* PickKernel(bool fp8_cache, bool fp8_q) {
-  if (fp8_cache) return fp8_q ? PickKernel<G, T, true, true>() : PickKernel<G, T, true, false>();
-  return fp8_q ? PickKernel<G, T, false, true>() : PickKernel<G, T, false, false>();
+  if (fp8_cache) return fp8_q ? PickKernel<G, R, T, true, true>() : PickKernel<G, R, T, true, false>();
+  return fp8_q ? PickKernel<G, R, T, false, true>() : PickKernel<G, R, T, false, false>();
 }
 
 template <int G>
-void* PickKernel(DType dtype, bool fp8_cache, bool fp8_q) {
-  return dtype == DType::kBF16 ? PickKernel<G, __nv_bfloat16>(fp8_cache, fp8_q) : PickKernel<G, __half>(fp8_cache, fp8_q);
+void* PickKernel(int rows, DType dtype, bool fp8_cache, bool fp8_q) {
+  if (rows == 1) {
+    return dtype == DType::kBF16 ? PickKernel<G, 1, __nv_bfloat16>(fp8_cache, fp8_q)
+                                 : PickKernel<G, 1, __half>(fp8_cache, fp8_q);
+  }
+  return dtype == DType::kBF16 ? PickKernel<G, 4, __nv_bfloat16>(fp8_cache, fp8_q)
+                               : PickKernel<G, 4, __half>(fp8_cache, fp8_q);
 }
 
 int GroupLanes(int head_dim) {
@@ -421,15 +436,16 @@ Status RopeNormCuda(const RopeNormArgs& a, cudaStream_t stream) {
   const int g = GroupLanes(p.head_dim);
   const bool fp8_cache = a.k_cache.dtype == DType::kF8E4M3, fp8_q = a.q_out.dtype == DType::kF8E4M3;
   void* kernel = nullptr;
+  const int rows_per_group = RowsPerGroup();
   switch (g) {
-    case 2: kernel = PickKernel<2>(a.q.dtype, fp8_cache, fp8_q); break;
-    case 4: kernel = PickKernel<4>(a.q.dtype, fp8_cache, fp8_q); break;
-    case 8: kernel = PickKernel<8>(a.q.dtype, fp8_cache, fp8_q); break;
-    case 16: kernel = PickKernel<16>(a.q.dtype, fp8_cache, fp8_q); break;
-    default: kernel = PickKernel<32>(a.q.dtype, fp8_cache, fp8_q); break;
+    case 2: kernel = PickKernel<2>(rows_per_group, a.q.dtype, fp8_cache, fp8_q); break;
+    case 4: kernel = PickKernel<4>(rows_per_group, a.q.dtype, fp8_cache, fp8_q); break;
+    case 8: kernel = PickKernel<8>(rows_per_group, a.q.dtype, fp8_cache, fp8_q); break;
+    case 16: kernel = PickKernel<16>(rows_per_group, a.q.dtype, fp8_cache, fp8_q); break;
+    default: kernel = PickKernel<32>(rows_per_group, a.q.dtype, fp8_cache, fp8_q); break;
   }
   const int64_t rows = static_cast<int64_t>(p.tokens) * (p.num_q_heads + 2 * p.num_kv_heads);
-  const int rows_per_block = kThreads / g * kRows;
+  const int rows_per_block = kThreads / g * rows_per_group;
   const dim3 grid(static_cast<unsigned>((rows + rows_per_block - 1) / rows_per_block));
   using KernelFn = void (*)(RopeNormParams);
   return Launch("rope_norm kernel launch", reinterpret_cast<KernelFn>(kernel), grid, dim3(kThreads), 0, stream, p);
