@@ -5,6 +5,8 @@
 //   attrs: eps, rope_style, rotary_dim, norm_before_rope
 #include <cuda_runtime.h>
 
+#include <cstring>
+#include <string>
 #include <utility>
 
 #include "csrc/rope_norm/rope_norm.h"
@@ -44,8 +46,24 @@ ffi::Error RopeNorm(DeviceKind device, cudaStream_t stream, int device_id, AnyBu
   a.k_cache = ret(quant_q ? 2 : 1);
   a.v_cache = ret(quant_q ? 3 : 2);
   TensorView k_in = View(k_cache, device, device_id), v_in = View(v_cache, device, device_id);
-  if (a.k_cache.dtype != k_in.dtype || a.v_cache.dtype != v_in.dtype) {
+  if (a.k_cache.dtype != k_in.dtype || a.v_cache.dtype != v_in.dtype || a.k_cache.numel() != k_in.numel() ||
+      a.v_cache.numel() != v_in.numel()) {
     return ffi::Error(ffi::ErrorCode::kInvalidArgument, "rope_norm: cache results must match the cache operands");
+  }
+  // The results alias the operands when XLA honours input_output_aliases (the in-place path). Where it hands
+  // us a separate result buffer (seen inside lax.scan/vmap loops on the GPU), start it as a copy of the
+  // operand so slots this call does not write keep their contents.
+  for (const auto& [in, out] : {std::pair<const TensorView*, const TensorView*>{&k_in, &a.k_cache}, {&v_in, &a.v_cache}}) {
+    if (in->data == out->data) continue;
+    const size_t bytes = static_cast<size_t>(in->numel()) * DTypeBytes(in->dtype);
+    if (device == DeviceKind::kCuda) {
+      const cudaError_t err = cudaMemcpyAsync(out->data, in->data, bytes, cudaMemcpyDeviceToDevice, stream);
+      if (err != cudaSuccess) {
+        return ffi::Error(ffi::ErrorCode::kInternal, std::string("rope_norm: cache copy: ") + cudaGetErrorString(err));
+      }
+    } else {
+      std::memcpy(out->data, in->data, bytes);
+    }
   }
   a.eps = eps;
   a.rope_style = static_cast<RopeStyle>(rope_style);

@@ -66,10 +66,10 @@ done
 echo
 echo "================ summary ================"
 printf '%s\n' "${summary[@]}"
-# A/B: the rope_norm kernel with one row per lane group (HPC_XLA_ROPE_ROWS=1) at the smallest and largest T
+# A/B: the rope_norm kernel with four rows per lane group (HPC_XLA_ROPE_ROWS=4) at the smallest and largest T
 if has_stage bench && [[ " $SUITES " == *" rope_norm "* ]]; then
-  HPC_XLA_ROPE_ROWS=1 timeout 120 python3 -m hpc_xla.bench rope_norm --tokens 1,16384 --out "$OUT/bench_rope_norm_rows1.json" \
-    > "$OUT/bench_rope_norm_rows1.txt" 2>&1
+  HPC_XLA_ROPE_ROWS=4 timeout 120 python3 -m hpc_xla.bench rope_norm --tokens 1,16384 --out "$OUT/bench_rope_norm_rows4.json" \
+    > "$OUT/bench_rope_norm_rows4.txt" 2>&1
 fi
 has_stage bench && for s in $SUITES; do cat "$OUT/bench_$s.txt" 2>/dev/null; done
-has_stage bench && grep -E "^  (bf16|fp8)" "$OUT/bench_rope_norm_rows1.txt" 2>/dev/null | sed 's/^/rows=1: /'
+has_stage bench && grep -E "^  (bf16|fp8)" "$OUT/bench_rope_norm_rows4.txt" 2>/dev/null | sed 's/^/rows=4: /'

@@ -290,12 +290,13 @@ __global__ void RopeNormIndexCheckKernel(RopeNormParams p, unsigned long long* f
   if (pos < 0 || pos >= p.max_pos || slot < -1 || slot >= p.num_slots) atomicMin(first_bad, t);
 }
 
-// Rows per lane group: 4 (default) keeps four independent 16-byte loads in flight per thread; 1 is the
-// low-register variant. HPC_XLA_ROPE_ROWS=1 selects it (A/B measurements).
+// Rows per lane group. 1 (default, 64 registers) measured faster on the H200 than 4 (114 registers, four
+// loads in flight per thread): 412 vs 557 us at T=16384, 64/8/128 (bench/NOTES.md). HPC_XLA_ROPE_ROWS=4
+// selects the 4-row variant for A/B measurements.
 int RowsPerGroup() {
   static const int rows = [] {
     const char* v = std::getenv("HPC_XLA_ROPE_ROWS");
-    return v != nullptr && std::atoi(v) == 1 ? 1 : 4;
+    return v != nullptr && std::atoi(v) == 4 ? 4 : 1;
   }();
   return rows;
 }
