@@ -151,7 +151,122 @@ def main(argv=None):
                                                       "ok" if passed else "FAILED"))
     print("(timings: wall clock per call incl. dispatch and sync, median of %d; see `python -m hpc_xla.bench` for "
           "kernel timings)" % args.reps)
+    ok &= decode_layers_demo(device, args.reps)
     return 0 if ok else 1
+
+
+def make_decode_step(batch_lens, hq, hkv, d, page, seed=0):
+    """A mixed decode batch (one long sequence, many short, one padded empty slot) with a paged cache."""
+    rng = np.random.default_rng(seed)
+    lens = np.asarray(batch_lens, np.int32)
+    pages = [(int(n) + page - 1) // page for n in lens]
+    max_blocks = max(pages) + 1
+    num_blocks = sum(pages) + 1
+    table = np.zeros((len(lens), max_blocks), np.int32)
+    perm, used = rng.permutation(num_blocks), 0
+    for b, n in enumerate(pages):
+        table[b, :n] = perm[used:used + n]
+        used += n
+    shape = (num_blocks, page, hkv, d)
+    return dict(lens=lens, table=table, k_cache=rng.standard_normal(shape).astype(BF16),
+                v_cache=rng.standard_normal(shape).astype(BF16), rng=rng)
+
+
+def decode_layers_demo(device, reps, layers=3):
+    """A few layers of rope_norm -> decode_attention on one decode step, one plan shared by all layers."""
+    hq, hkv, d, page = 32, 4, 128, 16
+    lens = [4096 if device == "cuda" else 700] + [int(x) for x in np.linspace(17, 300, 14)] + [0]
+    step = make_decode_step(lens, hq, hkv, d, page)
+    rng, b = step["rng"], len(lens)
+    inv = 1.0 / (10000.0 ** (np.arange(0, d, 2) / d))
+    freqs = np.arange(8192)[:, None] * inv[None]
+    cos_sin = np.concatenate([np.cos(freqs), np.sin(freqs)], -1).astype(np.float32)
+    new = dict(q=rng.standard_normal((layers, b, hq, d)).astype(BF16),
+               k=rng.standard_normal((layers, b, hkv, d)).astype(BF16),
+               v=rng.standard_normal((layers, b, hkv, d)).astype(BF16))
+    lens_arr = step["lens"]
+    positions = np.maximum(lens_arr - 1, 0).astype(np.int32)
+    slots = np.array([step["table"][i, (n - 1) // page] * page + (n - 1) % page if n > 0 else -1
+                      for i, n in enumerate(lens_arr)], np.int32)
+
+    # reference: float64 rope (no norm weights) + attention over the cache with the new token written
+    ref_outs = []
+    k_cache = [step["k_cache"].copy() for _ in range(layers)]
+    v_cache = [step["v_cache"].copy() for _ in range(layers)]
+    for layer in range(layers):
+        rq, rk, rv = reference.rope_norm(new["q"][layer], new["k"][layer], new["v"][layer], positions, cos_sin)
+        flat_k = k_cache[layer].reshape(-1, hkv, d)
+        flat_v = v_cache[layer].reshape(-1, hkv, d)
+        for i, s_ in enumerate(slots):
+            if s_ >= 0:
+                flat_k[s_], flat_v[s_] = rk[i].astype(BF16), rv[i].astype(BF16)
+        out = np.zeros((b, hq, d))
+        for i, n in enumerate(lens_arr):
+            if n == 0:
+                continue
+            toks = np.arange(n)
+            blk, off = step["table"][i, toks // page], toks % page
+            kk = k_cache[layer][blk, off].astype(np.float64)
+            vv = v_cache[layer][blk, off].astype(np.float64)
+            for h in range(hq):
+                sc = kk[:, h // (hq // hkv)] @ rq[i, h].astype(BF16).astype(np.float64) / np.sqrt(d)
+                p = np.exp(sc - sc.max())
+                out[i, h] = (p / p.sum()) @ vv[:, h // (hq // hkv)]
+        ref_outs.append(out)
+
+    results = {}
+    import jax
+    import jax.numpy as jnp
+
+    import hpc_xla.jax as hj
+
+    dev = jax.devices("gpu" if device == "cuda" else "cpu")[0]
+    put = lambda x: jax.device_put(x, dev)  # noqa: E731
+
+    def jax_step(q, k, v, kc, vc, lens_, table, pos, slot, cs):
+        plan = hj.decode_plan(lens_, num_kv_heads=hkv, num_q_heads=hq, head_dim=d, page_size=page)  # once
+        outs = []
+        for layer in range(layers):
+            ql, kc_l, vc_l = hj.rope_norm(q[layer], k[layer], v[layer], pos, cs, slot, kc[layer], vc[layer])
+            outs.append(hj.decode_attention(ql, kc_l, vc_l, table, lens_, plan))
+        return jnp.stack(outs)
+
+    args = [put(new["q"]), put(new["k"]), put(new["v"]), put(np.stack([step["k_cache"]] * layers)),
+            put(np.stack([step["v_cache"]] * layers)), put(lens_arr), put(step["table"]), put(positions), put(slots),
+            put(cos_sin)]
+    f = jax.jit(jax_step)
+    results["jax"] = np.asarray(f(*args))
+    jax_us = time_us(lambda: jax.block_until_ready(f(*args)), lambda: None, reps)
+
+    import torch
+
+    import hpc_xla.torch as ht
+
+    t = lambda x: to_torch(x, device)  # noqa: E731
+    kc_t = [t(step["k_cache"]) for _ in range(layers)]
+    vc_t = [t(step["v_cache"]) for _ in range(layers)]
+    lens_t, table_t, pos_t, slot_t, cs_t = t(lens_arr), t(step["table"]), t(positions), t(slots), t(cos_sin)
+    qs, ks, vs = t(new["q"]), t(new["k"]), t(new["v"])
+
+    def torch_step():
+        plan = ht.decode_plan(lens_t, num_kv_heads=hkv, num_q_heads=hq, head_dim=d, page_size=page)
+        return torch.stack([ht.decode_attention(ht.rope_norm(qs[i], ks[i], vs[i], pos_t, cs_t, slot_t, kc_t[i],
+                                                             vc_t[i]), kc_t[i], vc_t[i], table_t, lens_t, plan)
+                            for i in range(layers)])
+
+    results["torch"] = from_torch(torch_step())
+    sync = torch.cuda.synchronize if device == "cuda" else (lambda: None)
+    torch_us = time_us(torch_step, sync, reps)
+    errs = {k: reference.relative_error(v, np.stack(ref_outs)) for k, v in results.items()}
+    same = np.array_equal(results["jax"].view(np.uint8), results["torch"].view(np.uint8))
+    ok = same and all(e < 1e-2 for e in errs.values())
+    print("\n%d layers of rope_norm -> decode_attention, one plan per step; batch %s (one empty slot)" % (layers, lens))
+    print("%-18s %-24s %-14s %10s %10s %s" % ("", "rel. error vs float64", "jax == torch", "jax.jit us", "torch us",
+                                             "check"))
+    print("%-18s %-24s %-14s %10.1f %10.1f %s" % ("decode step", "%.1e / %.1e" % (errs["jax"], errs["torch"]),
+                                                  "bitwise" if same else "DIFFERENT", jax_us, torch_us,
+                                                  "ok" if ok else "FAILED"))
+    return ok
 
 
 if __name__ == "__main__":
