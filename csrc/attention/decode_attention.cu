@@ -225,6 +225,10 @@ Status DecodeAttentionCuda(const DecodeAttentionArgs& a, cudaStream_t stream) {
   int grid = 0, combine_grid = 0;
   if (p.dynamic) {
     const int max_ctas = static_cast<int>((a.plan.shape[0] - attention::kPlanHeaderInts - (batch + 1)) / 2 - 1);
+    if (max_ctas > attention::kMaxPieces) {
+      return ArgCheck("decode_attention").Fail("plan was built for max_ctas=" + std::to_string(max_ctas) +
+                                               "; at most " + std::to_string(attention::kMaxPieces) + " supported");
+    }
     p.num_slots = 2 * static_cast<int64_t>(max_ctas);
     p.static_splits = 1;
     grid = max_ctas;
@@ -238,8 +242,8 @@ Status DecodeAttentionCuda(const DecodeAttentionArgs& a, cudaStream_t stream) {
   using KernelFn = void (*)(DecodeParams);
   HPC_RETURN_IF_ERROR(Launch("decode_attention kernel launch", reinterpret_cast<KernelFn>(const_cast<void*>(kernel.fn)),
                              dim3(grid), dim3(attention::kDecodeThreads), kernel.smem, stream, p));
-  return Launch("decode_attention combine launch", attention::DecodeCombineKernel, dim3(combine_grid),
-                dim3(attention::kDecodeThreads), 0, stream, p);
+  return Launch("decode_attention combine launch", attention::DecodeCombineKernel, dim3(combine_grid, p.rows),
+                dim3(attention::kCombineThreads), 0, stream, p);
 }
 
 }  // namespace hpc

@@ -67,7 +67,8 @@ struct DecodeShape {
   static constexpr int kSwizzleMask = (kChunksPerRow < 8 ? kChunksPerRow : 8) - 1;
   static constexpr int kTileBytes = kTileTokens * kRowBytes;  // one of K or V
   static constexpr int kStageBytes = 2 * kTileBytes;
-  static constexpr int kStages = kStageBytes <= 16384 ? 4 : (kStageBytes <= 32768 ? 2 : 2);
+  // Ring of up to 96 KB (2..4 stages): bf16 D=128 gets 3 stages and still fits 2 CTAs per SM.
+  static constexpr int kStages = (96 * 1024 / kStageBytes) < 2 ? 2 : ((96 * 1024 / kStageBytes) > 4 ? 4 : 96 * 1024 / kStageBytes);
   static constexpr int kQRows = 16 * MT;
   static constexpr int kQBytes = kQRows * D * 2;
   static constexpr int kMlBytes = kWarpsN * kQRows * 2 * 4;
@@ -508,22 +509,49 @@ __global__ void __launch_bounds__(kDecodeThreads) DecodeAttentionKernel(const __
   CpAsyncWait<0>();
 }
 
-// Merges split pieces (fixed order) and zero-fills the rows of empty sequences. Dynamic: block i owns the
-// unit cut at the start of CTA i (MergeTaskAt). Static: block u owns unit u's splits.
-__global__ void __launch_bounds__(kDecodeThreads) DecodeCombineKernel(const __grid_constant__ DecodeParams p) {
+// Merges split pieces and zero-fills the rows of empty sequences. Grid (task, row): dynamic, task i owns the
+// unit cut at the start of CTA i (MergeTaskAt); static, task u owns unit u's splits. A long sequence can be
+// cut into hundreds of pieces, so the pieces are spread over the block's threads: weights from a block-wide
+// max / sum of the pieces' log-sum-exps, then `groups` thread groups each accumulate an interleaved subset of
+// the pieces and the group sums are added in a fixed order (bitwise reproducible).
+constexpr int kCombineThreads = 256;
+constexpr int kMaxPieces = 2048;
+
+__device__ __forceinline__ float BlockReduce(float v, float* scratch, bool is_max) {
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+#pragma unroll
+  for (int o = 16; o > 0; o /= 2) {
+    const float other = __shfl_xor_sync(0xffffffffu, v, o);
+    v = is_max ? fmaxf(v, other) : v + other;
+  }
+  __syncthreads();  // scratch may still be read from a previous reduction
+  if (lane == 0) scratch[warp] = v;
+  __syncthreads();
+  float r = scratch[0];
+  for (int w = 1; w < kCombineThreads / 32; ++w) r = is_max ? fmaxf(r, scratch[w]) : r + scratch[w];
+  return r;
+}
+
+__global__ void __launch_bounds__(kCombineThreads) DecodeCombineKernel(const __grid_constant__ DecodeParams p) {
+  __shared__ float weights[kMaxPieces];
+  __shared__ float scratch[kCombineThreads / 32];
+  __shared__ float2 group_sums[kCombineThreads];
   PdlWait();
   const int D = p.head_dim;
-  for (int b = blockIdx.x; b < p.batch; b += gridDim.x) {
-    if (p.seq_lens[b] != 0) continue;
-    for (int id = threadIdx.x; id < p.q_len * p.num_q_heads * (D / 2); id += kDecodeThreads) {
-      const int row = b * p.q_len + id / (p.num_q_heads * (D / 2));
-      const int head = (id / (D / 2)) % p.num_q_heads, d = (id % (D / 2)) * 2;
-      StoreOut2(p, row * p.out_stride_row + head * p.out_stride_head + d, 0.f, 0.f);
+  if (blockIdx.y == 0) {
+    for (int b = blockIdx.x; b < p.batch; b += gridDim.x) {
+      if (p.seq_lens[b] != 0) continue;
+      for (int id = threadIdx.x; id < p.q_len * p.num_q_heads * (D / 2); id += kCombineThreads) {
+        const int row = b * p.q_len + id / (p.num_q_heads * (D / 2));
+        const int head = (id / (D / 2)) % p.num_q_heads, d = (id % (D / 2)) * 2;
+        StoreOut2(p, row * p.out_stride_row + head * p.out_stride_head + d, 0.f, 0.f);
+      }
     }
   }
-  int unit, first_slot, count;
-  int64_t stride_slot;  // slot k (k >= 1) = second_slot + (k - 1) * stride_slot
-  int64_t second_slot;
+  const int r = blockIdx.y;
+  if (r >= p.rows) return;
+  int unit, count;
+  int64_t first_slot, second_slot, stride_slot;  // slot k (k >= 1) = second_slot + (k - 1) * stride_slot
   if (p.dynamic) {
     MergeTask task;
     if (!MergeTaskAt(p.plan, blockIdx.x, &task)) return;
@@ -538,38 +566,49 @@ __global__ void __launch_bounds__(kDecodeThreads) DecodeCombineKernel(const __gr
     const int n = TilesOf(p.seq_lens[unit % p.batch]);
     const int chunk = (n + p.static_splits - 1) / p.static_splits;
     if (n == 0 || chunk >= n) return;  // written directly by the attention kernel
-    first_slot = unit * p.static_splits;
+    first_slot = static_cast<int64_t>(unit) * p.static_splits;
     count = p.static_splits;
     second_slot = first_slot + 1;
     stride_slot = 1;
   }
-  const int b = unit % p.batch, h = unit / p.batch;
   const float* po = p.workspace;
   const float* plse = p.workspace + p.num_slots * p.rows * D;
-  for (int id = threadIdx.x; id < p.rows * (D / 2); id += kDecodeThreads) {
-    const int r = id / (D / 2), d = (id % (D / 2)) * 2;
-    float mx = -INFINITY;
-    for (int k = 0; k < count; ++k) {
-      const int64_t slot = k == 0 ? first_slot : second_slot + (k - 1) * stride_slot;
-      mx = fmaxf(mx, plse[slot * p.rows + r]);
-    }
-    float2 acc = make_float2(0.f, 0.f);
-    float denom = 0.f;
-    if (mx != -INFINITY) {
-      for (int k = 0; k < count; ++k) {
-        const int64_t slot = k == 0 ? first_slot : second_slot + (k - 1) * stride_slot;
-        const float lse = plse[slot * p.rows + r];
-        if (lse == -INFINITY) continue;
-        const float w = exp2f(lse - mx);
-        const float2 o = *reinterpret_cast<const float2*>(po + (slot * p.rows + r) * D + d);
-        acc.x += w * o.x;
-        acc.y += w * o.y;
-        denom += w;
-      }
-    }
-    const float inv = denom > 0.f ? 1.f / denom : 0.f;
-    StoreOut2(p, OutOffset(p, b, h, r) + d, acc.x * inv, acc.y * inv);
+  auto slot_of = [&](int k) { return k == 0 ? first_slot : second_slot + (k - 1) * stride_slot; };
+  float mx = -INFINITY;
+  for (int k = threadIdx.x; k < count; k += kCombineThreads) {
+    const float lse = plse[slot_of(k) * p.rows + r];
+    weights[k] = lse;
+    mx = fmaxf(mx, lse);
   }
+  mx = BlockReduce(mx, scratch, true);
+  float local = 0.f;
+  for (int k = threadIdx.x; k < count; k += kCombineThreads) {
+    const float w = mx == -INFINITY || weights[k] == -INFINITY ? 0.f : exp2f(weights[k] - mx);
+    weights[k] = w;
+    local += w;
+  }
+  const float denom = BlockReduce(local, scratch, false);  // also orders the weights[] writes before reads
+  const int cols = D / 2;                        // float2 columns of a row
+  const int groups = kCombineThreads / cols;     // 2 (D=256), 4 (D=128) or 8 (D=64)
+  const int col = threadIdx.x % cols, group = threadIdx.x / cols;
+  float2 acc = make_float2(0.f, 0.f);
+#pragma unroll 4
+  for (int k = group; k < count; k += groups) {
+    const float w = weights[k];
+    const float2 o = *reinterpret_cast<const float2*>(po + (slot_of(k) * p.rows + r) * D + 2 * col);
+    acc.x += w * o.x;
+    acc.y += w * o.y;
+  }
+  group_sums[threadIdx.x] = acc;
+  __syncthreads();
+  if (group != 0) return;
+  for (int g = 1; g < groups; ++g) {
+    const float2 other = group_sums[g * cols + col];
+    acc.x += other.x;
+    acc.y += other.y;
+  }
+  const float inv = denom > 0.f ? 1.f / denom : 0.f;
+  const int b = unit % p.batch, h = unit / p.batch;
+  StoreOut2(p, OutOffset(p, b, h, r) + 2 * col, acc.x * inv, acc.y * inv);
 }
-
 }  // namespace hpc::attention

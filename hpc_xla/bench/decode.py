@@ -33,10 +33,9 @@ def _problem(lens, hq, hkv, d, kv_dtype, q_len, sets, gen):
     pages = [math.ceil(n / PAGE) for n in lens]
     max_blocks = max(pages)
     num_blocks = sets * sum(pages) + 1
-    cache = torch.randn(num_blocks, PAGE, hkv, d, device=dev, dtype=torch.bfloat16)
-    k_cache = cache.to(kv_dtype)
-    v_cache = torch.randn(num_blocks, PAGE, hkv, d, device=dev, dtype=torch.bfloat16).to(kv_dtype)
-    del cache
+    # FlashInfer's NHD layout [NB, 2, P, Hkv, D]; our k/v caches are strided views of the same memory
+    kv = torch.randn(num_blocks, 2, PAGE, hkv, d, device=dev, dtype=torch.bfloat16).to(kv_dtype)
+    k_cache, v_cache = kv[:, 0], kv[:, 1]
     perm = torch.randperm(num_blocks, device=dev, generator=gen)
     out = []
     used = 0
@@ -50,7 +49,36 @@ def _problem(lens, hq, hkv, d, kv_dtype, q_len, sets, gen):
         out.append(dict(q=q, table=table, out=torch.empty_like(q)))
     scales = dict(k_scale=torch.tensor(1.0, device=dev), v_scale=torch.tensor(1.0, device=dev)) \
         if kv_dtype == torch.float8_e4m3fn else {}
-    return k_cache, v_cache, seq_lens, out, scales
+    return kv, k_cache, v_cache, seq_lens, out, scales
+
+
+def flashinfer_us(kv, seq_lens, sets, hq, hkv, d, q_len):
+    """FlashInfer 0.5.3 batch decode (best of its two configs), same graph replay; None when not installed.
+    Its plan() runs on the host and is left out of its time (ours includes our planner)."""
+    try:
+        import flashinfer
+    except ImportError:
+        return None
+    lens = seq_lens.tolist()
+    pages = [math.ceil(n / PAGE) for n in lens]
+    best = None
+    for tensor_cores in (True, False):
+        calls = []
+        for s in sets:
+            indptr = torch.tensor([0] + list(torch.tensor(pages).cumsum(0).tolist()), dtype=torch.int32, device="cuda")
+            indices = torch.cat([s["table"][b, :n] for b, n in enumerate(pages)]).int()
+            last = torch.tensor([n - (p - 1) * PAGE for n, p in zip(lens, pages)], dtype=torch.int32, device="cuda")
+            ws = torch.empty(128 << 20, dtype=torch.uint8, device="cuda")
+            w = flashinfer.BatchDecodeWithPagedKVCacheWrapper(ws, "NHD", use_tensor_cores=tensor_cores)
+            w.plan(indptr, indices, last, hq, hkv, d, PAGE, data_type=kv.dtype, q_data_type=torch.bfloat16)
+            calls.append(lambda w=w, s=s: w.run(s["q"], kv))
+        try:
+            t = timing.graph_time_us(calls)
+        except Exception as e:  # a config FlashInfer cannot run (e.g. fp8 without tensor cores)
+            print("    flashinfer use_tensor_cores=%s failed: %s" % (tensor_cores, str(e).splitlines()[0][:120]))
+            continue
+        best = t if best is None else min(best, t)
+    return best
 
 
 def run(args):
@@ -67,8 +95,8 @@ def run(args):
                 for name, lens in workloads(gen).items():
                     kv_bytes = sum(lens) * hkv * d * 2 * (1 if kv_name == "fp8" else 2)
                     sets = max(1, min(8, math.ceil(3 * l2 / kv_bytes)))
-                    k_cache, v_cache, seq_lens, sets_, scales = _problem(lens, hq, hkv, d, kv_dtype, q_len, sets,
-                                                                         cgen)
+                    kv, k_cache, v_cache, seq_lens, sets_, scales = _problem(lens, hq, hkv, d, kv_dtype, q_len,
+                                                                             sets, cgen)
                     kw = dict(num_kv_heads=hkv, num_q_heads=hq, head_dim=d, page_size=PAGE, q_len=q_len,
                               kv_dtype=kv_dtype, q_dtype=torch.bfloat16)
                     plan = ht.decode_plan(seq_lens, **kw)
@@ -84,24 +112,28 @@ def run(args):
                                                            workspace=plan.workspace, **scales)
 
                     t_dyn = timing.graph_time_us([dyn(s) for s in sets_])
-                    t_plan = timing.graph_time_us([lambda: ht.decode_plan(seq_lens, out=plan, **kw)])
+                    # 8 plans back to back in one graph: per-plan time without the graph launch itself
+                    t_plan = timing.graph_time_us([lambda: ht.decode_plan(seq_lens, out=plan, **kw)] * 8)
                     t_static = timing.graph_time_us([static(s) for s in sets_])
+                    t_fi = flashinfer_us(kv, seq_lens, sets_, hq, hkv, d, q_len) if q_len == 1 else None
                     floor = kv_bytes / (ceiling * 1e12) * 1e6
                     tbps = kv_bytes / (t_dyn * 1e-6) / 1e12
                     rec = dict(kv=kv_name, heads=[hq, hkv, d], q_len=q_len, workload=name, kv_bytes=kv_bytes,
                                us=t_dyn, plan_us=t_plan, static_us=t_static, floor_us=floor, tbps=tbps,
-                               pct_ceiling=100 * tbps / ceiling, vs_static=t_static / t_dyn)
+                               pct_ceiling=100 * tbps / ceiling, vs_static=t_static / t_dyn, flashinfer_us=t_fi,
+                               vs_flashinfer=None if t_fi is None else t_fi / t_dyn)
                     records.append(rec)
                     rows.append([kv_name, "%d/%d/%d" % (hq, hkv, d), q_len, name, "%.1f" % t_dyn, "%.1f" % t_plan,
                                  "%.1f" % floor, "%.2f" % tbps, "%.0f%%" % rec["pct_ceiling"], "%.1f" % t_static,
-                                 "%.2fx" % rec["vs_static"]])
+                                 "%.2fx" % rec["vs_static"], "-" if t_fi is None else "%.1f" % t_fi,
+                                 "-" if t_fi is None else "%.2fx" % rec["vs_flashinfer"]])
                     print("  " + "  ".join(str(x) for x in rows[-1]), flush=True)
-                    del k_cache, v_cache, sets_, plan
+                    del kv, k_cache, v_cache, sets_, plan
                     torch.cuda.empty_cache()
     report.print_table("decode on %s (copy ceiling %.2f TB/s; CUDA-graph replay, planner included)" % (
         torch.cuda.get_device_name(0), ceiling),
         ["kv", "Hq/Hkv/D", "q_len", "workload", "us", "plan us", "floor us", "TB/s", "%ceil", "static us",
-         "vs static"], rows)
+         "vs static", "FlashInfer us", "vs FI"], rows)
     report.write_json(args.out, dict(suite="decode", device=torch.cuda.get_device_name(0),
                                      copy_ceiling_tbps=ceiling, rows=records, torch=torch.__version__))
     return records
