@@ -65,13 +65,7 @@ void DecodePlanBinding(nb::handle seq_lens, nb::handle plan, int num_kv_heads, i
   a.plan = t.Get("plan", plan);
   a.config = Config(num_kv_heads, num_q_heads, head_dim, q_len, page_size, kv_dtype, static_cast<int>(DType::kBF16));
   a.max_ctas = max_ctas;
-  if (a.seq_lens.present() && a.seq_lens.device == DeviceKind::kCuda) {
-    DeviceGuard guard(a.seq_lens.device_id);
-    ThrowIfError(DecodePlanCuda(a, t.Stream(a.seq_lens.device_id, stream)));
-  } else {
-    nb::gil_scoped_release release;
-    ThrowIfError(DecodePlanCpu(a));
-  }
+  RunOp(a.seq_lens, t, stream, &DecodePlanCuda, &DecodePlanCpu, a);
 }
 
 void DecodeAttentionBinding(nb::handle q, nb::handle q_scale, nb::handle k_cache, nb::handle v_cache,
@@ -95,13 +89,7 @@ void DecodeAttentionBinding(nb::handle q, nb::handle q_scale, nb::handle k_cache
   a.q_len = q_len;
   a.schedule = static_cast<DecodeSchedule>(schedule);
   a.max_ctas = max_ctas;
-  if (a.q.present() && a.q.device == DeviceKind::kCuda) {
-    DeviceGuard guard(a.q.device_id);
-    ThrowIfError(DecodeAttentionCuda(a, t.Stream(a.q.device_id, stream)));
-  } else {
-    nb::gil_scoped_release release;
-    ThrowIfError(DecodeAttentionCpu(a));
-  }
+  RunOp(a.q, t, stream, &DecodeAttentionCuda, &DecodeAttentionCpu, a);
 }
 
 }  // namespace

@@ -33,13 +33,7 @@ void RopeNorm(nb::handle q, nb::handle k, nb::handle v, nb::handle positions, nb
   a.rope_style = static_cast<RopeStyle>(rope_style);
   a.rotary_dim = rotary_dim;
   a.norm_before_rope = norm_before_rope;
-  if (a.q.present() && a.q.device == DeviceKind::kCuda) {
-    DeviceGuard guard(a.q.device_id);
-    ThrowIfError(RopeNormCuda(a, t.Stream(a.q.device_id, stream)));
-  } else {
-    nb::gil_scoped_release release;
-    ThrowIfError(RopeNormCpu(a));
-  }
+  RunOp(a.q, t, stream, &RopeNormCuda, &RopeNormCpu, a);
 }
 
 }  // namespace

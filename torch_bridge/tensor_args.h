@@ -46,4 +46,18 @@ class DeviceGuard {
 // NotImplementedError (unsupported GPU), RuntimeError (internal/CUDA error).
 void ThrowIfError(const Status& status);
 
+// Runs an op on the device of `anchor` (one of its operands): the CUDA launcher on the framework's current
+// stream with that GPU current, or the CPU reference with the GIL released. Raises on a failed Status.
+template <typename Args>
+void RunOp(const TensorView& anchor, const TensorArgs& tensors, int64_t stream,
+           Status (*cuda)(const Args&, cudaStream_t), Status (*cpu)(const Args&), const Args& args) {
+  if (anchor.present() && anchor.device == DeviceKind::kCuda) {
+    DeviceGuard guard(anchor.device_id);
+    ThrowIfError(cuda(args, tensors.Stream(anchor.device_id, stream)));
+  } else {
+    nb::gil_scoped_release release;
+    ThrowIfError(cpu(args));
+  }
+}
+
 }  // namespace hpc::bridge

@@ -128,16 +128,8 @@ Status ValidateDecodeAttention(const DecodeAttentionArgs& a, DecodeConfig* cfg) 
   } else if (a.q_scale.present()) {
     return c.Fail("q_scale is only used with a float8_e4m3fn q; q is " + std::string(DTypeName(a.q.dtype)));
   }
-  for (const auto& [name, s] : {std::pair<const char*, const TensorView*>{"k_scale", &a.k_scale}, {"v_scale", &a.v_scale}}) {
-    if (Fp8(a.k_cache.dtype)) {
-      if (!s->present()) return c.Fail(std::string(name) + " is required with a float8_e4m3fn cache");
-      HPC_RETURN_IF_ERROR(c.Scalar(name, *s));
-      HPC_RETURN_IF_ERROR(c.SameDevice(name, *s, "q", a.q));
-    } else if (s->present()) {
-      return c.Fail(std::string(name) + " is only used with a float8_e4m3fn cache; the cache is " +
-                    DTypeName(a.k_cache.dtype));
-    }
-  }
+  HPC_RETURN_IF_ERROR(c.CacheScale("k_scale", a.k_scale, "k_cache", a.k_cache));
+  HPC_RETURN_IF_ERROR(c.CacheScale("v_scale", a.v_scale, "k_cache", a.k_cache));
 
   const DType out_dtype = a.q.dtype == DType::kF16 ? DType::kF16 : DType::kBF16;
   HPC_RETURN_IF_ERROR(c.Required("out", a.out, 3, "[B * q_len, Hq, D]"));

@@ -66,4 +66,16 @@ Status ArgCheck::Scalar(const char* name, const TensorView& t) const {
   return Status::Ok();
 }
 
+Status ArgCheck::CacheScale(const char* name, const TensorView& scale, const char* cache_name,
+                            const TensorView& cache) const {
+  if (cache.dtype != DType::kF8E4M3) {
+    if (!scale.present()) return Status::Ok();
+    return Fail(std::string(name) + " is only used with a float8_e4m3fn cache, but " + cache_name + " is " +
+                DTypeName(cache.dtype) + "; pass None");
+  }
+  if (!scale.present()) return Fail(std::string(name) + " is required with a float8_e4m3fn cache");
+  HPC_RETURN_IF_ERROR(Scalar(name, scale));
+  return SameDevice(name, scale, cache_name, cache);
+}
+
 }  // namespace hpc

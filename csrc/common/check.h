@@ -26,6 +26,8 @@ class ArgCheck {
   Status Contiguous(const char* name, const TensorView& t) const;
   Status SameDevice(const char* name, const TensorView& t, const char* ref_name, const TensorView& ref) const;
   Status Scalar(const char* name, const TensorView& t) const;  // exactly one float32 element
+  // A per-tensor dequantization scale: required (float32 scalar) with a float8_e4m3fn cache, absent otherwise.
+  Status CacheScale(const char* name, const TensorView& scale, const char* cache_name, const TensorView& cache) const;
 
  private:
   std::string op_;

@@ -19,19 +19,6 @@ Status ValidateOptionalWeight(const ArgCheck& c, const char* name, const TensorV
   return c.SameDevice(name, w, "q", q);
 }
 
-Status ValidateCacheScale(const ArgCheck& c, const char* name, const TensorView& scale, const TensorView& cache) {
-  if (cache.dtype != DType::kF8E4M3) {
-    if (scale.present()) {
-      return c.Fail(std::string(name) + " is only used with a float8_e4m3fn cache, but the cache is " +
-                    DTypeName(cache.dtype) + "; pass None");
-    }
-    return Status::Ok();
-  }
-  if (!scale.present()) return c.Fail(std::string(name) + " is required with a float8_e4m3fn cache");
-  HPC_RETURN_IF_ERROR(c.Scalar(name, scale));
-  return c.SameDevice(name, scale, "k_cache", cache);
-}
-
 }  // namespace
 
 Status RopeNormIndexError(int64_t token, int64_t position, int64_t max_pos, int64_t slot, int64_t num_slots) {
@@ -112,8 +99,8 @@ Status ValidateRopeNorm(const RopeNormArgs& a) {
   HPC_RETURN_IF_ERROR(c.InnerContiguous("v_cache", a.v_cache));
   HPC_RETURN_IF_ERROR(c.SameDevice("v_cache", a.v_cache, "q", a.q));
   if (a.k_cache.shape[1] < 1) return c.Fail("k_cache page_size (shape[1]) must be at least 1");
-  HPC_RETURN_IF_ERROR(ValidateCacheScale(c, "k_scale", a.k_scale, a.k_cache));
-  HPC_RETURN_IF_ERROR(ValidateCacheScale(c, "v_scale", a.v_scale, a.k_cache));
+  HPC_RETURN_IF_ERROR(c.CacheScale("k_scale", a.k_scale, "k_cache", a.k_cache));
+  HPC_RETURN_IF_ERROR(c.CacheScale("v_scale", a.v_scale, "k_cache", a.k_cache));
 
   HPC_RETURN_IF_ERROR(c.Required("q_out", a.q_out, 3, "[T, Hq, D]"));
   HPC_RETURN_IF_ERROR(c.Dtype("q_out", a.q_out, {a.q.dtype, DType::kF8E4M3}));
