@@ -33,6 +33,13 @@ __device__ __forceinline__ void LoadVec8(const T* src, float (&x)[8]) {
   }
 }
 
+// One 16-byte store. (A plain `*reinterpret_cast<uint4*>(p) = ...` was split by the compiler into four 4-byte
+// stores, seen in the PTX: partial-sector writes and 4x the store instructions.)
+__device__ __forceinline__ void StoreGlobal16(void* dst, const uint32_t (&w)[4]) {
+  asm volatile("st.global.v4.u32 [%0], {%1, %2, %3, %4};\n" ::"l"(dst), "r"(w[0]), "r"(w[1]), "r"(w[2]), "r"(w[3])
+               : "memory");
+}
+
 template <typename T>
 __device__ __forceinline__ void StoreVec8(T* dst, const float (&x)[8]) {
   uint32_t words[4];
@@ -46,7 +53,7 @@ __device__ __forceinline__ void StoreVec8(T* dst, const float (&x)[8]) {
       words[i] = *reinterpret_cast<const uint32_t*>(&h);
     }
   }
-  *reinterpret_cast<uint4*>(dst) = make_uint4(words[0], words[1], words[2], words[3]);
+  StoreGlobal16(dst, words);
 }
 
 // Eight floats divided by `scale` (0 -> zeros), saturated to e4m3 and stored as 8 bytes.
@@ -59,7 +66,7 @@ __device__ __forceinline__ void StoreE4M3x8(uint8_t* dst, const float (&x)[8], f
     const uint32_t two = __nv_cvt_float2_to_fp8x2(pair, __NV_SATFINITE, __NV_E4M3);
     words[i / 2] |= two << (16 * (i % 2));
   }
-  *reinterpret_cast<uint2*>(dst) = make_uint2(words[0], words[1]);
+  asm volatile("st.global.v2.u32 [%0], {%1, %2};\n" ::"l"(dst), "r"(words[0]), "r"(words[1]) : "memory");
 }
 
 template <int G>
