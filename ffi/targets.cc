@@ -7,6 +7,7 @@ const std::vector<FfiTarget>& FfiTargets() {
       {"rope_norm", HpcXlaRopeNormCuda, HpcXlaRopeNormCpu},
       {"decode_plan", HpcXlaDecodePlanCuda, HpcXlaDecodePlanCpu},
       {"decode_attention", HpcXlaDecodeAttentionCuda, HpcXlaDecodeAttentionCpu},
+      {"moe_route", HpcXlaMoeRouteCuda, HpcXlaMoeRouteCpu},
   };
   return targets;
 }

@@ -21,5 +21,7 @@ extern "C" XLA_FFI_Error* HpcXlaDecodePlanCuda(XLA_FFI_CallFrame* call_frame);
 extern "C" XLA_FFI_Error* HpcXlaDecodePlanCpu(XLA_FFI_CallFrame* call_frame);
 extern "C" XLA_FFI_Error* HpcXlaDecodeAttentionCuda(XLA_FFI_CallFrame* call_frame);
 extern "C" XLA_FFI_Error* HpcXlaDecodeAttentionCpu(XLA_FFI_CallFrame* call_frame);
+extern "C" XLA_FFI_Error* HpcXlaMoeRouteCuda(XLA_FFI_CallFrame* call_frame);
+extern "C" XLA_FFI_Error* HpcXlaMoeRouteCpu(XLA_FFI_CallFrame* call_frame);
 
 }  // namespace hpc::ffi_glue

@@ -22,3 +22,23 @@ def rotary_dim_or_default(rotary_dim, q_shape):
     if len(q_shape) != 3:
         raise ValueError("rope_norm: q must be a 3-D tensor [T, Hq, D]; got shape %s" % (tuple(q_shape),))
     return int(q_shape[-1])
+
+
+SCORING = {"softmax": 0, "sigmoid": 1}
+
+
+def scoring_code(scoring):
+    if scoring not in SCORING:
+        raise ValueError("moe_route: scoring must be 'softmax' or 'sigmoid'; got %r" % (scoring,))
+    return SCORING[scoring]
+
+
+def groups_or_default(num_groups, topk_groups):
+    """(num_groups, topk_groups) as the binary takes them: 0/0 when grouping is off."""
+    if num_groups is None or num_groups <= 1:
+        if topk_groups not in (None, 0, 1) and num_groups is None:
+            raise ValueError("moe_route: topk_groups needs num_groups")
+        return 0, 0
+    if topk_groups is None:
+        raise ValueError("moe_route: num_groups=%d needs topk_groups" % num_groups)
+    return int(num_groups), int(topk_groups)

@@ -55,6 +55,35 @@ def fp8_quantize_rows(x):
     return amax / FP8_E4M3_MAX
 
 
+def moe_route(router_logits, top_k, *, scoring="softmax", renormalize=True, num_groups=None, topk_groups=None,
+              correction_bias=None, routed_scaling=1.0):
+    """float64 routing: returns (weights [T, k], ids [T, k], select [T, E]) with the documented rules
+    (ties: lower expert index first). `select` is what the ranking used (to tell near-ties in tests)."""
+    x = _f64(router_logits)
+    if scoring == "softmax":
+        e = np.exp(x - x.max(-1, keepdims=True))
+        score = e / e.sum(-1, keepdims=True)
+    else:
+        score = 1.0 / (1.0 + np.exp(-x))
+    select = score + (0.0 if correction_bias is None else _f64(correction_bias))
+    tokens, experts = x.shape
+    allowed = np.ones_like(select, bool)
+    if num_groups and num_groups > 1:
+        g = select.reshape(tokens, num_groups, experts // num_groups)
+        top2 = np.sort(g, -1)[..., ::-1]
+        rank = top2[..., 0] + top2[..., 1] if correction_bias is not None and g.shape[-1] > 1 else top2[..., 0]
+        keep = np.argsort(-rank, axis=-1, kind="stable")[:, :topk_groups]
+        mask = np.zeros((tokens, num_groups), bool)
+        np.put_along_axis(mask, keep, True, axis=-1)
+        allowed = np.repeat(mask, experts // num_groups, axis=-1)
+    masked = np.where(allowed, select, -np.inf)
+    ids = np.argsort(-masked, axis=-1, kind="stable")[:, :top_k]
+    weights = np.take_along_axis(score, ids, -1)
+    if renormalize:
+        weights = weights / weights.sum(-1, keepdims=True)
+    return weights * routed_scaling, ids, masked
+
+
 def relative_error(actual, expected):
     """||actual - expected|| / ||expected|| in float64; NaN anywhere gives inf."""
     actual, expected = _f64(actual), _f64(expected)

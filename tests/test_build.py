@@ -36,7 +36,8 @@ def test_binary_holds_sm90a_sass_and_no_ptx():
     out = subprocess.run([_cuobjdump(), "--list-elf", _binary()], capture_output=True, text=True, check=True).stdout
     cubins = [line for line in out.splitlines() if ".cubin" in line]
     assert cubins and all("sm_90a" in line for line in cubins), out
-    assert any("rope_norm" in line for line in cubins), out
+    for unit in ("rope_norm", "decode_attention", "route"):
+        assert any(unit in line for line in cubins), out
     ptx = subprocess.run([_cuobjdump(), "--list-ptx", _binary()], capture_output=True, text=True).stdout
     assert ".ptx" not in ptx
 
@@ -50,7 +51,8 @@ def test_binary_links_no_framework_or_shared_cudart():
 
 def test_ffi_targets_cover_cuda_and_cpu():
     targets = ext().ffi_targets()
-    assert "hpc_xla_rope_norm" in targets
+    for name in ("rope_norm", "decode_plan", "decode_attention", "moe_route"):
+        assert "hpc_xla_" + name in targets
     for platforms in targets.values():
         assert set(platforms) == {"CUDA", "cpu"}
 

@@ -10,7 +10,7 @@ cd "$(dirname "$0")/.."
 OUT="${OUT:-$PWD/out}"
 mkdir -p "$OUT"
 export PYTHONPATH="$PWD:$PWD/tests${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1 XLA_PYTHON_CLIENT_PREALLOCATE=false
-SUITES="${*:-rope_norm decode}"
+SUITES="${*:-rope_norm decode moe_route}"
 STAGES="${HPC_STAGES:-test sanitize bench}"
 has_stage() { [[ " $STAGES " == *" $1 "* ]]; }
 SUFFIX=$(python3 -c 'import sysconfig; print(sysconfig.get_config_var("EXT_SUFFIX"))')
@@ -59,7 +59,7 @@ done
 
 # 3. benchmarks
 has_stage bench && for s in ${HPC_BENCH_SUITES:-$SUITES}; do
-  [ "$s" = decode ] && ! python3 -c "import hpc_xla.bench.decode" 2>/dev/null && continue
+  python3 -c "import hpc_xla.bench.$s" 2>/dev/null || continue  # suites without a benchmark
   timeout "${HPC_BENCH_TIMEOUT:-300}" python3 -m hpc_xla.bench "$s" --out "$OUT/bench_$s.json" 2>&1 | tee "$OUT/bench_$s.txt"
 done
 

@@ -7,5 +7,6 @@ namespace hpc::bridge {
 
 void BindRopeNorm(nanobind::module_& m);
 void BindAttention(nanobind::module_& m);
+void BindMoe(nanobind::module_& m);
 
 }  // namespace hpc::bridge

@@ -63,4 +63,5 @@ NB_MODULE(_hpc_xla, m) {
   m.def("bridge_probe", &hpc::bridge::BridgeProbe, "Convert the tensors and fetch the stream; launch nothing.");
   hpc::bridge::BindRopeNorm(m);
   hpc::bridge::BindAttention(m);
+  hpc::bridge::BindMoe(m);
 }
