@@ -92,15 +92,13 @@ auto BindDecodeAttentionOperands(Binding binding) {
       .template Attr<int32_t>("max_ctas");
 }
 
-auto CudaContext() { return ffi::Ffi::Bind().Ctx<ffi::PlatformStream<cudaStream_t>>().Ctx<ffi::DeviceOrdinal>(); }
-
 }  // namespace
 
 XLA_FFI_DEFINE_HANDLER_SYMBOL(HpcXlaDecodePlanCuda,
                               [](cudaStream_t stream, int32_t device_id, auto... operands) {
                                 return DecodePlan(DeviceKind::kCuda, stream, device_id, operands...);
                               },
-                              BindDecodePlanOperands(CudaContext()), {ffi::Traits::kCmdBufferCompatible});
+                              BindDecodePlanOperands(CudaBinding()), {ffi::Traits::kCmdBufferCompatible});
 XLA_FFI_DEFINE_HANDLER_SYMBOL(HpcXlaDecodePlanCpu,
                               [](auto... operands) { return DecodePlan(DeviceKind::kCpu, nullptr, 0, operands...); },
                               BindDecodePlanOperands(ffi::Ffi::Bind()));
@@ -108,7 +106,7 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(HpcXlaDecodeAttentionCuda,
                               [](cudaStream_t stream, int32_t device_id, auto... operands) {
                                 return DecodeAttention(DeviceKind::kCuda, stream, device_id, operands...);
                               },
-                              BindDecodeAttentionOperands(CudaContext()), {ffi::Traits::kCmdBufferCompatible});
+                              BindDecodeAttentionOperands(CudaBinding()), {ffi::Traits::kCmdBufferCompatible});
 XLA_FFI_DEFINE_HANDLER_SYMBOL(HpcXlaDecodeAttentionCpu,
                               [](auto... operands) {
                                 return DecodeAttention(DeviceKind::kCpu, nullptr, 0, operands...);

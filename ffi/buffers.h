@@ -1,6 +1,8 @@
 // XLA FFI <-> csrc glue shared by every handler: buffers become TensorViews, Status becomes ffi::Error.
 #pragma once
 
+#include <cuda_runtime.h>
+
 #include <cstdint>
 
 #include "csrc/common/status.h"
@@ -30,6 +32,11 @@ inline TensorView View(const ffi::AnyBuffer& b, DeviceKind device, int device_id
   if (optional && dims.size() == 1 && dims[0] == 0) return TensorView{};
   return DenseView(b.untyped_data(), FromXla(b.element_type()), device, device_id, dims.begin(),
                    static_cast<int>(dims.size()));
+}
+
+// The context every CUDA handler binds first: the stream to launch on and the device ordinal.
+inline auto CudaBinding() {
+  return ffi::Ffi::Bind().Ctx<ffi::PlatformStream<cudaStream_t>>().Ctx<ffi::DeviceOrdinal>();
 }
 
 inline ffi::Error ToError(const Status& s) {

@@ -1,10 +1,14 @@
 // XLA FFI handlers for the MoE ops (CUDA and CPU). Operand order is the one hpc_xla/jax/moe.py passes.
 //   moe_route: args router_logits, correction_bias (shape (0,) when absent)   rets topk_weights, topk_ids
 //              attrs top_k, scoring, renormalize, num_groups, topk_groups, routed_scaling
+//   fused_moe: args x, x_scale, w13, w2, w13_scale, w2_scale, a13_scale, a2_scale, topk_weights, topk_ids,
+//              shared_output (optional ones shape (0,))                      rets out
+//              attrs quant, expert_offset, num_experts_global
 #include <cuda_runtime.h>
 
 #include <utility>
 
+#include "csrc/moe/fused_moe.h"
 #include "csrc/moe/route.h"
 #include "ffi/buffers.h"
 #include "ffi/targets.h"
@@ -33,6 +37,49 @@ ffi::Error MoeRoute(DeviceKind device, cudaStream_t stream, int device_id, AnyBu
   return ToError(device == DeviceKind::kCuda ? MoeRouteCuda(a, stream) : MoeRouteCpu(a));
 }
 
+ffi::Error FusedMoe(DeviceKind device, cudaStream_t stream, int device_id, AnyBuffer x, AnyBuffer x_scale,
+                    AnyBuffer w13, AnyBuffer w2, AnyBuffer w13_scale, AnyBuffer w2_scale, AnyBuffer a13_scale,
+                    AnyBuffer a2_scale, AnyBuffer topk_weights, AnyBuffer topk_ids, AnyBuffer shared_output,
+                    Result<AnyBuffer> out, int32_t quant, int64_t expert_offset, int64_t num_experts_global) {
+  FusedMoeArgs a;
+  a.x = View(x, device, device_id);
+  a.x_scale = View(x_scale, device, device_id, /*optional=*/true);
+  a.w13 = View(w13, device, device_id);
+  a.w2 = View(w2, device, device_id);
+  a.w13_scale = View(w13_scale, device, device_id, /*optional=*/true);
+  a.w2_scale = View(w2_scale, device, device_id, /*optional=*/true);
+  a.a13_scale = View(a13_scale, device, device_id, /*optional=*/true);
+  a.a2_scale = View(a2_scale, device, device_id, /*optional=*/true);
+  a.topk_weights = View(topk_weights, device, device_id);
+  a.topk_ids = View(topk_ids, device, device_id);
+  a.shared_output = View(shared_output, device, device_id, /*optional=*/true);
+  a.out = View(*out, device, device_id);
+  a.quant = static_cast<MoeQuant>(quant);
+  a.expert_offset = expert_offset;
+  a.num_experts_global = num_experts_global;
+  return ToError(device == DeviceKind::kCuda ? FusedMoeCuda(a, stream) : FusedMoeCpu(a));
+}
+
+template <typename Binding>
+auto BindFusedMoeOperands(Binding binding) {
+  return std::move(binding)
+      .template Arg<AnyBuffer>()  // x
+      .template Arg<AnyBuffer>()  // x_scale
+      .template Arg<AnyBuffer>()  // w13
+      .template Arg<AnyBuffer>()  // w2
+      .template Arg<AnyBuffer>()  // w13_scale
+      .template Arg<AnyBuffer>()  // w2_scale
+      .template Arg<AnyBuffer>()  // a13_scale
+      .template Arg<AnyBuffer>()  // a2_scale
+      .template Arg<AnyBuffer>()  // topk_weights
+      .template Arg<AnyBuffer>()  // topk_ids
+      .template Arg<AnyBuffer>()  // shared_output
+      .template Ret<AnyBuffer>()  // out
+      .template Attr<int32_t>("quant")
+      .template Attr<int64_t>("expert_offset")
+      .template Attr<int64_t>("num_experts_global");
+}
+
 template <typename Binding>
 auto BindMoeRouteOperands(Binding binding) {
   return std::move(binding)
@@ -50,12 +97,19 @@ auto BindMoeRouteOperands(Binding binding) {
 
 }  // namespace
 
+XLA_FFI_DEFINE_HANDLER_SYMBOL(HpcXlaFusedMoeCuda,
+                              [](cudaStream_t stream, int32_t device_id, auto... operands) {
+                                return FusedMoe(DeviceKind::kCuda, stream, device_id, operands...);
+                              },
+                              BindFusedMoeOperands(CudaBinding()), {ffi::Traits::kCmdBufferCompatible});
+XLA_FFI_DEFINE_HANDLER_SYMBOL(HpcXlaFusedMoeCpu,
+                              [](auto... operands) { return FusedMoe(DeviceKind::kCpu, nullptr, 0, operands...); },
+                              BindFusedMoeOperands(ffi::Ffi::Bind()));
 XLA_FFI_DEFINE_HANDLER_SYMBOL(HpcXlaMoeRouteCuda,
                               [](cudaStream_t stream, int32_t device_id, auto... operands) {
                                 return MoeRoute(DeviceKind::kCuda, stream, device_id, operands...);
                               },
-                              BindMoeRouteOperands(
-                                  ffi::Ffi::Bind().Ctx<ffi::PlatformStream<cudaStream_t>>().Ctx<ffi::DeviceOrdinal>()),
+                              BindMoeRouteOperands(CudaBinding()),
                               {ffi::Traits::kCmdBufferCompatible});
 XLA_FFI_DEFINE_HANDLER_SYMBOL(HpcXlaMoeRouteCpu,
                               [](auto... operands) { return MoeRoute(DeviceKind::kCpu, nullptr, 0, operands...); },

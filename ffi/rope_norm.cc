@@ -99,9 +99,7 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(HpcXlaRopeNormCuda,
                               [](cudaStream_t stream, int32_t device_id, auto... operands) {
                                 return RopeNorm(DeviceKind::kCuda, stream, device_id, operands...);
                               },
-                              BindRopeNormOperands(ffi::Ffi::Bind()
-                                                       .Ctx<ffi::PlatformStream<cudaStream_t>>()
-                                                       .Ctx<ffi::DeviceOrdinal>()),
+                              BindRopeNormOperands(CudaBinding()),
                               {ffi::Traits::kCmdBufferCompatible});
 
 XLA_FFI_DEFINE_HANDLER_SYMBOL(HpcXlaRopeNormCpu,

@@ -8,6 +8,7 @@ const std::vector<FfiTarget>& FfiTargets() {
       {"decode_plan", HpcXlaDecodePlanCuda, HpcXlaDecodePlanCpu},
       {"decode_attention", HpcXlaDecodeAttentionCuda, HpcXlaDecodeAttentionCpu},
       {"moe_route", HpcXlaMoeRouteCuda, HpcXlaMoeRouteCpu},
+      {"fused_moe", HpcXlaFusedMoeCuda, HpcXlaFusedMoeCpu},
   };
   return targets;
 }

@@ -23,5 +23,7 @@ extern "C" XLA_FFI_Error* HpcXlaDecodeAttentionCuda(XLA_FFI_CallFrame* call_fram
 extern "C" XLA_FFI_Error* HpcXlaDecodeAttentionCpu(XLA_FFI_CallFrame* call_frame);
 extern "C" XLA_FFI_Error* HpcXlaMoeRouteCuda(XLA_FFI_CallFrame* call_frame);
 extern "C" XLA_FFI_Error* HpcXlaMoeRouteCpu(XLA_FFI_CallFrame* call_frame);
+extern "C" XLA_FFI_Error* HpcXlaFusedMoeCuda(XLA_FFI_CallFrame* call_frame);
+extern "C" XLA_FFI_Error* HpcXlaFusedMoeCpu(XLA_FFI_CallFrame* call_frame);
 
 }  // namespace hpc::ffi_glue

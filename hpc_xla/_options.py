@@ -42,3 +42,32 @@ def groups_or_default(num_groups, topk_groups):
     if topk_groups is None:
         raise ValueError("moe_route: num_groups=%d needs topk_groups" % num_groups)
     return int(num_groups), int(topk_groups)
+
+
+MOE_QUANT = {None: 0, "fp8_tensor": 1, "fp8_block128": 2}
+
+
+def moe_quant_code(quant):
+    if quant not in MOE_QUANT:
+        raise ValueError("fused_moe: quant must be None, 'fp8_tensor' or 'fp8_block128'; got %r" % (quant,))
+    return MOE_QUANT[quant]
+
+
+def check_activation(activation):
+    if activation != "silu":
+        raise ValueError("fused_moe: activation must be 'silu'; got %r" % (activation,))
+
+
+def routing_inputs(topk_weights, topk_ids, router_logits, route_kwargs):
+    """fused_moe takes either (topk_weights, topk_ids) or router_logits (+ moe_route keywords)."""
+    if router_logits is None:
+        if topk_weights is None or topk_ids is None:
+            raise ValueError("fused_moe: pass topk_weights and topk_ids, or router_logits (fused routing)")
+        if route_kwargs:
+            raise ValueError("fused_moe: %s only apply with router_logits" % sorted(route_kwargs))
+        return False
+    if topk_weights is not None or topk_ids is not None:
+        raise ValueError("fused_moe: pass either topk_weights/topk_ids or router_logits, not both")
+    if "top_k" not in route_kwargs:
+        raise ValueError("fused_moe: fused routing (router_logits) needs top_k")
+    return True

@@ -84,6 +84,78 @@ def moe_route(router_logits, top_k, *, scoring="softmax", renormalize=True, num_
     return weights * routed_scaling, ids, masked
 
 
+def _fp8_round(x):
+    """float64 -> nearest float8_e4m3fn value (saturating at +-448), as float64."""
+    import ml_dtypes
+
+    return np.clip(x, -FP8_E4M3_MAX, FP8_E4M3_MAX).astype(ml_dtypes.float8_e4m3fn).astype(np.float64)
+
+
+def _quantize_blocks(v, block, static_scale=None):
+    """Per-row quantization of v [N, C] in column blocks of `block`: returns (fp8 values, scales [N, C/block])."""
+    n, c = v.shape
+    blocks = v.reshape(n, c // block, block)
+    if static_scale is not None:
+        scale = np.full((n, c // block), float(static_scale))
+    else:
+        scale = np.abs(blocks).max(-1) / FP8_E4M3_MAX
+    safe = np.where(scale > 0, scale, 1.0)
+    q = np.where(scale[..., None] > 0, _fp8_round(blocks / safe[..., None]), 0.0)
+    return q.reshape(n, c), scale
+
+
+def fused_moe(x, w13, w2, topk_weights, topk_ids, *, quant=None, w13_scale=None, w2_scale=None, a13_scale=None,
+              a2_scale=None, x_scale=None, expert_offset=0, shared_output=None):
+    """float64 MoE layer with fused_moe's quantization steps emulated (see csrc/moe/fused_moe.h)."""
+    x_is_fp8 = np.asarray(x).dtype.itemsize == 1
+    x, w13, w2 = _f64(x), _f64(w13), _f64(w2)
+    tokens, hidden = x.shape
+    experts, inter = w13.shape[0], w13.shape[1] // 2
+    ids, weights = np.asarray(topk_ids), _f64(topk_weights)
+    B = 128
+    if quant is None:
+        xq, xs = x, None
+    elif x_is_fp8:  # already quantized: fp8_tensor with a13_scale, fp8_block128 with x_scale
+        xq, xs = x, (_f64(x_scale) if quant == "fp8_block128" else float(a13_scale))
+    elif quant == "fp8_tensor":
+        xq, _ = _quantize_blocks(x, hidden, a13_scale)
+        xs = float(a13_scale)
+    else:
+        xq, xs = _quantize_blocks(x, B)
+    y = np.zeros((tokens, hidden))
+    for t in range(tokens):
+        for j in range(ids.shape[1]):
+            e = int(ids[t, j]) - expert_offset
+            if not 0 <= e < experts:
+                continue
+            if quant == "fp8_block128":
+                prod = (xq[t].reshape(-1, B)[None] * w13[e].reshape(2 * inter, -1, B)).sum(-1)  # [2I, H/B]
+                ws = np.repeat(_f64(w13_scale)[e], B, axis=0)  # [2I, H/B]
+                gu = (prod * xs[t][None] * ws).sum(-1)
+            else:
+                gu = w13[e] @ xq[t]
+                if quant == "fp8_tensor":
+                    gu = gu * xs * float(_f64(w13_scale)[e])
+            g, u = gu[:inter], gu[inter:]
+            h = g / (1.0 + np.exp(-g)) * u
+            if quant is None:
+                import ml_dtypes
+
+                down = w2[e] @ h.astype(ml_dtypes.bfloat16).astype(np.float64)
+            elif quant == "fp8_tensor":
+                hq, _ = _quantize_blocks(h[None], inter, a2_scale)
+                down = (w2[e] @ hq[0]) * float(a2_scale) * float(_f64(w2_scale)[e])
+            else:
+                hq, hs = _quantize_blocks(h[None], B)
+                prod = (hq[0].reshape(-1, B)[None] * w2[e].reshape(hidden, -1, B)).sum(-1)  # [H, I/B]
+                ws = np.repeat(_f64(w2_scale)[e], B, axis=0)
+                down = (prod * hs[0][None] * ws).sum(-1)
+            y[t] += weights[t, j] * down
+    if shared_output is not None:
+        y += _f64(shared_output)
+    return y
+
+
 def relative_error(actual, expected):
     """||actual - expected|| / ||expected|| in float64; NaN anywhere gives inf."""
     actual, expected = _f64(actual), _f64(expected)

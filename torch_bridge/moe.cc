@@ -1,6 +1,7 @@
 // MoE ops for torch (and any DLPack producer): outputs written in place, nothing allocated.
 #include <nanobind/nanobind.h>
 
+#include "csrc/moe/fused_moe.h"
 #include "csrc/moe/route.h"
 #include "torch_bridge/bindings.h"
 #include "torch_bridge/tensor_args.h"
@@ -26,9 +27,38 @@ void MoeRouteBinding(nb::handle router_logits, nb::handle correction_bias, nb::h
   RunOp(a.router_logits, t, stream, &MoeRouteCuda, &MoeRouteCpu, a);
 }
 
+void FusedMoeBinding(nb::handle x, nb::handle x_scale, nb::handle w13, nb::handle w2, nb::handle w13_scale,
+                     nb::handle w2_scale, nb::handle a13_scale, nb::handle a2_scale, nb::handle topk_weights,
+                     nb::handle topk_ids, nb::handle shared_output, nb::handle out, int quant, int64_t expert_offset,
+                     int64_t num_experts_global, int64_t stream) {
+  TensorArgs t;
+  FusedMoeArgs a;
+  a.x = t.Get("x", x);
+  a.x_scale = t.Get("x_scale", x_scale);
+  a.w13 = t.Get("w13", w13);
+  a.w2 = t.Get("w2", w2);
+  a.w13_scale = t.Get("w13_scale", w13_scale);
+  a.w2_scale = t.Get("w2_scale", w2_scale);
+  a.a13_scale = t.Get("a13_scale", a13_scale);
+  a.a2_scale = t.Get("a2_scale", a2_scale);
+  a.topk_weights = t.Get("topk_weights", topk_weights);
+  a.topk_ids = t.Get("topk_ids", topk_ids);
+  a.shared_output = t.Get("shared_output", shared_output);
+  a.out = t.Get("out", out);
+  a.quant = static_cast<MoeQuant>(quant);
+  a.expert_offset = expert_offset;
+  a.num_experts_global = num_experts_global;
+  RunOp(a.x, t, stream, &FusedMoeCuda, &FusedMoeCpu, a);
+}
+
 }  // namespace
 
 void BindMoe(nb::module_& m) {
+  m.def("fused_moe", &FusedMoeBinding, nb::arg("x"), nb::arg("x_scale").none(), nb::arg("w13"), nb::arg("w2"),
+        nb::arg("w13_scale").none(), nb::arg("w2_scale").none(), nb::arg("a13_scale").none(),
+        nb::arg("a2_scale").none(), nb::arg("topk_weights"), nb::arg("topk_ids"), nb::arg("shared_output").none(),
+        nb::arg("out"), nb::arg("quant"), nb::arg("expert_offset"), nb::arg("num_experts_global"),
+        nb::arg("stream") = -1);
   m.def("moe_route", &MoeRouteBinding, nb::arg("router_logits"), nb::arg("correction_bias").none(),
         nb::arg("topk_weights"), nb::arg("topk_ids"), nb::arg("top_k"), nb::arg("scoring"), nb::arg("renormalize"),
         nb::arg("num_groups"), nb::arg("topk_groups"), nb::arg("routed_scaling"), nb::arg("stream") = -1);

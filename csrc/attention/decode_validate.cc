@@ -119,12 +119,8 @@ Status ValidateDecodeAttention(const DecodeAttentionArgs& a, DecodeConfig* cfg) 
   HPC_RETURN_IF_ERROR(c.SameDevice("block_table", a.block_table, "q", a.q));
 
   if (Fp8(a.q.dtype)) {
-    HPC_RETURN_IF_ERROR(c.Required("q_scale", a.q_scale, 2, "[B * q_len, Hq]"));
-    HPC_RETURN_IF_ERROR(c.Dtype("q_scale", a.q_scale, {DType::kF32}));
-    HPC_RETURN_IF_ERROR(c.Dim("q_scale", a.q_scale, 0, a.q.shape[0], "rows, from q"));
-    HPC_RETURN_IF_ERROR(c.Dim("q_scale", a.q_scale, 1, a.q.shape[1], "num_q_heads, from q"));
-    HPC_RETURN_IF_ERROR(c.Contiguous("q_scale", a.q_scale));
-    HPC_RETURN_IF_ERROR(c.SameDevice("q_scale", a.q_scale, "q", a.q));
+    HPC_RETURN_IF_ERROR(c.Dense("q_scale", a.q_scale, "[B * q_len, Hq]", {DType::kF32},
+                                {{a.q.shape[0], "rows, from q"}, {a.q.shape[1], "num_q_heads, from q"}}, "q", a.q));
   } else if (a.q_scale.present()) {
     return c.Fail("q_scale is only used with a float8_e4m3fn q; q is " + std::string(DTypeName(a.q.dtype)));
   }

@@ -66,6 +66,19 @@ Status ArgCheck::Scalar(const char* name, const TensorView& t) const {
   return Status::Ok();
 }
 
+Status ArgCheck::Dense(const char* name, const TensorView& t, const char* layout, std::initializer_list<DType> dtypes,
+                       std::initializer_list<DimRule> dims, const char* ref_name, const TensorView& ref) const {
+  HPC_RETURN_IF_ERROR(Required(name, t, static_cast<int>(dims.size()), layout));
+  HPC_RETURN_IF_ERROR(Dtype(name, t, dtypes));
+  int d = 0;
+  for (const DimRule& rule : dims) {
+    if (rule.value >= 0) HPC_RETURN_IF_ERROR(Dim(name, t, d, rule.value, rule.why));
+    ++d;
+  }
+  HPC_RETURN_IF_ERROR(Contiguous(name, t));
+  return SameDevice(name, t, ref_name, ref);
+}
+
 Status ArgCheck::CacheScale(const char* name, const TensorView& scale, const char* cache_name,
                             const TensorView& cache) const {
   if (cache.dtype != DType::kF8E4M3) {

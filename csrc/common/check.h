@@ -26,6 +26,14 @@ class ArgCheck {
   Status Contiguous(const char* name, const TensorView& t) const;
   Status SameDevice(const char* name, const TensorView& t, const char* ref_name, const TensorView& ref) const;
   Status Scalar(const char* name, const TensorView& t) const;  // exactly one float32 element
+  // Everything a dense operand must satisfy, in one call: present with len(dims) dims, one of `dtypes`,
+  // shape[i] == dims[i].value (unless < 0; the message gives dims[i].why), contiguous, on ref's device.
+  struct DimRule {
+    int64_t value;
+    const char* why;
+  };
+  Status Dense(const char* name, const TensorView& t, const char* layout, std::initializer_list<DType> dtypes,
+               std::initializer_list<DimRule> dims, const char* ref_name, const TensorView& ref) const;
   // A per-tensor dequantization scale: required (float32 scalar) with a float8_e4m3fn cache, absent otherwise.
   Status CacheScale(const char* name, const TensorView& scale, const char* cache_name, const TensorView& cache) const;
 

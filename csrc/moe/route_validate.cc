@@ -41,24 +41,15 @@ Status ValidateMoeRoute(const MoeRouteArgs& a) {
   }
   if (!(a.routed_scaling > 0.0f)) return c.Fail("routed_scaling must be > 0");
   if (a.correction_bias.present()) {
-    HPC_RETURN_IF_ERROR(c.Required("correction_bias", a.correction_bias, 1, "[E]"));
-    HPC_RETURN_IF_ERROR(c.Dtype("correction_bias", a.correction_bias, {DType::kF32, DType::kBF16, DType::kF16}));
-    HPC_RETURN_IF_ERROR(c.Dim("correction_bias", a.correction_bias, 0, experts, "num_experts, from router_logits"));
-    HPC_RETURN_IF_ERROR(c.Contiguous("correction_bias", a.correction_bias));
-    HPC_RETURN_IF_ERROR(c.SameDevice("correction_bias", a.correction_bias, "router_logits", a.router_logits));
+    HPC_RETURN_IF_ERROR(c.Dense("correction_bias", a.correction_bias, "[E]", {DType::kF32, DType::kBF16, DType::kF16},
+                                {{experts, "num_experts, from router_logits"}}, "router_logits", a.router_logits));
   }
-  HPC_RETURN_IF_ERROR(c.Required("topk_weights", a.topk_weights, 2, "[T, top_k]"));
-  HPC_RETURN_IF_ERROR(c.Dtype("topk_weights", a.topk_weights, {DType::kF32}));
-  HPC_RETURN_IF_ERROR(c.Dim("topk_weights", a.topk_weights, 0, tokens, "T, from router_logits"));
-  HPC_RETURN_IF_ERROR(c.Dim("topk_weights", a.topk_weights, 1, a.top_k, "top_k"));
-  HPC_RETURN_IF_ERROR(c.Contiguous("topk_weights", a.topk_weights));
-  HPC_RETURN_IF_ERROR(c.SameDevice("topk_weights", a.topk_weights, "router_logits", a.router_logits));
-  HPC_RETURN_IF_ERROR(c.Required("topk_ids", a.topk_ids, 2, "[T, top_k]"));
-  HPC_RETURN_IF_ERROR(c.Dtype("topk_ids", a.topk_ids, {DType::kI32}));
-  HPC_RETURN_IF_ERROR(c.Dim("topk_ids", a.topk_ids, 0, tokens, "T, from router_logits"));
-  HPC_RETURN_IF_ERROR(c.Dim("topk_ids", a.topk_ids, 1, a.top_k, "top_k"));
-  HPC_RETURN_IF_ERROR(c.Contiguous("topk_ids", a.topk_ids));
-  HPC_RETURN_IF_ERROR(c.SameDevice("topk_ids", a.topk_ids, "router_logits", a.router_logits));
+  HPC_RETURN_IF_ERROR(c.Dense("topk_weights", a.topk_weights, "[T, top_k]", {DType::kF32},
+                              {{tokens, "T, from router_logits"}, {a.top_k, "top_k"}}, "router_logits",
+                              a.router_logits));
+  HPC_RETURN_IF_ERROR(c.Dense("topk_ids", a.topk_ids, "[T, top_k]", {DType::kI32},
+                              {{tokens, "T, from router_logits"}, {a.top_k, "top_k"}}, "router_logits",
+                              a.router_logits));
   return Status::Ok();
 }
 

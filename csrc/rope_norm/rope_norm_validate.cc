@@ -108,12 +108,8 @@ Status ValidateRopeNorm(const RopeNormArgs& a) {
   HPC_RETURN_IF_ERROR(c.InnerContiguous("q_out", a.q_out));
   HPC_RETURN_IF_ERROR(c.SameDevice("q_out", a.q_out, "q", a.q));
   if (a.q_out.dtype == DType::kF8E4M3) {
-    HPC_RETURN_IF_ERROR(c.Required("q_scale", a.q_scale, 2, "[T, Hq]"));
-    HPC_RETURN_IF_ERROR(c.Dtype("q_scale", a.q_scale, {DType::kF32}));
-    HPC_RETURN_IF_ERROR(c.Dim("q_scale", a.q_scale, 0, tokens, "T, from q"));
-    HPC_RETURN_IF_ERROR(c.Dim("q_scale", a.q_scale, 1, num_q_heads, "num_q_heads, from q"));
-    HPC_RETURN_IF_ERROR(c.Contiguous("q_scale", a.q_scale));
-    HPC_RETURN_IF_ERROR(c.SameDevice("q_scale", a.q_scale, "q", a.q));
+    HPC_RETURN_IF_ERROR(c.Dense("q_scale", a.q_scale, "[T, Hq]", {DType::kF32},
+                                {{tokens, "T, from q"}, {num_q_heads, "num_q_heads, from q"}}, "q", a.q));
   } else if (a.q_scale.present()) {
     return c.Fail("q_scale is only written when q_out is float8_e4m3fn (q_quant='fp8'); q_out is " +
                   std::string(DTypeName(a.q_out.dtype)));

@@ -31,3 +31,30 @@ def moe_route(router_logits, top_k, *, scoring="softmax", renormalize=True, num_
                       scoring=np.int32(_options.scoring_code(scoring)), renormalize=bool(renormalize),
                       num_groups=np.int32(groups), topk_groups=np.int32(kept),
                       routed_scaling=np.float32(routed_scaling)))
+
+
+def fused_moe(x, w13, w2, topk_weights=None, topk_ids=None, *, quant=None, w13_scale=None, w2_scale=None,
+              a13_scale=None, a2_scale=None, x_scale=None, expert_offset=0, num_experts_global=None,
+              activation="silu", shared_output=None, router_logits=None, **route_kwargs):
+    """One MoE layer: y[t] = sum_j w[t,j] * W2_e(silu(W1g_e x) * (W1u_e x)) over the local experts
+    (expert_offset <= id < expert_offset + E; other ids contribute 0), + shared_output; bfloat16 [T, H].
+
+    Args:
+      x: [T, H] bfloat16 (quantized inside), or float8_e4m3fn already quantized (fp8_tensor: with a13_scale;
+        fp8_block128: with x_scale [T, H/128]).
+      w13: [E, 2I, H] (rows [:I] gate, [I:] up), w2: [E, H, I] — vLLM's layout; bfloat16 (quant=None) or
+        float8_e4m3fn. fp8_tensor: w13_scale/w2_scale [E], a13_scale/a2_scale float32 scalars.
+        fp8_block128: w13_scale [E, 2I/128, H/128], w2_scale [E, H/128, I/128].
+      topk_weights [T, k] float32 / topk_ids [T, k] int32, or router_logits [T, E_global] plus moe_route's
+        keywords (top_k, scoring, renormalize, num_groups, topk_groups, correction_bias, routed_scaling).
+    """
+    _options.check_activation(activation)
+    if _options.routing_inputs(topk_weights, topk_ids, router_logits, route_kwargs):
+        top_k = route_kwargs.pop("top_k")
+        topk_weights, topk_ids = moe_route(router_logits, top_k, **route_kwargs)
+    call = jax.ffi.ffi_call("hpc_xla_fused_moe", jax.ShapeDtypeStruct(x.shape, jnp.bfloat16),
+                            vmap_method="sequential")
+    return call(x, _ffi.optional(x_scale), w13, w2, _ffi.optional(w13_scale), _ffi.optional(w2_scale),
+                _ffi.f32_scalar(a13_scale), _ffi.f32_scalar(a2_scale), topk_weights, topk_ids,
+                _ffi.optional(shared_output), quant=np.int32(_options.moe_quant_code(quant)),
+                expert_offset=np.int64(expert_offset), num_experts_global=np.int64(num_experts_global or 0))

@@ -35,3 +35,30 @@ def moe_route(router_logits, top_k, *, scoring="softmax", renormalize=True, num_
     moe_route_op(router_logits, correction_bias, out[0], out[1], int(top_k), _options.scoring_code(scoring),
                  bool(renormalize), groups, kept, float(routed_scaling))
     return out
+
+
+def _fused_impl(x, x_scale, w13, w2, w13_scale, w2_scale, a13_scale, a2_scale, topk_weights, topk_ids, shared_output,
+                out, quant, expert_offset, num_experts_global):
+    ext().fused_moe(x, x_scale, w13, w2, w13_scale, w2_scale, a13_scale, a2_scale, topk_weights, topk_ids,
+                    shared_output, out, quant, expert_offset, num_experts_global)
+
+
+fused_moe_op = define(
+    "fused_moe(Tensor x, Tensor? x_scale, Tensor w13, Tensor w2, Tensor? w13_scale, Tensor? w2_scale, "
+    "Tensor? a13_scale, Tensor? a2_scale, Tensor topk_weights, Tensor topk_ids, Tensor? shared_output, "
+    "Tensor(a!) out, int quant, int expert_offset, int num_experts_global) -> ()", _fused_impl, _fake)
+
+
+def fused_moe(x, w13, w2, topk_weights=None, topk_ids=None, *, quant=None, w13_scale=None, w2_scale=None,
+              a13_scale=None, a2_scale=None, x_scale=None, expert_offset=0, num_experts_global=None,
+              activation="silu", shared_output=None, router_logits=None, out=None, **route_kwargs):
+    """One MoE layer (see hpc_xla.jax.fused_moe). `out`: optional preallocated [T, H] bfloat16."""
+    _options.check_activation(activation)
+    if _options.routing_inputs(topk_weights, topk_ids, router_logits, route_kwargs):
+        top_k = route_kwargs.pop("top_k")
+        topk_weights, topk_ids = moe_route(router_logits, top_k, **route_kwargs)
+    if out is None:
+        out = torch.empty(x.shape, dtype=torch.bfloat16, device=x.device)
+    fused_moe_op(x, x_scale, w13, w2, w13_scale, w2_scale, a13_scale, a2_scale, topk_weights, topk_ids,
+                 shared_output, out, _options.moe_quant_code(quant), int(expert_offset), int(num_experts_global or 0))
+    return out

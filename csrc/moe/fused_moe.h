@@ -1,0 +1,45 @@
+// Fused MoE layer (DESIGN.md API item 5):
+//   y[t] = sum_j w[t,j] * W2_e(act(W13_e[:I] x_t) * (W13_e[I:] x_t)) (+ shared_output[t]),  e = ids[t,j] - offset
+// over the j whose expert is local (expert_offset <= id < expert_offset + E); others contribute 0.
+// Quantization: none (bf16 weights and activations), fp8_tensor (per-expert weight scales, static activation
+// scales a13/a2), fp8_block128 (128x128 weight blocks, activations quantized per token per 128 columns).
+#pragma once
+
+#include <cstdint>
+
+#include "csrc/common/status.h"
+#include "csrc/common/tensor_view.h"
+
+typedef struct CUstream_st* cudaStream_t;
+
+namespace hpc {
+
+enum class MoeQuant : int32_t { kNone = 0, kFp8Tensor = 1, kFp8Block128 = 2 };
+enum class MoeActivation : int32_t { kSilu = 0 };
+
+constexpr int kMoeBlock = 128;  // fp8_block128 block edge
+
+struct FusedMoeArgs {
+  TensorView x;              // [T, H] bf16, or float8_e4m3fn already quantized (then x_scale)
+  TensorView x_scale;        // fp8 x: fp8_tensor -> unused (a13_scale is x's scale); block128 -> [T, H/128] f32
+  TensorView w13;            // [E, 2I, H] bf16 | float8_e4m3fn; rows [:I] gate, [I:] up
+  TensorView w2;             // [E, H, I]
+  TensorView w13_scale;      // fp8_tensor: [E] f32; block128: [E, 2I/128, H/128] f32
+  TensorView w2_scale;       // fp8_tensor: [E] f32; block128: [E, H/128, I/128] f32
+  TensorView a13_scale;      // fp8_tensor: f32 scalar (static activation scale of x)
+  TensorView a2_scale;       // fp8_tensor: f32 scalar (static activation scale of the intermediate)
+  TensorView topk_weights;   // [T, k] f32
+  TensorView topk_ids;       // [T, k] int32 (global expert ids)
+  TensorView shared_output;  // optional [T, H] bf16, added to y
+  TensorView out;            // [T, H] bf16, written
+  MoeQuant quant = MoeQuant::kNone;
+  MoeActivation activation = MoeActivation::kSilu;
+  int64_t expert_offset = 0;
+  int64_t num_experts_global = 0;  // ids must be < this (0: E + expert_offset)
+};
+
+Status ValidateFusedMoe(const FusedMoeArgs& args);
+Status FusedMoeCuda(const FusedMoeArgs& args, cudaStream_t stream);
+Status FusedMoeCpu(const FusedMoeArgs& args);
+
+}  // namespace hpc

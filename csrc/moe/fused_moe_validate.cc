@@ -1,0 +1,125 @@
+#include <string>
+
+#include "csrc/common/check.h"
+#include "csrc/moe/fused_moe.h"
+
+namespace hpc {
+namespace {
+
+Status ValidateScale(const ArgCheck& c, const char* name, const TensorView& s, std::initializer_list<int64_t> dims,
+                     const char* layout, const TensorView& ref) {
+  if (!s.present()) return c.Fail(std::string(name) + " is required for this quant scheme; expected " + layout);
+  HPC_RETURN_IF_ERROR(c.Dtype(name, s, {DType::kF32}));
+  if (s.rank != static_cast<int>(dims.size())) {
+    return c.Fail(std::string(name) + " must be " + layout + "; got shape " + ShapeString(s));
+  }
+  int d = 0;
+  for (int64_t want : dims) {
+    if (s.shape[d] != want) return c.Fail(std::string(name) + " must be " + layout + "; got shape " + ShapeString(s));
+    ++d;
+  }
+  HPC_RETURN_IF_ERROR(c.Contiguous(name, s));
+  return c.SameDevice(name, s, "x", ref);
+}
+
+Status Absent(const ArgCheck& c, const char* name, const TensorView& t, const char* scheme) {
+  if (!t.present()) return Status::Ok();
+  return c.Fail(std::string(name) + " is not used with quant=" + scheme + "; pass None");
+}
+
+}  // namespace
+
+Status ValidateFusedMoe(const FusedMoeArgs& a) {
+  ArgCheck c("fused_moe");
+  HPC_RETURN_IF_ERROR(c.Required("x", a.x, 2, "[T, H]"));
+  HPC_RETURN_IF_ERROR(c.Dtype("x", a.x, {DType::kBF16, DType::kF8E4M3}));
+  HPC_RETURN_IF_ERROR(c.Contiguous("x", a.x));
+  const int64_t tokens = a.x.shape[0], hidden = a.x.shape[1];
+  HPC_RETURN_IF_ERROR(c.Required("w13", a.w13, 3, "[E, 2I, H]"));
+  HPC_RETURN_IF_ERROR(c.Dtype("w13", a.w13, {DType::kBF16, DType::kF8E4M3}));
+  HPC_RETURN_IF_ERROR(c.Contiguous("w13", a.w13));
+  HPC_RETURN_IF_ERROR(c.SameDevice("w13", a.w13, "x", a.x));
+  const int64_t experts = a.w13.shape[0], inter2 = a.w13.shape[1];
+  HPC_RETURN_IF_ERROR(c.Dim("w13", a.w13, 2, hidden, "H, from x"));
+  if (inter2 % 2 != 0 || inter2 == 0) return c.Fail("w13.shape[1] (2I) must be even and > 0; got " + std::to_string(inter2));
+  const int64_t inter = inter2 / 2;
+  HPC_RETURN_IF_ERROR(c.Required("w2", a.w2, 3, "[E, H, I]"));
+  HPC_RETURN_IF_ERROR(c.SameDtype("w2", a.w2, "w13", a.w13));
+  HPC_RETURN_IF_ERROR(c.Dim("w2", a.w2, 0, experts, "E, from w13"));
+  HPC_RETURN_IF_ERROR(c.Dim("w2", a.w2, 1, hidden, "H, from x"));
+  HPC_RETURN_IF_ERROR(c.Dim("w2", a.w2, 2, inter, "I, from w13"));
+  HPC_RETURN_IF_ERROR(c.Contiguous("w2", a.w2));
+  HPC_RETURN_IF_ERROR(c.SameDevice("w2", a.w2, "x", a.x));
+  if (hidden % 16 != 0 || inter % 16 != 0) {
+    return c.Fail("H and I must be multiples of 16; got H=" + std::to_string(hidden) + ", I=" + std::to_string(inter));
+  }
+
+  const bool fp8_weights = a.w13.dtype == DType::kF8E4M3;
+  switch (a.quant) {
+    case MoeQuant::kNone:
+      if (fp8_weights || a.x.dtype != DType::kBF16) {
+        return c.Fail("quant=None needs bfloat16 x, w13 and w2; got x " + std::string(DTypeName(a.x.dtype)) +
+                      ", w13 " + DTypeName(a.w13.dtype));
+      }
+      for (const auto& [name, t] : {std::pair<const char*, const TensorView*>{"x_scale", &a.x_scale},
+                                    {"w13_scale", &a.w13_scale}, {"w2_scale", &a.w2_scale},
+                                    {"a13_scale", &a.a13_scale}, {"a2_scale", &a.a2_scale}}) {
+        HPC_RETURN_IF_ERROR(Absent(c, name, *t, "None"));
+      }
+      break;
+    case MoeQuant::kFp8Tensor:
+      if (!fp8_weights) return c.Fail("quant='fp8_tensor' needs float8_e4m3fn w13 and w2");
+      HPC_RETURN_IF_ERROR(ValidateScale(c, "w13_scale", a.w13_scale, {experts}, "[E] float32", a.x));
+      HPC_RETURN_IF_ERROR(ValidateScale(c, "w2_scale", a.w2_scale, {experts}, "[E] float32", a.x));
+      for (const auto& [name, t] : {std::pair<const char*, const TensorView*>{"a13_scale", &a.a13_scale},
+                                    {"a2_scale", &a.a2_scale}}) {
+        if (!t->present()) return c.Fail(std::string(name) + " (static activation scale) is required with quant='fp8_tensor'");
+        HPC_RETURN_IF_ERROR(c.Scalar(name, *t));
+      }
+      HPC_RETURN_IF_ERROR(Absent(c, "x_scale", a.x_scale, "fp8_tensor (a13_scale is x's scale)"));
+      break;
+    case MoeQuant::kFp8Block128:
+      if (!fp8_weights) return c.Fail("quant='fp8_block128' needs float8_e4m3fn w13 and w2");
+      if (hidden % kMoeBlock != 0 || inter % kMoeBlock != 0) {
+        return c.Fail("quant='fp8_block128' needs H and I to be multiples of 128; got H=" + std::to_string(hidden) +
+                      ", I=" + std::to_string(inter));
+      }
+      HPC_RETURN_IF_ERROR(ValidateScale(c, "w13_scale", a.w13_scale, {experts, inter2 / kMoeBlock, hidden / kMoeBlock},
+                                        "[E, 2I/128, H/128] float32", a.x));
+      HPC_RETURN_IF_ERROR(ValidateScale(c, "w2_scale", a.w2_scale, {experts, hidden / kMoeBlock, inter / kMoeBlock},
+                                        "[E, H/128, I/128] float32", a.x));
+      HPC_RETURN_IF_ERROR(Absent(c, "a13_scale", a.a13_scale, "fp8_block128 (activations are quantized per token)"));
+      HPC_RETURN_IF_ERROR(Absent(c, "a2_scale", a.a2_scale, "fp8_block128 (activations are quantized per token)"));
+      if (a.x.dtype == DType::kF8E4M3) {
+        HPC_RETURN_IF_ERROR(ValidateScale(c, "x_scale", a.x_scale, {tokens, hidden / kMoeBlock}, "[T, H/128] float32",
+                                          a.x));
+      } else {
+        HPC_RETURN_IF_ERROR(Absent(c, "x_scale", a.x_scale, "fp8_block128 with bfloat16 x"));
+      }
+      break;
+    default:
+      return c.Fail("quant must be None, 'fp8_tensor' or 'fp8_block128'");
+  }
+  if (a.activation != MoeActivation::kSilu) return c.Fail("activation must be 'silu'");
+
+  HPC_RETURN_IF_ERROR(c.Dense("topk_ids", a.topk_ids, "[T, top_k]", {DType::kI32}, {{tokens, "T, from x"}, {-1, ""}},
+                              "x", a.x));
+  HPC_RETURN_IF_ERROR(c.Dense("topk_weights", a.topk_weights, "[T, top_k]", {DType::kF32},
+                              {{tokens, "T, from x"}, {a.topk_ids.shape[1], "top_k, from topk_ids"}}, "x", a.x));
+  if (a.topk_ids.shape[1] < 1) return c.Fail("top_k must be >= 1");
+  if (a.expert_offset < 0) return c.Fail("expert_offset must be >= 0; got " + std::to_string(a.expert_offset));
+  const int64_t global = a.num_experts_global > 0 ? a.num_experts_global : experts + a.expert_offset;
+  if (a.expert_offset + experts > global) {
+    return c.Fail("expert_offset + E (" + std::to_string(a.expert_offset + experts) + ") exceeds num_experts_global (" +
+                  std::to_string(global) + ")");
+  }
+  if (a.shared_output.present()) {
+    HPC_RETURN_IF_ERROR(c.Dense("shared_output", a.shared_output, "[T, H]", {DType::kBF16},
+                                {{tokens, "T, from x"}, {hidden, "H, from x"}}, "x", a.x));
+  }
+  HPC_RETURN_IF_ERROR(c.Dense("out", a.out, "[T, H]", {DType::kBF16}, {{tokens, "T, from x"}, {hidden, "H, from x"}},
+                              "x", a.x));
+  return Status::Ok();
+}
+
+}  // namespace hpc
