@@ -139,7 +139,6 @@ def test_errors_torch_cpu():
 
 def test_errors_jax_cpu():
     import jax
-    import jax.numpy as jnp
 
     import hpc_xla.jax as hj
 

@@ -128,7 +128,7 @@ def run(args):
                                  "%.2fx" % rec["vs_static"], "-" if t_fi is None else "%.1f" % t_fi,
                                  "-" if t_fi is None else "%.2fx" % rec["vs_flashinfer"]])
                     print("  " + "  ".join(str(x) for x in rows[-1]), flush=True)
-                    del kv, k_cache, v_cache, sets_, plan
+                    kv = k_cache = v_cache = sets_ = plan = None  # free this workload's memory before the next
                     torch.cuda.empty_cache()
     report.print_table("decode on %s (copy ceiling %.2f TB/s; CUDA-graph replay, planner included)" % (
         torch.cuda.get_device_name(0), ceiling),
