@@ -77,15 +77,7 @@ Status ValidateDecodeAttention(const DecodeAttentionArgs& a, DecodeConfig* cfg) 
   HPC_RETURN_IF_ERROR(c.Required("q", a.q, 3, "[B * q_len, Hq, D]"));
   HPC_RETURN_IF_ERROR(c.Dtype("q", a.q, {DType::kBF16, DType::kF16, DType::kF8E4M3}));
   HPC_RETURN_IF_ERROR(c.InnerContiguous("q", a.q));
-  HPC_RETURN_IF_ERROR(c.Required("k_cache", a.k_cache, 4, "[num_blocks, page_size, Hkv, D]"));
-  HPC_RETURN_IF_ERROR(c.Dtype("k_cache", a.k_cache, {DType::kBF16, DType::kF16, DType::kF8E4M3}));
-  HPC_RETURN_IF_ERROR(c.InnerContiguous("k_cache", a.k_cache));
-  HPC_RETURN_IF_ERROR(c.SameDevice("k_cache", a.k_cache, "q", a.q));
-  HPC_RETURN_IF_ERROR(c.Required("v_cache", a.v_cache, 4, "[num_blocks, page_size, Hkv, D]"));
-  HPC_RETURN_IF_ERROR(c.SameDtype("v_cache", a.v_cache, "k_cache", a.k_cache));
-  for (int d = 0; d < 4; ++d) HPC_RETURN_IF_ERROR(c.Dim("v_cache", a.v_cache, d, a.k_cache.shape[d], "from k_cache"));
-  HPC_RETURN_IF_ERROR(c.InnerContiguous("v_cache", a.v_cache));
-  HPC_RETURN_IF_ERROR(c.SameDevice("v_cache", a.v_cache, "q", a.q));
+  HPC_RETURN_IF_ERROR(c.PagedKvCache(a.k_cache, a.v_cache, {DType::kBF16, DType::kF16, DType::kF8E4M3}, "q", a.q));
   if (!Fp8(a.q.dtype) && !Fp8(a.k_cache.dtype) && a.q.dtype != a.k_cache.dtype) {
     return c.Fail(std::string("q (") + DTypeName(a.q.dtype) + ") and k_cache (" + DTypeName(a.k_cache.dtype) +
                   ") must have the same dtype unless one of them is float8_e4m3fn");

@@ -87,17 +87,9 @@ Status ValidateRopeNorm(const RopeNormArgs& a) {
   HPC_RETURN_IF_ERROR(c.Dim("slot_mapping", a.slot_mapping, 0, tokens, "T, from q"));
   HPC_RETURN_IF_ERROR(c.SameDevice("slot_mapping", a.slot_mapping, "q", a.q));
 
-  HPC_RETURN_IF_ERROR(c.Required("k_cache", a.k_cache, 4, "[num_blocks, page_size, Hkv, D]"));
-  HPC_RETURN_IF_ERROR(c.Dtype("k_cache", a.k_cache, {a.q.dtype, DType::kF8E4M3}));
+  HPC_RETURN_IF_ERROR(c.PagedKvCache(a.k_cache, a.v_cache, {a.q.dtype, DType::kF8E4M3}, "q", a.q));
   HPC_RETURN_IF_ERROR(c.Dim("k_cache", a.k_cache, 2, num_kv_heads, "num_kv_heads, from k"));
   HPC_RETURN_IF_ERROR(c.Dim("k_cache", a.k_cache, 3, head_dim, "head_dim, from q"));
-  HPC_RETURN_IF_ERROR(c.InnerContiguous("k_cache", a.k_cache));
-  HPC_RETURN_IF_ERROR(c.SameDevice("k_cache", a.k_cache, "q", a.q));
-  HPC_RETURN_IF_ERROR(c.Required("v_cache", a.v_cache, 4, "[num_blocks, page_size, Hkv, D]"));
-  HPC_RETURN_IF_ERROR(c.SameDtype("v_cache", a.v_cache, "k_cache", a.k_cache));
-  for (int d = 0; d < 4; ++d) HPC_RETURN_IF_ERROR(c.Dim("v_cache", a.v_cache, d, a.k_cache.shape[d], "from k_cache"));
-  HPC_RETURN_IF_ERROR(c.InnerContiguous("v_cache", a.v_cache));
-  HPC_RETURN_IF_ERROR(c.SameDevice("v_cache", a.v_cache, "q", a.q));
   if (a.k_cache.shape[1] < 1) return c.Fail("k_cache page_size (shape[1]) must be at least 1");
   HPC_RETURN_IF_ERROR(c.CacheScale("k_scale", a.k_scale, "k_cache", a.k_cache));
   HPC_RETURN_IF_ERROR(c.CacheScale("v_scale", a.v_scale, "k_cache", a.k_cache));

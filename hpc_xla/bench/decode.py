@@ -61,13 +61,13 @@ def flashinfer_us(kv, seq_lens, sets, hq, hkv, d, q_len):
         return None
     lens = seq_lens.tolist()
     pages = [math.ceil(n / PAGE) for n in lens]
+    indptr = torch.tensor([0] + list(torch.tensor(pages).cumsum(0).tolist()), dtype=torch.int32, device="cuda")
+    last = torch.tensor([n - (p - 1) * PAGE for n, p in zip(lens, pages)], dtype=torch.int32, device="cuda")
     best = None
     for tensor_cores in (True, False):
         calls = []
         for s in sets:
-            indptr = torch.tensor([0] + list(torch.tensor(pages).cumsum(0).tolist()), dtype=torch.int32, device="cuda")
             indices = torch.cat([s["table"][b, :n] for b, n in enumerate(pages)]).int()
-            last = torch.tensor([n - (p - 1) * PAGE for n, p in zip(lens, pages)], dtype=torch.int32, device="cuda")
             ws = torch.empty(128 << 20, dtype=torch.uint8, device="cuda")
             w = flashinfer.BatchDecodeWithPagedKVCacheWrapper(ws, "NHD", use_tensor_cores=tensor_cores)
             w.plan(indptr, indices, last, hq, hkv, d, PAGE, data_type=kv.dtype, q_data_type=torch.bfloat16)
