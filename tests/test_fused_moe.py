@@ -1,5 +1,7 @@
-"""fused_moe (CPU path; the CUDA pipeline is issue #4's open work) against the float64 reference with the
-quantization emulated: bf16, fp8_tensor, fp8_block128, EP offsets, empty experts, fused routing, errors."""
+"""fused_moe CPU path against the float64 reference with the quantization emulated: bf16, fp8_tensor,
+fp8_block128, EP offsets, empty experts, fused routing, errors. Plus CPU emulations of the CUDA pipeline's
+index logic (workspace layout / tile bound, the align kernel's stable grouping, the GEMM tile's ldmatrix and
+e4m3 -> f16 fragment mapping); the GPU tests are in test_gpu_fused_moe.py."""
 
 import ml_dtypes
 import numpy as np
@@ -163,15 +165,153 @@ def test_bad_inputs():
         ht.fused_moe(t["x"], t["w13"], t["w2"], **common)
 
 
-@pytest.mark.gpu
-def test_cuda_path_reports_missing_pipeline():
-    """Until the CUDA pipeline lands (issue #4) the GPU path must fail loudly, never compute garbage."""
-    import torch
+QUANT_CODE = {None: 0, "fp8_tensor": 1, "fp8_block128": 2}
 
-    import hpc_xla.torch as ht
 
-    p = make_problem(3, 2, 256, 128, 2, None)
-    t = {k: (to_torch(v, "cuda") if isinstance(v, (np.ndarray, np.generic)) else v) for k, v in p.items()}
-    with pytest.raises(RuntimeError, match=r"fused_moe: the CUDA pipeline is not implemented yet"):
-        ht.fused_moe(t["x"], t["w13"], t["w2"], t["topk_weights"], t["topk_ids"])
-        torch.cuda.synchronize()
+def _plan(tokens, top_k, experts, hidden, inter, quant):
+    """Python model of csrc/moe/fused_moe_plan.h (checked against the binary's byte count)."""
+    avg = -(-tokens * top_k // max(experts, 1))
+    bm = 16 if avg <= 16 else (32 if avg <= 32 else 64)
+    pairs = tokens * top_k
+    max_tiles = min(pairs, (pairs + experts * (bm - 1)) // bm)
+    up = lambda b: -(-b // 256) * 256  # noqa: E731
+    fp8, block = quant is not None, quant == "fp8_block128"
+    total = (up(64 * 4) + up(max_tiles * 4) + up(max_tiles * bm * 4) + up(tokens * hidden if fp8 else 0)
+             + up(tokens * hidden // 128 * 4 if block else 0) + up(max_tiles * bm * inter * (1 if fp8 else 2))
+             + up(max_tiles * bm * inter // 128 * 4 if block else 0) + up(pairs * hidden * 4))
+    return bm, max_tiles, total
+
+
+@settings(max_examples=200, deadline=None)
+@given(tokens=st.integers(0, 5000), top_k=st.integers(1, 8), experts=st.integers(1, 300),
+       quant=st.sampled_from([None, "fp8_tensor", "fp8_block128"]), skew=st.integers(0, 3),
+       seed=st.integers(0, 2**31 - 1))
+def test_workspace_size_and_tile_bound(tokens, top_k, experts, quant, skew, seed):
+    from hpc_xla._ext import ext
+
+    hidden, inter = 256, 384
+    bm, max_tiles, total = _plan(tokens, top_k, experts, hidden, inter, quant)
+    assert ext().fused_moe_workspace_size(tokens, top_k, experts, hidden, inter, QUANT_CODE[quant]) == total
+    assert ext().fused_moe_tile_m(tokens, top_k, experts, QUANT_CODE[quant]) == bm
+    # any routing's tile count fits the grid: uniform, skewed, one pair per expert, some pairs non-local
+    rng = np.random.default_rng(seed)
+    pairs = tokens * top_k
+    local = rng.integers(0, pairs + 1) if skew == 3 else pairs
+    if skew == 0:
+        ids = rng.integers(0, experts, local)
+    elif skew == 1:
+        ids = np.minimum(rng.geometric(0.3, local) - 1, experts - 1)
+    else:
+        ids = np.arange(local) % experts
+    counts = np.bincount(ids, minlength=experts)
+    assert int(np.sum(-(-counts // bm))) <= max_tiles
+
+
+def _align_emulation(ids, experts, offset, bm, warps=32):
+    """The align kernel's algorithm (csrc/moe/fused_moe.cu), warp by warp."""
+    pairs = len(ids)
+    seg = -(-pairs // warps)
+    local = [i - offset if 0 <= i - offset < experts else -1 for i in ids]
+    cnt = np.zeros((warps, experts), np.int64)
+    for w in range(warps):
+        for i in range(min(pairs, w * seg), min(pairs, w * seg + seg)):
+            if local[i] >= 0:
+                cnt[w, local[i]] += 1
+    count = cnt.sum(0)
+    prefix = np.cumsum(cnt, 0) - cnt
+    tiles = -(-count // bm)
+    first = np.cumsum(tiles) - tiles
+    sorted_pairs = np.full(int(tiles.sum()) * bm, -7)
+    tile_expert = np.repeat(np.arange(experts), tiles)
+    for e in range(experts):
+        sorted_pairs[first[e] * bm + count[e]:(first[e] + tiles[e]) * bm] = -1
+    cursor = prefix + first[None] * bm
+    for w in range(warps):
+        begin, end = min(pairs, w * seg), min(pairs, w * seg + seg)
+        for i0 in range(begin, end, 32):
+            lanes = [(i, local[i]) for i in range(i0, min(i0 + 32, end))]
+            for lane, (i, e) in enumerate(lanes):
+                if e >= 0:
+                    rank = sum(1 for _, e2 in lanes[:lane] if e2 == e)
+                    sorted_pairs[cursor[w, e] + rank] = i
+            for e in {e for _, e in lanes if e >= 0}:
+                cursor[w, e] += sum(1 for _, e2 in lanes if e2 == e)
+    return tile_expert, sorted_pairs
+
+
+@pytest.mark.parametrize("pairs,experts,offset,bm", [(1, 4, 0, 16), (100, 5, 2, 16), (3000, 7, 0, 64),
+                                                     (777, 3, 1, 32), (64, 1, 0, 64)])
+def test_align_emulation_groups_stably(pairs, experts, offset, bm):
+    ids = np.random.default_rng(pairs).integers(0, experts + offset + 2, pairs)
+    tile_expert, sorted_pairs = _align_emulation(list(ids), experts, offset, bm)
+    assert -7 not in sorted_pairs  # every row of every tile written (pair or -1 padding)
+    for t, e in enumerate(tile_expert):
+        rows = sorted_pairs[t * bm:(t + 1) * bm]
+        assert all(ids[p] - offset == e for p in rows if p >= 0)
+    want = [i for e in range(experts) for i in range(pairs) if ids[i] - offset == e]
+    assert [p for p in sorted_pairs if p >= 0] == want  # grouped by expert, stable by pair index
+
+
+def _swz(row, chunk):
+    return row * 128 + ((chunk ^ (row & 7)) << 4)
+
+
+def _ldmatrix_x4(smem, lane_addr):
+    """ldmatrix.m8n8.x4.b16 over byte shared memory: per thread 4 registers of 4 bytes (as byte index lists)."""
+    regs = [[None] * 4 for _ in range(32)]
+    for m in range(4):
+        for t in range(32):
+            addr = lane_addr(8 * m + t // 4)  # row t//4 of matrix m comes from lane 8m + t//4
+            regs[t][m] = [smem[addr + 4 * (t % 4) + b] for b in range(4)]
+    return regs
+
+
+def _mma_16816(a, b):
+    """m16n8k16 semantics on per-thread fragments of (value) pairs: returns C[16][8]."""
+    av = np.zeros((16, 16))
+    bv = np.zeros((16, 8))
+    for t in range(32):
+        g, q = t // 4, t % 4
+        for i, (r, k) in enumerate(((g, 2 * q), (g + 8, 2 * q), (g, 2 * q + 8), (g + 8, 2 * q + 8))):
+            av[r, k], av[r, k + 1] = a[t][i]
+        for i, k in enumerate((2 * q, 2 * q + 8)):
+            bv[k, g], bv[k + 1, g] = b[t][i]
+    return av @ bv
+
+
+@pytest.mark.parametrize("fp8", [False, True])
+def test_gemm_fragment_mapping_emulation(fp8):
+    """The GEMM tile's smem swizzle + ldmatrix addressing + (fp8) e4m3 k32 -> two f16 k16 fragments reproduce
+    A @ B^T for one warp's 16 x 16 (two n8 blocks) tile over one 128-byte stage (csrc/moe/moe_gemm.cuh)."""
+    rng = np.random.default_rng(0)
+    esz = 1 if fp8 else 2
+    kelems = 128 // esz
+    a = rng.integers(-8, 8, (16, kelems)).astype(float)
+    b = rng.integers(-8, 8, (16, kelems)).astype(float)
+    # shared memory as "element ids": byte j of an element stores (element value, byte j)
+    def smem_of(m):
+        mem = [None] * (16 * 128)
+        for r in range(16):
+            for k in range(kelems):
+                for j in range(esz):
+                    byte = k * esz + j
+                    mem[_swz(r, byte // 16) + byte % 16] = (m[r, k], j)
+        return mem
+    sa, sb = smem_of(a), smem_of(b)
+    elems = lambda reg: [reg[i][0] for i in range(0, 4, esz)]  # noqa: E731  values in a register, low first
+    c = np.zeros((16, 16))
+    for ks in range(4):
+        af = _ldmatrix_x4(sa, lambda lane, ks=ks: _swz(lane % 16, 2 * ks + lane // 16))
+        bf = _ldmatrix_x4(sb, lambda lane, ks=ks: _swz(lane % 8 + (lane // 16) * 8, 2 * ks + (lane // 8) % 2))
+        for nb in range(2):
+            if not fp8:
+                c[:, 8 * nb:8 * nb + 8] += _mma_16816([[elems(af[t][i]) for i in range(4)] for t in range(32)],
+                                                      [[elems(bf[t][2 * nb]), elems(bf[t][2 * nb + 1])]
+                                                       for t in range(32)])
+                continue
+            for h in range(2):  # ah[h] = {lo16(a[2h]), lo16(a[2h+1]), hi16(a[2h]), hi16(a[2h+1])}
+                ah = [[elems(af[t][2 * h])[:2], elems(af[t][2 * h + 1])[:2], elems(af[t][2 * h])[2:],
+                       elems(af[t][2 * h + 1])[2:]] for t in range(32)]
+                breg = [elems(bf[t][2 * nb + h]) for t in range(32)]
+                c[:, 8 * nb:8 * nb + 8] += _mma_16816(ah, [[r[:2], r[2:]] for r in breg])
+    np.testing.assert_array_equal(c, a @ b.T)

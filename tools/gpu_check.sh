@@ -3,6 +3,8 @@
 #   tools/gpu_check.sh [suite ...]        suites: rope_norm decode (default: all)
 #   HPC_STAGES="test sanitize bench"      which stages to run (default: all three; each has a timeout)
 #   HPC_SANITIZERS="memcheck racecheck"   compute-sanitizer tools; HPC_BENCH_SUITES: suites to benchmark
+#   HPC_TEST_ARGS="-m gpu tests"          pytest arguments (default: every test); HPC_AB="ENV=V ..." extra runs
+#   HPC_PROFILE="suite|kernel|args;..."   with the "profile" stage: ncu sections per workload
 # Uses the carried cp312 binary (tools/build_gpu_binary.sh) or builds one with nvcc there. Full logs and
 # JSON go to $OUT (or ./out).
 set -uo pipefail
@@ -30,7 +32,7 @@ fi
 
 # 1. tests: everything (CPU and GPU) with the GPU present
 if has_stage test; then
-timeout "${HPC_TEST_TIMEOUT:-300}" python3 -m pytest -q -p no:cacheprovider tests --junitxml="$OUT/pytest.xml" > "$OUT/pytest.log" 2>&1
+timeout "${HPC_TEST_TIMEOUT:-300}" python3 -m pytest -q -p no:cacheprovider ${HPC_TEST_ARGS:-tests} --junitxml="$OUT/pytest.xml" > "$OUT/pytest.log" 2>&1
 rc=$?
 note "pytest (all, GPU present): rc=$rc, $(tail -n 1 "$OUT/pytest.log")"
 [ $rc -ne 0 ] && grep -E "^(FAILED|ERROR)" "$OUT/pytest.log" | head -20
@@ -63,13 +65,31 @@ has_stage bench && for s in ${HPC_BENCH_SUITES:-$SUITES}; do
   timeout "${HPC_BENCH_TIMEOUT:-300}" python3 -m hpc_xla.bench "$s" --out "$OUT/bench_$s.json" 2>&1 | tee "$OUT/bench_$s.txt"
 done
 
+# 4. profile (only when asked: HPC_STAGES includes "profile"): ncu hardware counters of the kernels of one
+#    workload per entry of HPC_PROFILE ("suite|kernel regex|profile_targets.py args", ';'-separated)
+has_stage profile && IFS=';' read -ra profiles <<< "${HPC_PROFILE:-rope_norm|RopeNorm|--tokens 16384;decode|Decode|--heads 8,1,128 --workload 1x128K+31x4K}"
+has_stage profile && for entry in "${profiles[@]}"; do
+  IFS='|' read -r psuite pkern pargs <<< "$entry"
+  tag="$psuite$(echo "$pargs" | tr -c 'A-Za-z0-9' '_' | cut -c1-40)"
+  timeout "${HPC_PROFILE_TIMEOUT:-120}" ncu --clock-control none -k "regex:$pkern" --launch-skip 0 --launch-count 6 \
+    --section SpeedOfLight --section MemoryWorkloadAnalysis --section WarpStateStats --section Occupancy \
+    --section LaunchStats --section SchedulerStats --section SourceCounters --section InstructionStats \
+    python3 tools/profile_targets.py $psuite $pargs > "$OUT/ncu_$tag.txt" 2>&1
+  note "ncu $psuite $pargs: rc=$? -> ncu_$tag.txt"
+  grep -E "^  [A-Za-z].*\(|Duration|DRAM Throughput|Memory Throughput|Achieved Occupancy|Registers Per|Grid Size|Block Size" "$OUT/ncu_$tag.txt" | head -60
+done
+
+# A/B: the rope_norm benchmark again at T=16384 under each HPC_AB setting (e.g. HPC_AB="HPC_XLA_ROPE_ROWS=1")
+has_stage bench && for ab in ${HPC_AB:-}; do
+  env "$ab" timeout 90 python3 -m hpc_xla.bench rope_norm --tokens 16384 > "$OUT/ab_$ab.txt" 2>&1
+  grep -E "^  (bf16|fp8)" "$OUT/ab_$ab.txt" | sed "s/^/$ab: /"
+done
+
 echo
 echo "================ summary ================"
 printf '%s\n' "${summary[@]}"
-# A/B: the rope_norm kernel with four rows per lane group (HPC_XLA_ROPE_ROWS=4) at the smallest and largest T
-if has_stage bench && [[ " $SUITES " == *" rope_norm "* ]]; then
-  HPC_XLA_ROPE_ROWS=4 timeout 120 python3 -m hpc_xla.bench rope_norm --tokens 1,16384 --out "$OUT/bench_rope_norm_rows4.json" \
-    > "$OUT/bench_rope_norm_rows4.txt" 2>&1
-fi
 has_stage bench && for s in $SUITES; do cat "$OUT/bench_$s.txt" 2>/dev/null; done
-has_stage bench && grep -E "^  (bf16|fp8)" "$OUT/bench_rope_norm_rows4.txt" 2>/dev/null | sed 's/^/rows=4: /'
+# the device tool returns at most 8 files: pack everything into one archive
+if [ "$(ls "$OUT" | wc -l)" -gt 7 ]; then
+  (cd "$OUT" && tar czf /tmp/gpu_check_logs.tgz --exclude logs.tgz . && find . -mindepth 1 -delete && mv /tmp/gpu_check_logs.tgz logs.tgz)
+fi

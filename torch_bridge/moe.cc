@@ -29,8 +29,8 @@ void MoeRouteBinding(nb::handle router_logits, nb::handle correction_bias, nb::h
 
 void FusedMoeBinding(nb::handle x, nb::handle x_scale, nb::handle w13, nb::handle w2, nb::handle w13_scale,
                      nb::handle w2_scale, nb::handle a13_scale, nb::handle a2_scale, nb::handle topk_weights,
-                     nb::handle topk_ids, nb::handle shared_output, nb::handle out, int quant, int64_t expert_offset,
-                     int64_t num_experts_global, int64_t stream) {
+                     nb::handle topk_ids, nb::handle shared_output, nb::handle out, nb::handle workspace, int quant,
+                     int64_t expert_offset, int64_t num_experts_global, int64_t stream) {
   TensorArgs t;
   FusedMoeArgs a;
   a.x = t.Get("x", x);
@@ -45,6 +45,7 @@ void FusedMoeBinding(nb::handle x, nb::handle x_scale, nb::handle w13, nb::handl
   a.topk_ids = t.Get("topk_ids", topk_ids);
   a.shared_output = t.Get("shared_output", shared_output);
   a.out = t.Get("out", out);
+  a.workspace = t.Get("workspace", workspace);
   a.quant = static_cast<MoeQuant>(quant);
   a.expert_offset = expert_offset;
   a.num_experts_global = num_experts_global;
@@ -57,8 +58,22 @@ void BindMoe(nb::module_& m) {
   m.def("fused_moe", &FusedMoeBinding, nb::arg("x"), nb::arg("x_scale").none(), nb::arg("w13"), nb::arg("w2"),
         nb::arg("w13_scale").none(), nb::arg("w2_scale").none(), nb::arg("a13_scale").none(),
         nb::arg("a2_scale").none(), nb::arg("topk_weights"), nb::arg("topk_ids"), nb::arg("shared_output").none(),
-        nb::arg("out"), nb::arg("quant"), nb::arg("expert_offset"), nb::arg("num_experts_global"),
-        nb::arg("stream") = -1);
+        nb::arg("out"), nb::arg("workspace"), nb::arg("quant"), nb::arg("expert_offset"),
+        nb::arg("num_experts_global"), nb::arg("stream") = -1);
+  m.def(
+      "fused_moe_workspace_size",
+      [](int64_t tokens, int64_t top_k, int64_t experts, int64_t hidden, int64_t inter, int quant) {
+        return FusedMoeWorkspaceBytes(tokens, top_k, experts, hidden, inter, static_cast<MoeQuant>(quant));
+      },
+      nb::arg("tokens"), nb::arg("top_k"), nb::arg("experts"), nb::arg("hidden"), nb::arg("inter"), nb::arg("quant"),
+      "Bytes of the CUDA fused_moe workspace (uint8) for these shapes (local experts E = w13.shape[0]).");
+  m.def(
+      "fused_moe_tile_m",
+      [](int64_t tokens, int64_t top_k, int64_t experts, int quant) {
+        return FusedMoeTileM(tokens, top_k, experts, static_cast<MoeQuant>(quant));
+      },
+      nb::arg("tokens"), nb::arg("top_k"), nb::arg("experts"), nb::arg("quant"),
+      "The CUDA pipeline's M tile (rows of one expert per grouped-GEMM tile) for these shapes.");
   m.def("moe_route", &MoeRouteBinding, nb::arg("router_logits"), nb::arg("correction_bias").none(),
         nb::arg("topk_weights"), nb::arg("topk_ids"), nb::arg("top_k"), nb::arg("scoring"), nb::arg("renormalize"),
         nb::arg("num_groups"), nb::arg("topk_groups"), nb::arg("routed_scaling"), nb::arg("stream") = -1);

@@ -203,6 +203,7 @@ Status DecodeAttentionCuda(const DecodeAttentionArgs& a, cudaStream_t stream) {
   p.v_stride_b = a.v_cache.strides[0], p.v_stride_p = a.v_cache.strides[1], p.v_stride_h = a.v_cache.strides[2];
   p.block_table = a.block_table.ptr<const int32_t>();
   p.block_table_stride = a.block_table.strides[0];
+  p.block_table_width = static_cast<int>(a.block_table.shape[1]);
   p.seq_lens = a.seq_lens.ptr<const int32_t>();
   p.plan = a.plan.present() ? a.plan.ptr<const int32_t>() : nullptr;
   p.workspace = a.workspace.ptr<float>();

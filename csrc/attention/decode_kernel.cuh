@@ -40,6 +40,7 @@ struct DecodeParams {
   int64_t v_stride_b, v_stride_p, v_stride_h;
   const int32_t* block_table;
   int64_t block_table_stride;
+  int block_table_width;  // block_table.shape[1]
   const int32_t* seq_lens;
   const int32_t* plan;
   float* workspace;
@@ -122,25 +123,42 @@ struct TileStream {
   }
 };
 
+// Block ids of the chunks this thread copies for one tile, fetched one tile before the copy: a cp.async whose
+// address waits on its block-table load stalls the thread (and the tile it is computing) for a full memory
+// round trip per tile. The index is clamped to the table row; tokens past the sequence are masked at copy time.
+template <class S>
+constexpr int kChunksPerThread = kTileTokens * S::kChunksPerRow / kDecodeThreads;
+
+template <class S>
+__device__ __forceinline__ void FetchTileIds(const DecodeParams& p, const Piece& piece, int tile,
+                                             int32_t (&ids)[kChunksPerThread<S>]) {
+  const int b = piece.unit % p.batch;
+  const int32_t* table = p.block_table + b * p.block_table_stride;
+#pragma unroll
+  for (int i = 0; i < kChunksPerThread<S>; ++i) {
+    const int row = (threadIdx.x + i * kDecodeThreads) / S::kChunksPerRow;
+    const int page = (tile * kTileTokens + row) >> p.page_shift;
+    ids[i] = p.block_table_width > 0 ? table[page < p.block_table_width ? page : p.block_table_width - 1] : -1;
+  }
+}
+
 template <class S, int D>
-__device__ __forceinline__ void LoadKvTile(const DecodeParams& p, const Piece& piece, int tile, char* stage) {
+__device__ __forceinline__ void LoadKvTile(const DecodeParams& p, const Piece& piece, int tile,
+                                           const int32_t (&ids)[kChunksPerThread<S>], char* stage) {
   const int b = piece.unit % p.batch, h = piece.unit / p.batch;
   const int len = p.seq_lens[b];
   const int page_mask = (1 << p.page_shift) - 1;
-  const int32_t* table = p.block_table + b * p.block_table_stride;
   const char* kbase = static_cast<const char*>(p.k_cache);
   const char* vbase = static_cast<const char*>(p.v_cache);
-  constexpr int kChunks = kTileTokens * S::kChunksPerRow;
 #pragma unroll
-  for (int i = 0; i < kChunks / kDecodeThreads; ++i) {
+  for (int i = 0; i < kChunksPerThread<S>; ++i) {
     const int id = threadIdx.x + i * kDecodeThreads;
     const int row = id / S::kChunksPerRow, chunk = id % S::kChunksPerRow;
     const int tok = tile * kTileTokens + row;
     // Past the sequence, or an invalid block id (only possible without HPC_XLA_CHECK): zero-fill, never read
     // outside the cache.
-    const int64_t id_or_neg = tok < len ? table[tok >> p.page_shift] : -1;
-    const bool valid = id_or_neg >= 0 && id_or_neg < p.num_blocks;
-    const int64_t blk = valid ? id_or_neg : 0;
+    const bool valid = tok < len && ids[i] >= 0 && ids[i] < p.num_blocks;
+    const int64_t blk = valid ? ids[i] : 0;
     const int64_t in_page = tok & page_mask;
     const char* ksrc = kbase + ((blk * p.k_stride_b + in_page * p.k_stride_p + h * p.k_stride_h) * S::kKvBytes + chunk * 16);
     const char* vsrc = vbase + ((blk * p.v_stride_b + in_page * p.v_stride_p + h * p.v_stride_h) * S::kKvBytes + chunk * 16);
@@ -469,12 +487,18 @@ __global__ void __launch_bounds__(kDecodeThreads) DecodeAttentionKernel(const __
   load.Init(p);
   comp = load;
   if (!comp.valid) return;
+  // ids: block ids of the `load` tile, fetched one copy ahead
+  int32_t ids[kChunksPerThread<S>];
+  if (load.valid && !load.Empty()) FetchTileIds<S>(p, load.piece, load.tile, ids);
+  auto copy_next = [&](int to_stage) {
+    if (!load.valid || load.Empty()) return;
+    LoadKvTile<S, D>(p, load.piece, load.tile, ids, stages + to_stage * S::kStageBytes);
+    load.Advance(p);
+    if (load.valid && !load.Empty()) FetchTileIds<S>(p, load.piece, load.tile, ids);
+  };
 #pragma unroll
   for (int s = 0; s < S::kStages - 1; ++s) {
-    if (load.valid && !load.Empty()) {
-      LoadKvTile<S, D>(p, load.piece, load.tile, stages + s * S::kStageBytes);
-      load.Advance(p);
-    }
+    copy_next(s);
     CpAsyncCommit();
   }
   WarpState<D> st;
@@ -488,10 +512,7 @@ __global__ void __launch_bounds__(kDecodeThreads) DecodeAttentionKernel(const __
       new_piece = false;
     }
     if (!comp.Empty()) {
-      if (load.valid && !load.Empty()) {
-        LoadKvTile<S, D>(p, load.piece, load.tile, stages + ((stage + S::kStages - 1) % S::kStages) * S::kStageBytes);
-        load.Advance(p);
-      }
+      copy_next((stage + S::kStages - 1) % S::kStages);
       CpAsyncCommit();
       CpAsyncWait<S::kStages - 1>();
       __syncthreads();
@@ -592,7 +613,7 @@ __global__ void __launch_bounds__(kCombineThreads) DecodeCombineKernel(const __g
   const int groups = kCombineThreads / cols;     // 2 (D=256), 4 (D=128) or 8 (D=64)
   const int col = threadIdx.x % cols, group = threadIdx.x / cols;
   float2 acc = make_float2(0.f, 0.f);
-#pragma unroll 4
+#pragma unroll 8
   for (int k = group; k < count; k += groups) {
     const float w = weights[k];
     const float2 o = *reinterpret_cast<const float2*>(po + (slot_of(k) * p.rows + r) * D + 2 * col);

@@ -1,16 +1,346 @@
-// fused_moe on sm_90a: the pipeline (counting pass -> gate-up grouped GEMM reading tokens through the routing
-// indices -> SiLU*up + quant -> down grouped GEMM -> weighted top-k reduce) is issue #4's remaining work.
-// Until it lands the CUDA entry validates and then reports that clearly instead of computing anything.
+// fused_moe on sm_90a, version 1: five kernels chained with PDL (Launch() + PdlWait()), no host sync, no
+// allocation, launch configuration from shapes only (CUDA-graph / XLA command-buffer safe):
+//   1. align     (1 CTA)   counting pass over topk_ids -> tile list + pairs sorted by expert (stable by pair index)
+//   2. quant     (fp8 with bf16 x only) x -> e4m3 (static a13 | per token per 128 columns, scale = amax/448)
+//   3. gate-up   grouped GEMM (moe_gemm.cuh): gathered x rows x w13[e] gate and up -> silu(gate)*up -> the
+//                intermediate (bf16 | e4m3 + scales), rows in sorted order
+//   4. down      grouped GEMM: intermediate x w2[e] -> fp32 down row of each pair
+//   5. reduce    y[t] = sum_j (j order) w[t,j] * down[t*k+j] over local experts (+ shared_output) -> bf16
+// Workspace layout and the M tile: fused_moe_plan.h. The GEMM grids are (max_tiles, N / BN); CTAs past the
+// real tile count exit at once. Every kernel calls PdlWait() before anything else, so each one waits for the
+// complete previous kernel, transitively for all earlier ones (and for the previous op on the stream).
+#include <cuda_runtime.h>
+
+#include <cub/block/block_scan.cuh>
+#include <mutex>
+#include <string>
+#include <unordered_set>
+#include <vector>
+
 #include "csrc/common/arch.h"
+#include "csrc/common/check.h"
+#include "csrc/common/launch.cuh"
+#include "csrc/common/vec.cuh"
 #include "csrc/moe/fused_moe.h"
+#include "csrc/moe/fused_moe_plan.h"
+#include "csrc/moe/moe_gemm.cuh"
 
 namespace hpc {
+namespace {
 
-Status FusedMoeCuda(const FusedMoeArgs& args, cudaStream_t stream) {
-  (void)stream;
-  HPC_RETURN_IF_ERROR(ValidateFusedMoe(args));
-  HPC_RETURN_IF_ERROR(CheckHopper(args.x.device_id));
-  return Status::Unsupported("fused_moe: the CUDA pipeline is not implemented yet (issue #4); the CPU path works");
+using moe::GemmKind;
+using moe::GemmParams;
+using moe::GemmShape;
+
+// ---------------------------------------------------------------------------------------------- 1. align
+constexpr int kAlignThreads = 1024;
+constexpr int kAlignWarps = kAlignThreads / 32;
+
+struct AlignParams {
+  const int32_t* ids;  // [T*k]
+  int32_t* header;     // [0] = tiles
+  int32_t* tile_expert;
+  int32_t* sorted_pairs;
+  int pairs, experts, expert_offset, tile_m;
+};
+
+// Each warp owns a contiguous segment of pairs. Pass 1 counts per (warp, expert) in shared memory; those counts
+// become per-(warp, expert) cursors at base(expert) + pairs of earlier warps; pass 2 walks each segment in order,
+// 32 pairs at a time, ranking equal experts inside the 32 with match_any: a stable order by pair index.
+__global__ void __launch_bounds__(kAlignThreads) MoeAlignKernel(const __grid_constant__ AlignParams p) {
+  using BlockScan = cub::BlockScan<int32_t, kAlignThreads>;
+  __shared__ typename BlockScan::TempStorage scan;
+  extern __shared__ int32_t cursor[];  // [kAlignWarps][experts]
+  const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
+  PdlWait();
+  PdlLaunchDependents();
+  for (int i = tid; i < kAlignWarps * p.experts; i += kAlignThreads) cursor[i] = 0;
+  __syncthreads();
+  const int seg = (p.pairs + kAlignWarps - 1) / kAlignWarps;
+  const int begin = min(p.pairs, warp * seg), end = min(p.pairs, begin + seg);
+  for (int i = begin + lane; i < end; i += 32) {
+    const int e = p.ids[i] - p.expert_offset;
+    if (e >= 0 && e < p.experts) atomicAdd(&cursor[warp * p.experts + e], 1);
+  }
+  __syncthreads();
+  // one expert per thread (experts <= 1024): total and per-warp exclusive prefix
+  int count = 0;
+  if (tid < p.experts) {
+    for (int w = 0; w < kAlignWarps; ++w) {
+      const int c = cursor[w * p.experts + tid];
+      cursor[w * p.experts + tid] = count;
+      count += c;
+    }
+  }
+  const int tiles = (count + p.tile_m - 1) / p.tile_m;
+  int first_tile, total_tiles;
+  BlockScan(scan).ExclusiveSum(tiles, first_tile, total_tiles);
+  if (tid == 0) p.header[0] = total_tiles;
+  if (tid < p.experts) {
+    const int base = first_tile * p.tile_m;
+    for (int t = 0; t < tiles; ++t) p.tile_expert[first_tile + t] = tid;
+    for (int r = base + count; r < base + tiles * p.tile_m; ++r) p.sorted_pairs[r] = -1;  // padding
+    for (int w = 0; w < kAlignWarps; ++w) cursor[w * p.experts + tid] += base;
+  }
+  __syncthreads();
+  for (int i0 = begin; i0 < end; i0 += 32) {
+    const int i = i0 + lane;
+    int e = i < end ? p.ids[i] - p.expert_offset : -1;
+    if (e < 0 || e >= p.experts) e = -1;
+    const unsigned same = __match_any_sync(0xffffffffu, e);
+    const int rank = __popc(same & ((1u << lane) - 1u));
+    int* cur = e >= 0 ? &cursor[warp * p.experts + e] : nullptr;
+    const int pos = e >= 0 ? *cur + rank : 0;
+    __syncwarp();
+    if (e >= 0) {
+      p.sorted_pairs[pos] = i;
+      if (rank == 0) *cur += __popc(same);
+    }
+    __syncwarp();
+  }
+}
+
+// ------------------------------------------------------------------------------------- 2. activation quant
+struct QuantParams {
+  const __nv_bfloat16* x;
+  uint8_t* xq;
+  float* xq_scale;           // block128: [T, H/128]
+  const float* static_scale;  // fp8_tensor: a13
+  int64_t vectors;           // T * H / 8
+  int hidden;
+  bool block;
+};
+
+constexpr int kQuantThreads = 256;
+
+// Groups of 16 lanes own 128 consecutive columns of one token (8 per lane): exactly one block128 block.
+__global__ void __launch_bounds__(kQuantThreads) MoeQuantKernel(const __grid_constant__ QuantParams p) {
+  PdlWait();
+  PdlLaunchDependents();
+  const int64_t v = static_cast<int64_t>(blockIdx.x) * kQuantThreads + threadIdx.x;
+  const bool valid = v < p.vectors;  // vectors is a multiple of 16: groups are all valid or all not
+  float x[8] = {0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f};
+  if (valid) LoadVec8(p.x + v * 8, x);
+  float scale;
+  if (p.block) {
+    float amax = 0.f;
+#pragma unroll
+    for (int i = 0; i < 8; ++i) amax = fmaxf(amax, fabsf(x[i]));
+    amax = GroupMax<16>(amax);
+    scale = amax / kFp8E4M3Max;
+    if (valid && threadIdx.x % 16 == 0) p.xq_scale[v / 16] = scale;  // (token, block) = (v*8) / 128 in [T, H/128]
+  } else {
+    scale = *p.static_scale;
+  }
+  if (valid) StoreE4M3x8(p.xq + v * 8, x, scale);
+}
+
+// --------------------------------------------------------------------------------------------- 5. reduce
+struct ReduceParams {
+  const float* down;   // [T*k, H]
+  const float* weights;
+  const int32_t* ids;
+  const __nv_bfloat16* shared;
+  __nv_bfloat16* out;
+  int hidden, top_k, experts, expert_offset;
+};
+
+constexpr int kReduceThreads = 128;
+
+__global__ void __launch_bounds__(kReduceThreads) MoeReduceKernel(const __grid_constant__ ReduceParams p) {
+  PdlWait();
+  PdlLaunchDependents();
+  const int64_t t = blockIdx.x;
+  const int col = (blockIdx.y * kReduceThreads + threadIdx.x) * 8;
+  if (col >= p.hidden) return;
+  float y[8] = {0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f};
+  for (int j = 0; j < p.top_k; ++j) {
+    const int64_t pair = t * p.top_k + j;
+    const int e = p.ids[pair] - p.expert_offset;
+    if (e < 0 || e >= p.experts) continue;  // another rank's expert: contributes 0, its row was never computed
+    const float w = p.weights[pair];
+    const float4* src = reinterpret_cast<const float4*>(p.down + pair * p.hidden + col);
+    const float4 lo = src[0], hi = src[1];
+    const float d[8] = {lo.x, lo.y, lo.z, lo.w, hi.x, hi.y, hi.z, hi.w};
+#pragma unroll
+    for (int i = 0; i < 8; ++i) y[i] = __fadd_rn(y[i], __fmul_rn(w, d[i]));  // the reference's y += w * acc
+  }
+  if (p.shared) {
+    float s[8];
+    LoadVec8(p.shared + t * p.hidden + col, s);
+#pragma unroll
+    for (int i = 0; i < 8; ++i) y[i] = __fadd_rn(y[i], s[i]);
+  }
+  StoreVec8(p.out + t * p.hidden + col, y);
+}
+
+// ------------------------------------------------------------------------------------------- launcher
+// Raises a kernel's dynamic shared-memory limit once per kernel (never on the hot path after the first call).
+Status AllowSmem(const void* fn, int bytes) {
+  static std::mutex mu;
+  static std::unordered_set<const void*> done;
+  std::lock_guard<std::mutex> lock(mu);
+  if (done.count(fn)) return Status::Ok();
+  HPC_RETURN_IF_ERROR(CudaStatus(cudaFuncSetAttribute(fn, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes),
+                                 "fused_moe: shared memory attribute"));
+  done.insert(fn);
+  return Status::Ok();
+}
+
+template <GemmKind KIND, MoeQuant Q, int BM>
+Status LaunchGemm(const GemmParams& gp, int64_t max_tiles, int n, cudaStream_t stream) {
+  using S = GemmShape<KIND, Q, BM>;
+  auto* fn = &moe::MoeGemmKernel<KIND, Q, BM>;
+  HPC_RETURN_IF_ERROR(AllowSmem(reinterpret_cast<const void*>(fn), S::kSmemBytes));
+  const dim3 grid(static_cast<unsigned>(max_tiles), static_cast<unsigned>((n + S::kBN - 1) / S::kBN));
+  return Launch(KIND == GemmKind::kGateUp ? "fused_moe gate-up GEMM launch" : "fused_moe down GEMM launch", fn, grid,
+                dim3(moe::kGemmThreads), S::kSmemBytes, stream, gp);
+}
+
+template <MoeQuant Q, int BM>
+Status LaunchGemms(const GemmParams& up, const GemmParams& down, int64_t max_tiles, cudaStream_t stream) {
+  HPC_RETURN_IF_ERROR((LaunchGemm<GemmKind::kGateUp, Q, BM>(up, max_tiles, up.n, stream)));
+  return LaunchGemm<GemmKind::kDown, Q, BM>(down, max_tiles, down.n, stream);
+}
+
+template <MoeQuant Q>
+Status DispatchTile(int tile_m, const GemmParams& up, const GemmParams& down, int64_t max_tiles, cudaStream_t s) {
+  switch (tile_m) {
+    case 16: return LaunchGemms<Q, 16>(up, down, max_tiles, s);
+    case 32: return LaunchGemms<Q, 32>(up, down, max_tiles, s);
+    case 64: return LaunchGemms<Q, 64>(up, down, max_tiles, s);
+    default: return Status::Internal("fused_moe: no kernel for M tile " + std::to_string(tile_m));
+  }
+}
+
+// HPC_XLA_CHECK=1: the ids must be in [0, num_experts_global) (copies them to the host; syncs).
+Status CheckIdsOnDevice(const FusedMoeArgs& a, int64_t global, cudaStream_t stream) {
+  const int64_t n = a.topk_ids.numel(), top_k = a.topk_ids.shape[1];
+  std::vector<int32_t> ids(n);
+  HPC_RETURN_IF_ERROR(CudaStatus(cudaMemcpyAsync(ids.data(), a.topk_ids.data, n * 4, cudaMemcpyDeviceToHost, stream),
+                                 "fused_moe: HPC_XLA_CHECK copy"));
+  HPC_RETURN_IF_ERROR(CudaStatus(cudaStreamSynchronize(stream), "fused_moe: HPC_XLA_CHECK sync"));
+  for (int64_t i = 0; i < n; ++i) {
+    if (ids[i] < 0 || ids[i] >= global) {
+      return ArgCheck("fused_moe").Fail("topk_ids[" + std::to_string(i / top_k) + ", " + std::to_string(i % top_k) +
+                                        "] = " + std::to_string(ids[i]) + " is outside [0, num_experts_global=" +
+                                        std::to_string(global) + ") (HPC_XLA_CHECK)");
+    }
+  }
+  return Status::Ok();
+}
+
+}  // namespace
+
+Status FusedMoeCuda(const FusedMoeArgs& a, cudaStream_t stream) {
+  HPC_RETURN_IF_ERROR(ValidateFusedMoeCuda(a));
+  if (a.x.device != DeviceKind::kCuda) return Status::Internal("fused_moe: CUDA path called with CPU tensors");
+  HPC_RETURN_IF_ERROR(CheckHopper(a.x.device_id));
+  const int64_t tokens = a.x.shape[0], hidden = a.x.shape[1], experts = a.w13.shape[0], inter = a.w13.shape[1] / 2;
+  const int64_t top_k = a.topk_ids.shape[1];
+  if (tokens == 0) return Status::Ok();
+  const int64_t global = a.num_experts_global > 0 ? a.num_experts_global : experts + a.expert_offset;
+  if (DeviceChecksEnabled()) HPC_RETURN_IF_ERROR(CheckIdsOnDevice(a, global, stream));
+  const moe::MoePlan plan = moe::MakeMoePlan(tokens, top_k, experts, hidden, inter, a.quant);
+  uint8_t* ws = a.workspace.ptr<uint8_t>();
+  int32_t* header = reinterpret_cast<int32_t*>(ws + plan.header);
+  int32_t* tile_expert = reinterpret_cast<int32_t*>(ws + plan.tile_expert);
+  int32_t* sorted_pairs = reinterpret_cast<int32_t*>(ws + plan.sorted_pairs);
+  const bool fp8 = a.quant != MoeQuant::kNone, block = a.quant == MoeQuant::kFp8Block128;
+  const int elem = fp8 ? 1 : 2;
+
+  // 1. align
+  AlignParams ap = {};
+  ap.ids = a.topk_ids.ptr<const int32_t>();
+  ap.header = header;
+  ap.tile_expert = tile_expert;
+  ap.sorted_pairs = sorted_pairs;
+  ap.pairs = static_cast<int>(plan.pairs);
+  ap.experts = static_cast<int>(experts);
+  ap.expert_offset = static_cast<int>(a.expert_offset);
+  ap.tile_m = plan.tile_m;
+  const int align_smem = static_cast<int>(kAlignWarps * experts * 4);
+  HPC_RETURN_IF_ERROR(AllowSmem(reinterpret_cast<const void*>(&MoeAlignKernel), kAlignWarps * kMaxMoeCudaExperts * 4));
+  HPC_RETURN_IF_ERROR(Launch("fused_moe align launch", MoeAlignKernel, dim3(1), dim3(kAlignThreads), align_smem,
+                             stream, ap));
+
+  // 2. activation quant (fp8 with bf16 x)
+  const uint8_t* a_x = static_cast<const uint8_t*>(a.x.data);
+  const float* a_x_scale = block ? a.x_scale.ptr<const float>() : nullptr;
+  if (fp8 && a.x.dtype == DType::kBF16) {
+    QuantParams qp = {};
+    qp.x = a.x.ptr<const __nv_bfloat16>();
+    qp.xq = ws + plan.x_q;
+    qp.xq_scale = block ? reinterpret_cast<float*>(ws + plan.x_q_scale) : nullptr;
+    qp.static_scale = block ? nullptr : a.a13_scale.ptr<const float>();
+    qp.vectors = tokens * hidden / 8;
+    qp.hidden = static_cast<int>(hidden);
+    qp.block = block;
+    const dim3 grid(static_cast<unsigned>((qp.vectors + kQuantThreads - 1) / kQuantThreads));
+    HPC_RETURN_IF_ERROR(Launch("fused_moe quant launch", MoeQuantKernel, grid, dim3(kQuantThreads), 0, stream, qp));
+    a_x = qp.xq;
+    a_x_scale = qp.xq_scale;
+  }
+
+  // 3./4. grouped GEMMs
+  GemmParams up = {};
+  up.a = a_x;
+  up.a_scale = a_x_scale;
+  up.b = static_cast<const uint8_t*>(a.w13.data);
+  up.b_scale = fp8 ? a.w13_scale.ptr<const float>() : nullptr;
+  up.a_tensor_scale = a.quant == MoeQuant::kFp8Tensor ? a.a13_scale.ptr<const float>() : nullptr;
+  up.out_tensor_scale = a.quant == MoeQuant::kFp8Tensor ? a.a2_scale.ptr<const float>() : nullptr;
+  up.sorted_pairs = sorted_pairs;
+  up.tile_expert = tile_expert;
+  up.tile_count = header;
+  up.out = ws + plan.inter;
+  up.out_scale = block ? reinterpret_cast<float*>(ws + plan.inter_scale) : nullptr;
+  up.k_bytes = hidden * elem;
+  up.b_expert_bytes = 2 * inter * hidden * elem;
+  up.k_blocks = static_cast<int>(hidden / kMoeBlock);
+  up.n = static_cast<int>(inter);
+  up.top_k = static_cast<int>(top_k);
+
+  GemmParams down = up;
+  down.a = ws + plan.inter;
+  down.a_scale = up.out_scale;
+  down.b = static_cast<const uint8_t*>(a.w2.data);
+  down.b_scale = fp8 ? a.w2_scale.ptr<const float>() : nullptr;
+  down.a_tensor_scale = up.out_tensor_scale;
+  down.out_tensor_scale = nullptr;
+  down.out = ws + plan.down;
+  down.out_scale = nullptr;
+  down.k_bytes = inter * elem;
+  down.b_expert_bytes = hidden * inter * elem;
+  down.k_blocks = static_cast<int>(inter / kMoeBlock);
+  down.n = static_cast<int>(hidden);
+
+  if (plan.max_tiles > 0) {
+    switch (a.quant) {
+      case MoeQuant::kNone:
+        HPC_RETURN_IF_ERROR(DispatchTile<MoeQuant::kNone>(plan.tile_m, up, down, plan.max_tiles, stream));
+        break;
+      case MoeQuant::kFp8Tensor:
+        HPC_RETURN_IF_ERROR(DispatchTile<MoeQuant::kFp8Tensor>(plan.tile_m, up, down, plan.max_tiles, stream));
+        break;
+      default:
+        HPC_RETURN_IF_ERROR(DispatchTile<MoeQuant::kFp8Block128>(plan.tile_m, up, down, plan.max_tiles, stream));
+    }
+  }
+
+  // 5. reduce
+  ReduceParams rp = {};
+  rp.down = reinterpret_cast<const float*>(ws + plan.down);
+  rp.weights = a.topk_weights.ptr<const float>();
+  rp.ids = a.topk_ids.ptr<const int32_t>();
+  rp.shared = a.shared_output.present() ? a.shared_output.ptr<const __nv_bfloat16>() : nullptr;
+  rp.out = a.out.ptr<__nv_bfloat16>();
+  rp.hidden = static_cast<int>(hidden);
+  rp.top_k = static_cast<int>(top_k);
+  rp.experts = static_cast<int>(experts);
+  rp.expert_offset = static_cast<int>(a.expert_offset);
+  const dim3 grid(static_cast<unsigned>(tokens), static_cast<unsigned>((hidden / 8 + kReduceThreads - 1) / kReduceThreads));
+  return Launch("fused_moe reduce launch", MoeReduceKernel, grid, dim3(kReduceThreads), 0, stream, rp);
 }
 
 }  // namespace hpc

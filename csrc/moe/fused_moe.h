@@ -32,13 +32,25 @@ struct FusedMoeArgs {
   TensorView topk_ids;       // [T, k] int32 (global expert ids)
   TensorView shared_output;  // optional [T, H] bf16, added to y
   TensorView out;            // [T, H] bf16, written
+  TensorView workspace;      // CUDA path: uint8 [>= FusedMoeWorkspaceBytes(...)] scratch; the CPU path ignores it
   MoeQuant quant = MoeQuant::kNone;
   MoeActivation activation = MoeActivation::kSilu;
   int64_t expert_offset = 0;
   int64_t num_experts_global = 0;  // ids must be < this (0: E + expert_offset)
 };
 
+// The CUDA pipeline's M tile (rows of one expert per grouped-GEMM tile) and the scratch it needs. One source of
+// truth for both (see fused_moe_plan.h): pure functions of the shapes, so XLA / CUDA graphs can size the
+// workspace at trace time. `experts` = local experts E (w13.shape[0]).
+int FusedMoeTileM(int64_t tokens, int64_t top_k, int64_t experts, MoeQuant quant);
+int64_t FusedMoeWorkspaceBytes(int64_t tokens, int64_t top_k, int64_t experts, int64_t hidden, int64_t inter,
+                               MoeQuant quant);
+
 Status ValidateFusedMoe(const FusedMoeArgs& args);
+// ValidateFusedMoe plus what the CUDA pipeline needs on top: H and I multiples of 64, E <= kMaxMoeCudaExperts,
+// a large enough workspace.
+Status ValidateFusedMoeCuda(const FusedMoeArgs& args);
+constexpr int kMaxMoeCudaExperts = 1024;
 Status FusedMoeCuda(const FusedMoeArgs& args, cudaStream_t stream);
 Status FusedMoeCpu(const FusedMoeArgs& args);
 

@@ -1,7 +1,9 @@
+#include <cstdint>
 #include <string>
 
 #include "csrc/common/check.h"
 #include "csrc/moe/fused_moe.h"
+#include "csrc/moe/fused_moe_plan.h"
 
 namespace hpc {
 namespace {
@@ -119,6 +121,51 @@ Status ValidateFusedMoe(const FusedMoeArgs& a) {
   }
   HPC_RETURN_IF_ERROR(c.Dense("out", a.out, "[T, H]", {DType::kBF16}, {{tokens, "T, from x"}, {hidden, "H, from x"}},
                               "x", a.x));
+  return Status::Ok();
+}
+
+int FusedMoeTileM(int64_t tokens, int64_t top_k, int64_t experts, MoeQuant quant) {
+  (void)quant;
+  return moe::TileM(tokens, top_k, experts);
+}
+
+int64_t FusedMoeWorkspaceBytes(int64_t tokens, int64_t top_k, int64_t experts, int64_t hidden, int64_t inter,
+                               MoeQuant quant) {
+  return moe::MakeMoePlan(tokens, top_k, experts, hidden, inter, quant).total;
+}
+
+Status ValidateFusedMoeCuda(const FusedMoeArgs& a) {
+  HPC_RETURN_IF_ERROR(ValidateFusedMoe(a));
+  ArgCheck c("fused_moe");
+  const int64_t tokens = a.x.shape[0], hidden = a.x.shape[1], experts = a.w13.shape[0], inter = a.w13.shape[1] / 2;
+  if (hidden % 64 != 0) return c.Fail("the CUDA path needs H (x.shape[1]) to be a multiple of 64; got " + std::to_string(hidden));
+  if (inter % 64 != 0) {
+    return c.Fail("the CUDA path needs I (w13.shape[1] / 2) to be a multiple of 64; got " + std::to_string(inter));
+  }
+  if (experts > kMaxMoeCudaExperts) {
+    return c.Fail("the CUDA path supports at most " + std::to_string(kMaxMoeCudaExperts) +
+                  " local experts (w13.shape[0]); got " + std::to_string(experts));
+  }
+  if (tokens * a.topk_ids.shape[1] > (int64_t{1} << 30)) {
+    return c.Fail("T * top_k must be < 2^30 on the CUDA path; got " + std::to_string(tokens * a.topk_ids.shape[1]));
+  }
+  // cp.async / vector loads move 16 bytes: the operands' base addresses must be 16-byte aligned.
+  for (const auto& [name, t] : {std::pair<const char*, const TensorView*>{"x", &a.x}, {"w13", &a.w13}, {"w2", &a.w2},
+                                {"shared_output", &a.shared_output}, {"out", &a.out}}) {
+    if (t->present() && reinterpret_cast<uintptr_t>(t->data) % 16 != 0) {
+      return c.Fail(std::string(name) + " must be 16-byte aligned on the CUDA path (a sliced view? pass a copy)");
+    }
+  }
+  const int64_t need = FusedMoeWorkspaceBytes(tokens, a.topk_ids.shape[1], experts, hidden, inter, a.quant);
+  HPC_RETURN_IF_ERROR(c.Required("workspace", a.workspace, 1, "[fused_moe_workspace_size] uint8"));
+  HPC_RETURN_IF_ERROR(c.Dtype("workspace", a.workspace, {DType::kU8}));
+  HPC_RETURN_IF_ERROR(c.Contiguous("workspace", a.workspace));
+  HPC_RETURN_IF_ERROR(c.SameDevice("workspace", a.workspace, "x", a.x));
+  if (a.workspace.shape[0] < need) {
+    return c.Fail("workspace must hold " + std::to_string(need) + " bytes (fused_moe_workspace_size); got " +
+                  std::to_string(a.workspace.shape[0]));
+  }
+  if (reinterpret_cast<uintptr_t>(a.workspace.data) % 256 != 0) return c.Fail("workspace must be 256-byte aligned");
   return Status::Ok();
 }
 

@@ -1,8 +1,9 @@
 // rope_norm on sm_90a: one memory-bound pass. Each (token, head) row of q, k and v is owned by a group of G
-// lanes, 8 elements (16 bytes) per lane; a token's rows are adjacent so its position, slot and cos/sin row
-// stay in L1. Per row: 16-byte load -> [RMSNorm: group shuffle-sum] -> RoPE (neox partners exchanged by
-// shuffles, or through shared memory when rotary_dim/2 is not a multiple of 8) -> [RMSNorm] -> store q (or
-// fp8 q + per-row scale), or K/V straight into their paged-cache slot (fp8: saturated x/scale).
+// lanes, 8 elements (16 bytes) per lane; a group holds up to 4 rows of one token, so the token's position,
+// slot and cos/sin row are loaded once and all its loads are in flight together. Per row: 16-byte load ->
+// [RMSNorm: group shuffle-sum] -> RoPE (neox partners exchanged by shuffles, or through shared memory when
+// rotary_dim/2 is not a multiple of 8) -> [RMSNorm] -> store q (or fp8 q + per-row scale), or K/V straight into
+// their paged-cache slot (fp8: saturated x/scale).
 #include <cuda_runtime.h>
 
 #include <cstdint>
@@ -46,7 +47,9 @@ struct RopeNormParams {
   const float* k_scale;
   const float* v_scale;
   float eps;
+  float inv_head_dim;  // mean(x^2) as a product: a division per row was a visible share of the instructions
   int tokens, num_q_heads, num_kv_heads, head_dim, rotary_dim;
+  int groups_per_token;  // lane groups sharing one token's Hq + 2 Hkv rows
   bool positions_i64, slots_i64;
   DType cos_sin_dtype, q_norm_dtype, k_norm_dtype;
   bool neox, norm_before_rope;
@@ -80,7 +83,7 @@ __device__ __forceinline__ void LoadWeight8(const void* w, DType dtype, int firs
 // RMSNorm over the row held by the group. All lanes call it (shuffles); only `apply` rows change.
 template <int G>
 __device__ __forceinline__ void RmsNormRow(float (&x)[8], bool apply, const void* w, DType w_dtype, int lane,
-                                           int head_dim, float eps) {
+                                           float inv_head_dim, float eps) {
   float ss = 0.0f;
 #pragma unroll
   for (int i = 0; i < kVec; ++i) ss += x[i] * x[i];
@@ -88,13 +91,14 @@ __device__ __forceinline__ void RmsNormRow(float (&x)[8], bool apply, const void
   if (!apply) return;
   float wv[8];
   LoadWeight8(w, w_dtype, lane * kVec, wv);
-  const float inv = rsqrtf(ss / static_cast<float>(head_dim) + eps);
+  const float inv = rsqrtf(ss * inv_head_dim + eps);
 #pragma unroll
   for (int i = 0; i < kVec; ++i) x[i] = x[i] * inv * wv[i];
 }
 
 // cos/sin for this lane's 8 elements: element e uses index e (neox, e < rot/2), e - rot/2 (neox, second half)
-// or e/2 (gptj).
+// or e/2 (gptj). The rotation's sign is folded into s here, once per token: y = x c + partner s, where s is
+// negated for the element that takes -partner (neox first half, gptj even elements).
 __device__ __forceinline__ void LoadCosSin(const RopeNormParams& p, int64_t pos, int lane, float (&c)[8],
                                            float (&s)[8]) {
   const int half = p.rotary_dim / 2;
@@ -103,19 +107,23 @@ __device__ __forceinline__ void LoadCosSin(const RopeNormParams& p, int64_t pos,
   if (p.fast_rope) {
     const float* base = static_cast<const float*>(p.cos_sin) + row;
     if (p.neox) {
+      if (first >= p.rotary_dim) return;  // lane outside the rotary part
       const int idx = first < half ? first : first - half;
       const float4 c0 = *reinterpret_cast<const float4*>(base + idx);
       const float4 c1 = *reinterpret_cast<const float4*>(base + idx + 4);
       const float4 s0 = *reinterpret_cast<const float4*>(base + half + idx);
       const float4 s1 = *reinterpret_cast<const float4*>(base + half + idx + 4);
+      const float sign = first < half ? -1.0f : 1.0f;
       c[0] = c0.x, c[1] = c0.y, c[2] = c0.z, c[3] = c0.w, c[4] = c1.x, c[5] = c1.y, c[6] = c1.z, c[7] = c1.w;
-      s[0] = s0.x, s[1] = s0.y, s[2] = s0.z, s[3] = s0.w, s[4] = s1.x, s[5] = s1.y, s[6] = s1.z, s[7] = s1.w;
+      s[0] = sign * s0.x, s[1] = sign * s0.y, s[2] = sign * s0.z, s[3] = sign * s0.w;
+      s[4] = sign * s1.x, s[5] = sign * s1.y, s[6] = sign * s1.z, s[7] = sign * s1.w;
     } else {
+      if (first >= p.rotary_dim) return;
       const float4 c0 = *reinterpret_cast<const float4*>(base + first / 2);
       const float4 s0 = *reinterpret_cast<const float4*>(base + half + first / 2);
       const float cv[4] = {c0.x, c0.y, c0.z, c0.w}, sv[4] = {s0.x, s0.y, s0.z, s0.w};
 #pragma unroll
-      for (int i = 0; i < kVec; ++i) c[i] = cv[i / 2], s[i] = sv[i / 2];
+      for (int i = 0; i < kVec; ++i) c[i] = cv[i / 2], s[i] = (i % 2 == 0 ? -1.0f : 1.0f) * sv[i / 2];
     }
     return;
   }
@@ -124,15 +132,16 @@ __device__ __forceinline__ void LoadCosSin(const RopeNormParams& p, int64_t pos,
     const int e = first + i;
     int idx = p.neox ? (e < half ? e : e - half) : e / 2;
     if (e >= p.rotary_dim) idx = 0;  // not rotated; any valid index
+    const bool negate = p.neox ? e < half : e % 2 == 0;
     c[i] = LoadAny(p.cos_sin, p.cos_sin_dtype, row + idx);
-    s[i] = LoadAny(p.cos_sin, p.cos_sin_dtype, row + half + idx);
+    s[i] = (negate ? -1.0f : 1.0f) * LoadAny(p.cos_sin, p.cos_sin_dtype, row + half + idx);
   }
 }
 
 // Rotary embedding of the group's row. All lanes call it (shuffles / __syncwarp); only `apply` rows change.
 template <int G>
-__device__ __forceinline__ void RopeRow(const RopeNormParams& p, float (&x)[8], bool apply, int64_t pos, int lane,
-                                        float* exchange) {
+__device__ __forceinline__ void RopeRow(const RopeNormParams& p, float (&x)[8], bool apply, const float (&c)[8],
+                                        const float (&s)[8], int lane, float* exchange) {
   float partner[8];
   const int half = p.rotary_dim / 2;
   const int first = lane * kVec;
@@ -157,94 +166,107 @@ __device__ __forceinline__ void RopeRow(const RopeNormParams& p, float (&x)[8], 
     }
   }
   if (!apply) return;
-  float c[8], s[8];
-  LoadCosSin(p, pos, lane, c, s);
+  if (p.fast_rope) {
+    // rot/2 is a multiple of 8 (neox) or 4 (gptj): a lane is wholly inside or outside the rotary part
+    if (first >= p.rotary_dim) return;
+#pragma unroll
+    for (int i = 0; i < kVec; ++i) {
+      const float other = p.neox ? partner[i] : ((i % 2 == 0) ? x[i + 1] : x[i - 1]);
+      partner[i] = x[i] * c[i] + other * s[i];
+    }
+#pragma unroll
+    for (int i = 0; i < kVec; ++i) x[i] = partner[i];
+    return;
+  }
   float y[8];
 #pragma unroll
   for (int i = 0; i < kVec; ++i) {
-    const int e = first + i;
-    if (p.neox) {
-      const float sign = e < half ? -1.0f : 1.0f;
-      y[i] = x[i] * c[i] + sign * partner[i] * s[i];
-    } else {
-      // pairs (2j, 2j+1) sit in the same lane: i even -> partner i+1, i odd -> partner i-1
-      const float other = (i % 2 == 0) ? x[i + 1] : x[i - 1];
-      const float sign = (i % 2 == 0) ? -1.0f : 1.0f;
-      y[i] = x[i] * c[i] + sign * other * s[i];
-    }
-    if (e >= p.rotary_dim) y[i] = x[i];
+    // gptj: pairs (2j, 2j+1) sit in the same lane: i even -> partner i+1, i odd -> partner i-1
+    const float other = p.neox ? partner[i] : ((i % 2 == 0) ? x[i + 1] : x[i - 1]);
+    y[i] = first + i < p.rotary_dim ? x[i] * c[i] + other * s[i] : x[i];
   }
 #pragma unroll
   for (int i = 0; i < kVec; ++i) x[i] = y[i];
 }
 
-// One row's identity: which tensor (q / k / v), token and head; `active` lanes hold real elements.
+// One row's identity within its token: q head, k head or v head.
 struct RowRef {
-  uint32_t token;
   int head;
-  bool is_q, is_k, in_range;
+  bool is_q, is_k, exists;
 };
 
-__device__ __forceinline__ RowRef DecodeRow(const RopeNormParams& p, uint32_t row) {
-  const uint32_t rows_per_token = p.num_q_heads + 2 * p.num_kv_heads;
+__device__ __forceinline__ RowRef DecodeRow(const RopeNormParams& p, int j) {
   RowRef r;
-  r.token = row / rows_per_token;
-  const int j = static_cast<int>(row - r.token * rows_per_token);
-  r.in_range = r.token < static_cast<uint32_t>(p.tokens);
+  r.exists = j < p.num_q_heads + 2 * p.num_kv_heads;
   r.is_q = j < p.num_q_heads;
   r.is_k = !r.is_q && j < p.num_q_heads + p.num_kv_heads;
   r.head = r.is_q ? j : (r.is_k ? j - p.num_q_heads : j - p.num_q_heads - p.num_kv_heads);
   return r;
 }
 
-// Each group of G lanes owns kRows consecutive rows. All their loads are issued before any math, so a thread
-// keeps kRows 16-byte loads (plus the index loads) in flight: the kernel is latency-bound otherwise.
+// Token-major: a group of G lanes owns kRows rows of ONE token (rows j, j+S, j+2S, ... of its Hq+2Hkv rows,
+// S = groups_per_token), so the token's position, slot and cos/sin are loaded once per thread and shared by its
+// rows. Every load -- indices, kRows 16-byte row vectors, then cos/sin as soon as the position arrives -- is
+// issued before any math: the kernel is latency-bound unless each thread keeps several loads in flight
+// (bench/NOTES.md v1-v4).
 template <int G, int kRows, typename T, bool kFp8Cache, bool kFp8Q>
-__global__ void __launch_bounds__(kThreads) RopeNormKernel(const __grid_constant__ RopeNormParams p) {
+__global__ void __launch_bounds__(kThreads, 3) RopeNormKernel(const __grid_constant__ RopeNormParams p) {
   __shared__ __align__(16) float exchange[kThreads * kVec];
   const int lane = threadIdx.x % G;
-  const uint32_t first_row = (blockIdx.x * (kThreads / G) + threadIdx.x / G) * kRows;
+  const uint32_t group = blockIdx.x * (kThreads / G) + threadIdx.x / G;
+  const uint32_t token = group / p.groups_per_token;
+  const int first_row = static_cast<int>(group - token * p.groups_per_token);
+  const bool token_ok = token < static_cast<uint32_t>(p.tokens);
   const bool lane_has_data = lane * kVec < p.head_dim;
 
+  PdlWait();  // inputs may come from the previous kernel in the stream
+  const int64_t pos = token_ok ? LoadIndex(p.positions, p.positions_i64, token) : 0;
+  const int64_t slot = token_ok ? LoadIndex(p.slot_mapping, p.slots_i64, token) : -1;
   RowRef rows[kRows];
   float x[kRows][8];
-  int64_t pos[kRows], slot[kRows];
-  PdlWait();  // inputs may come from the previous kernel in the stream
+  bool any_rotated = false;
 #pragma unroll
   for (int k = 0; k < kRows; ++k) {
-    rows[k] = DecodeRow(p, first_row + k);
+    rows[k] = DecodeRow(p, first_row + k * p.groups_per_token);
     const RowRef& r = rows[k];
 #pragma unroll
     for (int i = 0; i < kVec; ++i) x[k][i] = 0.0f;
-    pos[k] = 0;
-    slot[k] = -1;
-    if (!r.in_range) continue;
-    if (lane_has_data) {
-      const T* src = r.is_q ? static_cast<const T*>(p.q) + r.token * p.q_stride_t + r.head * p.q_stride_h
-                   : r.is_k ? static_cast<const T*>(p.k) + r.token * p.k_stride_t + r.head * p.k_stride_h
-                            : static_cast<const T*>(p.v) + r.token * p.v_stride_t + r.head * p.v_stride_h;
-      LoadVec8(src + lane * kVec, x[k]);
-    }
-    if (r.is_q || r.is_k) pos[k] = LoadIndex(p.positions, p.positions_i64, r.token);
-    if (!r.is_q) slot[k] = LoadIndex(p.slot_mapping, p.slots_i64, r.token);
+    if (!token_ok || !r.exists) continue;
+    any_rotated = any_rotated || r.is_q || r.is_k;
+    if (!lane_has_data) continue;
+    const T* src = r.is_q ? static_cast<const T*>(p.q) + token * p.q_stride_t + r.head * p.q_stride_h
+                 : r.is_k ? static_cast<const T*>(p.k) + token * p.k_stride_t + r.head * p.k_stride_h
+                          : static_cast<const T*>(p.v) + token * p.v_stride_t + r.head * p.v_stride_h;
+    LoadVec8(src + lane * kVec, x[k]);
   }
+  // Out-of-range positions (only possible without HPC_XLA_CHECK) make q/k rows NaN rather than read outside
+  // cos_sin_cache; out-of-range slots are not written.
+  const bool pos_ok = pos >= 0 && pos < p.max_pos;
+  // the token's K/V rows in the paged cache (head 0), once per thread; -1: not written
+  int64_t k_dst = -1, v_dst = -1;
+  if (slot >= 0 && slot < p.num_slots) {
+    const int64_t block = p.num_slots <= INT32_MAX ? static_cast<uint32_t>(slot) / static_cast<uint32_t>(p.page_size)
+                                                   : slot / p.page_size;
+    const int64_t in_page = slot - block * p.page_size;
+    k_dst = block * p.k_cache_stride_b + in_page * p.k_cache_stride_p;
+    v_dst = block * p.v_cache_stride_b + in_page * p.v_cache_stride_p;
+  }
+  float c[8] = {}, s[8] = {};
+  if (any_rotated && pos_ok && lane_has_data) LoadCosSin(p, pos, lane, c, s);
   PdlLaunchDependents();
 
 #pragma unroll
   for (int k = 0; k < kRows; ++k) {
     const RowRef& r = rows[k];
     const bool is_v = !r.is_q && !r.is_k;
-    const bool active = r.in_range && lane_has_data;
-    // Out-of-range positions (only possible without HPC_XLA_CHECK) make the row NaN rather than read outside
-    // cos_sin_cache; out-of-range slots are not written.
-    const bool pos_ok = pos[k] >= 0 && pos[k] < p.max_pos;
+    const bool active = token_ok && r.exists && lane_has_data;
     const void* w = r.is_q ? p.q_norm_weight : (r.is_k ? p.k_norm_weight : nullptr);
     const DType w_dtype = r.is_q ? p.q_norm_dtype : p.k_norm_dtype;
     const bool normalize = active && w != nullptr;
-    if (p.norm_before_rope) RmsNormRow<G>(x[k], normalize, w, w_dtype, lane, p.head_dim, p.eps);
+    if (p.norm_before_rope) RmsNormRow<G>(x[k], normalize, w, w_dtype, lane, p.inv_head_dim, p.eps);
     if (k > 0) __syncwarp();  // the shared-memory exchange buffer is reused row after row
-    RopeRow<G>(p, x[k], active && !is_v && pos_ok, pos[k], lane, exchange);
-    if (!p.norm_before_rope) RmsNormRow<G>(x[k], normalize, w, w_dtype, lane, p.head_dim, p.eps);
+    RopeRow<G>(p, x[k], active && !is_v && pos_ok, c, s, lane, exchange);
+    if (!p.norm_before_rope) RmsNormRow<G>(x[k], normalize, w, w_dtype, lane, p.inv_head_dim, p.eps);
     if (!is_v && !pos_ok) {
 #pragma unroll
       for (int i = 0; i < kVec; ++i) x[k][i] = __int_as_float(0x7fc00000);
@@ -258,20 +280,17 @@ __global__ void __launch_bounds__(kThreads) RopeNormKernel(const __grid_constant
     }
     if (!active) continue;
     if (r.is_q) {
-      const int64_t off = r.token * p.q_out_stride_t + r.head * p.q_out_stride_h + lane * kVec;
+      const int64_t off = token * p.q_out_stride_t + r.head * p.q_out_stride_h + lane * kVec;
       if constexpr (kFp8Q) {
         StoreE4M3x8(static_cast<uint8_t*>(p.q_out) + off, x[k], q_scale);
-        if (lane == 0) p.q_scale[r.token * p.num_q_heads + r.head] = q_scale;
+        if (lane == 0) p.q_scale[token * p.num_q_heads + r.head] = q_scale;
       } else {
         StoreVec8(static_cast<T*>(p.q_out) + off, x[k]);
       }
       continue;
     }
-    if (slot[k] < 0 || slot[k] >= p.num_slots) continue;
-    const int64_t block = slot[k] / p.page_size, in_page = slot[k] % p.page_size;
-    const int64_t off = r.is_k
-        ? block * p.k_cache_stride_b + in_page * p.k_cache_stride_p + r.head * p.k_cache_stride_h
-        : block * p.v_cache_stride_b + in_page * p.v_cache_stride_p + r.head * p.v_cache_stride_h;
+    if (k_dst < 0) continue;
+    const int64_t off = r.is_k ? k_dst + r.head * p.k_cache_stride_h : v_dst + r.head * p.v_cache_stride_h;
     void* cache = r.is_k ? p.k_cache : p.v_cache;
     if constexpr (kFp8Cache) {
       StoreE4M3x8(static_cast<uint8_t*>(cache) + off + lane * kVec, x[k], r.is_k ? *p.k_scale : *p.v_scale);
@@ -290,15 +309,24 @@ __global__ void RopeNormIndexCheckKernel(RopeNormParams p, unsigned long long* f
   if (pos < 0 || pos >= p.max_pos || slot < -1 || slot >= p.num_slots) atomicMin(first_bad, t);
 }
 
-// Rows per lane group. 1 (default, 64 registers) measured faster on the H200 than 4 (114 registers, four
-// loads in flight per thread): 412 vs 557 us at T=16384, 64/8/128 (bench/NOTES.md). HPC_XLA_ROPE_ROWS=4
-// selects the 4-row variant for A/B measurements.
-int RowsPerGroup() {
-  static const int rows = [] {
+// Rows per lane group. Several rows per thread amortize the token's index/cos-sin loads and the per-row setup,
+// but serialize the rows' math: a small batch (too few threads to fill the GPU twice) takes 1 row per group
+// (T=1: 2.1 us vs 5.2 us with 4). Otherwise the most of {4, 2} that leaves at most 1/8 of the token's row
+// slots idle (64/8 heads: 80 rows = 20 groups x 4; 8/1: 10 rows = 5 groups x 2). HPC_XLA_ROPE_ROWS=1|2|4
+// forces one for A/B runs.
+int RowsPerGroup(int64_t tokens, int rows_per_token, int group_lanes, int sms) {
+  static const int forced = [] {
     const char* v = std::getenv("HPC_XLA_ROPE_ROWS");
-    return v != nullptr && std::atoi(v) == 4 ? 4 : 1;
+    const int r = v == nullptr ? 0 : std::atoi(v);
+    return r == 1 || r == 2 || r == 4 ? r : 0;
   }();
-  return rows;
+  if (forced != 0) return forced;
+  for (int r : {4, 2}) {
+    const int64_t groups = (rows_per_token + r - 1) / r;
+    const bool fills = tokens * groups * group_lanes >= 2 * static_cast<int64_t>(sms) * 2048;
+    if (fills && 8 * (groups * r - rows_per_token) <= rows_per_token) return r;
+  }
+  return 1;
 }
 
 template <int G, int R, typename T, bool kFp8Cache, bool kFp8Q>
@@ -314,12 +342,12 @@ void* PickKernel(bool fp8_cache, bool fp8_q) {
 
 template <int G>
 void* PickKernel(int rows, DType dtype, bool fp8_cache, bool fp8_q) {
-  if (rows == 1) {
-    return dtype == DType::kBF16 ? PickKernel<G, 1, __nv_bfloat16>(fp8_cache, fp8_q)
-                                 : PickKernel<G, 1, __half>(fp8_cache, fp8_q);
+  const bool bf16 = dtype == DType::kBF16;
+  switch (rows) {
+    case 1: return bf16 ? PickKernel<G, 1, __nv_bfloat16>(fp8_cache, fp8_q) : PickKernel<G, 1, __half>(fp8_cache, fp8_q);
+    case 2: return bf16 ? PickKernel<G, 2, __nv_bfloat16>(fp8_cache, fp8_q) : PickKernel<G, 2, __half>(fp8_cache, fp8_q);
+    default: return bf16 ? PickKernel<G, 4, __nv_bfloat16>(fp8_cache, fp8_q) : PickKernel<G, 4, __half>(fp8_cache, fp8_q);
   }
-  return dtype == DType::kBF16 ? PickKernel<G, 4, __nv_bfloat16>(fp8_cache, fp8_q)
-                               : PickKernel<G, 4, __half>(fp8_cache, fp8_q);
 }
 
 int GroupLanes(int head_dim) {
@@ -369,6 +397,7 @@ RopeNormParams MakeParams(const RopeNormArgs& a) {
   p.k_scale = a.k_scale.present() ? a.k_scale.ptr<const float>() : nullptr;
   p.v_scale = a.v_scale.present() ? a.v_scale.ptr<const float>() : nullptr;
   p.eps = a.eps;
+  p.inv_head_dim = 1.0f / static_cast<float>(a.q.shape[2]);
   p.tokens = static_cast<int>(a.q.shape[0]);
   p.num_q_heads = static_cast<int>(a.q.shape[1]);
   p.num_kv_heads = static_cast<int>(a.k.shape[1]);
@@ -430,14 +459,16 @@ Status RopeNormCuda(const RopeNormArgs& a, cudaStream_t stream) {
                                 {"q_norm_weight", &a.q_norm_weight}, {"k_norm_weight", &a.k_norm_weight}}) {
     if (t->present()) HPC_RETURN_IF_ERROR(CheckVectorAligned(name, *t));
   }
-  const RopeNormParams p = MakeParams(a);
+  RopeNormParams p = MakeParams(a);
   if (p.tokens == 0) return Status::Ok();
   if (DeviceChecksEnabled()) HPC_RETURN_IF_ERROR(CheckIndicesOnDevice(p, stream, a.q.device_id));
 
   const int g = GroupLanes(p.head_dim);
   const bool fp8_cache = a.k_cache.dtype == DType::kF8E4M3, fp8_q = a.q_out.dtype == DType::kF8E4M3;
   void* kernel = nullptr;
-  const int rows_per_group = RowsPerGroup();
+  const int rows_per_token = p.num_q_heads + 2 * p.num_kv_heads;
+  const int rows_per_group = RowsPerGroup(p.tokens, rows_per_token, g, MultiprocessorCount(a.q.device_id));
+  p.groups_per_token = (rows_per_token + rows_per_group - 1) / rows_per_group;
   switch (g) {
     case 2: kernel = PickKernel<2>(rows_per_group, a.q.dtype, fp8_cache, fp8_q); break;
     case 4: kernel = PickKernel<4>(rows_per_group, a.q.dtype, fp8_cache, fp8_q); break;
@@ -445,9 +476,9 @@ Status RopeNormCuda(const RopeNormArgs& a, cudaStream_t stream) {
     case 16: kernel = PickKernel<16>(rows_per_group, a.q.dtype, fp8_cache, fp8_q); break;
     default: kernel = PickKernel<32>(rows_per_group, a.q.dtype, fp8_cache, fp8_q); break;
   }
-  const int64_t rows = static_cast<int64_t>(p.tokens) * (p.num_q_heads + 2 * p.num_kv_heads);
-  const int rows_per_block = kThreads / g * rows_per_group;
-  const dim3 grid(static_cast<unsigned>((rows + rows_per_block - 1) / rows_per_block));
+  const int64_t groups = static_cast<int64_t>(p.tokens) * p.groups_per_token;
+  const int groups_per_block = kThreads / g;
+  const dim3 grid(static_cast<unsigned>((groups + groups_per_block - 1) / groups_per_block));
   using KernelFn = void (*)(RopeNormParams);
   return Launch("rope_norm kernel launch", reinterpret_cast<KernelFn>(kernel), grid, dim3(kThreads), 0, stream, p);
 }

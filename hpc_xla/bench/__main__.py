@@ -1,4 +1,4 @@
-"""python -m hpc_xla.bench <suite> [--out results.json]   (suites: rope_norm, decode)"""
+"""python -m hpc_xla.bench <suite> [--out results.json]   (suites: rope_norm, decode, moe)"""
 
 import argparse
 import sys
@@ -6,7 +6,7 @@ import sys
 
 def main(argv=None):
     ap = argparse.ArgumentParser(prog="python -m hpc_xla.bench", description=__doc__)
-    ap.add_argument("suite", choices=["rope_norm", "decode"])
+    ap.add_argument("suite", choices=["rope_norm", "decode", "moe"])
     ap.add_argument("--out", default=None, help="write the full results as JSON here")
     ap.add_argument("--tokens", default=None, help="comma-separated token counts (default: the suite's)")
     args = ap.parse_args(argv)
@@ -23,6 +23,10 @@ def main(argv=None):
         from hpc_xla.bench import decode
 
         decode.run(args)
+    elif args.suite == "moe":
+        from hpc_xla.bench import moe
+
+        moe.run(args)
     return 0
 
 

@@ -5,6 +5,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from hpc_xla import _options
+from hpc_xla._ext import ext
 from hpc_xla.jax import _ffi
 
 
@@ -52,9 +53,15 @@ def fused_moe(x, w13, w2, topk_weights=None, topk_ids=None, *, quant=None, w13_s
     if _options.routing_inputs(topk_weights, topk_ids, router_logits, route_kwargs):
         top_k = route_kwargs.pop("top_k")
         topk_weights, topk_ids = moe_route(router_logits, top_k, **route_kwargs)
-    call = jax.ffi.ffi_call("hpc_xla_fused_moe", jax.ShapeDtypeStruct(x.shape, jnp.bfloat16),
+    # The CUDA pipeline's scratch is an extra result (XLA allocates it; handlers never allocate); dropped here.
+    # The CPU handler ignores it (its size is the CUDA one: shapes must not depend on the platform).
+    workspace = ext().fused_moe_workspace_size(x.shape[0], topk_ids.shape[-1], w13.shape[0], x.shape[-1],
+                                               w13.shape[1] // 2, _options.moe_quant_code(quant))
+    call = jax.ffi.ffi_call("hpc_xla_fused_moe", (jax.ShapeDtypeStruct(x.shape, jnp.bfloat16),
+                                                  jax.ShapeDtypeStruct((workspace,), jnp.uint8)),
                             vmap_method="sequential")
-    return call(x, _ffi.optional(x_scale), w13, w2, _ffi.optional(w13_scale), _ffi.optional(w2_scale),
+    out, _ = call(x, _ffi.optional(x_scale), w13, w2, _ffi.optional(w13_scale), _ffi.optional(w2_scale),
                 _ffi.f32_scalar(a13_scale), _ffi.f32_scalar(a2_scale), topk_weights, topk_ids,
                 _ffi.optional(shared_output), quant=np.int32(_options.moe_quant_code(quant)),
                 expert_offset=np.int64(expert_offset), num_experts_global=np.int64(num_experts_global or 0))
+    return out

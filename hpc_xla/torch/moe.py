@@ -38,27 +38,45 @@ def moe_route(router_logits, top_k, *, scoring="softmax", renormalize=True, num_
 
 
 def _fused_impl(x, x_scale, w13, w2, w13_scale, w2_scale, a13_scale, a2_scale, topk_weights, topk_ids, shared_output,
-                out, quant, expert_offset, num_experts_global):
+                out, workspace, quant, expert_offset, num_experts_global):
     ext().fused_moe(x, x_scale, w13, w2, w13_scale, w2_scale, a13_scale, a2_scale, topk_weights, topk_ids,
-                    shared_output, out, quant, expert_offset, num_experts_global)
+                    shared_output, out, workspace, quant, expert_offset, num_experts_global)
 
 
 fused_moe_op = define(
     "fused_moe(Tensor x, Tensor? x_scale, Tensor w13, Tensor w2, Tensor? w13_scale, Tensor? w2_scale, "
     "Tensor? a13_scale, Tensor? a2_scale, Tensor topk_weights, Tensor topk_ids, Tensor? shared_output, "
-    "Tensor(a!) out, int quant, int expert_offset, int num_experts_global) -> ()", _fused_impl, _fake)
+    "Tensor(a!) out, Tensor(b!) workspace, int quant, int expert_offset, int num_experts_global) -> ()",
+    _fused_impl, _fake)
+
+
+def fused_moe_workspace_size(tokens, top_k, num_experts, hidden, inter, quant=None):
+    """Bytes of the uint8 workspace the CUDA fused_moe needs: a pure function of the shapes (num_experts = the
+    LOCAL experts, w13.shape[0]; inter = I). Allocate it once for the largest T you will run (a workspace for
+    more tokens serves fewer) and pass it as `workspace=`, e.g. inside a CUDA graph."""
+    return int(ext().fused_moe_workspace_size(int(tokens), int(top_k), int(num_experts), int(hidden), int(inter),
+                                              _options.moe_quant_code(quant)))
 
 
 def fused_moe(x, w13, w2, topk_weights=None, topk_ids=None, *, quant=None, w13_scale=None, w2_scale=None,
               a13_scale=None, a2_scale=None, x_scale=None, expert_offset=0, num_experts_global=None,
-              activation="silu", shared_output=None, router_logits=None, out=None, **route_kwargs):
-    """One MoE layer (see hpc_xla.jax.fused_moe). `out`: optional preallocated [T, H] bfloat16."""
+              activation="silu", shared_output=None, router_logits=None, out=None, workspace=None, **route_kwargs):
+    """One MoE layer (see hpc_xla.jax.fused_moe). `out`: optional preallocated [T, H] bfloat16. `workspace`:
+    optional uint8 scratch of >= fused_moe_workspace_size(...) bytes for CUDA tensors (else allocated here
+    with torch.empty on x's device: the caching allocator, fine under CUDA-graph capture); unused on CPU."""
     _options.check_activation(activation)
     if _options.routing_inputs(topk_weights, topk_ids, router_logits, route_kwargs):
         top_k = route_kwargs.pop("top_k")
         topk_weights, topk_ids = moe_route(router_logits, top_k, **route_kwargs)
     if out is None:
         out = torch.empty(x.shape, dtype=torch.bfloat16, device=x.device)
+    if workspace is None:
+        size = 0
+        if x.device.type == "cuda":
+            size = fused_moe_workspace_size(x.shape[0], topk_ids.shape[-1], w13.shape[0], x.shape[-1],
+                                            w13.shape[1] // 2, quant)
+        workspace = torch.empty(size, dtype=torch.uint8, device=x.device)
     fused_moe_op(x, x_scale, w13, w2, w13_scale, w2_scale, a13_scale, a2_scale, topk_weights, topk_ids,
-                 shared_output, out, _options.moe_quant_code(quant), int(expert_offset), int(num_experts_global or 0))
+                 shared_output, out, workspace, _options.moe_quant_code(quant), int(expert_offset),
+                 int(num_experts_global or 0))
     return out

@@ -1,0 +1,234 @@
+"""fused_moe benchmark: hpc_xla's CUDA pipeline against the torch pipeline a user would write, both under
+CUDA-graph replay in the same run (routing given: random ids with a fixed seed, no top-k in either).
+
+Peer ("torch"): stable sort of the pairs by local expert, gather x rows, torch._grouped_mm (bf16; fp8_block128
+uses bf16 weights dequantized once, outside the timing) or torch._scaled_grouped_mm (fp8_tensor, rowwise
+scales), silu(gate)*up (+ fp8 quant), the down grouped GEMM, weighted index_add into fp32, bf16 out. When the
+installed torch lacks grouped GEMMs (or they reject the shape) the peer is a per-expert loop, timed eagerly
+with events (it needs host syncs; marked "loop" in the table).
+
+Columns: µs per call, TB/s on the weight bytes of the experts actually hit, TFLOP/s (2*pairs*3*H*I over local
+pairs), speedup = torch µs / ours.
+"""
+
+import math
+import statistics
+
+import torch
+
+import hpc_xla.torch as ht
+from hpc_xla._ext import ext
+from hpc_xla.bench import report, timing
+from hpc_xla.torch.moe import fused_moe_workspace_size
+
+TOKENS = (1, 4, 16, 64, 256, 1024, 4096, 16384)
+# name, local experts, global experts, expert offset, H, I, top_k, quant
+SHAPES = (
+    ("qwen3-30b-a3b", 128, 128, 0, 2048, 768, 8, None),
+    ("qwen3-30b-a3b", 128, 128, 0, 2048, 768, 8, "fp8_tensor"),
+    ("hy3-tp8", 192, 192, 0, 4096, 192, 8, "fp8_tensor"),
+    ("hy3-ep8", 24, 192, 0, 4096, 1536, 8, "fp8_tensor"),
+    ("dsv3-ep8", 32, 256, 0, 7168, 2048, 8, "fp8_block128"),
+    ("mixtral-8x7b", 8, 8, 0, 4096, 14336, 2, None),
+)
+FP8 = torch.float8_e4m3fn
+
+
+def _weights(e, h, i, quant, gen):
+    dev = "cuda"
+
+    def mat(n, k):
+        w = torch.empty(e, n, k, device=dev, dtype=torch.bfloat16)
+        for j in range(e):  # one expert at a time: no fp32 copy of everything
+            w[j] = (torch.randn(n, k, device=dev, generator=gen) / math.sqrt(k)).to(torch.bfloat16)
+        return w
+
+    w13, w2 = mat(2 * i, h), mat(h, i)
+    out = dict(w13=w13, w2=w2, w13_scale=None, w2_scale=None, a13_scale=None, a2_scale=None)
+    if quant == "fp8_tensor":
+        for name in ("w13", "w2"):
+            w = out[name]
+            s = w.float().abs().amax(dim=(1, 2)) / 448.0
+            out[name] = (w.float() / s[:, None, None]).to(FP8)
+            out[name + "_scale"] = s.float()
+            out[name + "_bf16"] = None
+        out["a13_scale"] = torch.tensor(4.5 / 448.0, device=dev)
+        out["a2_scale"] = torch.tensor(0.02, device=dev)
+    elif quant == "fp8_block128":
+        for name in ("w13", "w2"):
+            w = out[name]
+            n, k = w.shape[1], w.shape[2]
+            blocks = w.float().abs().view(e, n // 128, 128, k // 128, 128).amax(dim=(2, 4)) / 448.0
+            full = blocks.repeat_interleave(128, 1).repeat_interleave(128, 2)
+            q = (w.float() / full).to(FP8)
+            out[name + "_bf16"] = (q.float() * full).to(torch.bfloat16)  # the peer's dequantized copy
+            out[name], out[name + "_scale"] = q, blocks.contiguous()
+            del full
+    return out
+
+
+def _inputs(tokens, e_local, e_global, offset, h, top_k, gen):
+    x = torch.randn(tokens, h, device="cuda", generator=gen).to(torch.bfloat16)
+    ids = torch.rand(tokens, e_global, device="cuda", generator=gen).argsort(dim=1)[:, :top_k].to(torch.int32)
+    weights = torch.rand(tokens, top_k, device="cuda", generator=gen)
+    return dict(x=x, ids=ids.contiguous(), weights=weights, out=torch.empty(tokens, h, device="cuda",
+                                                                             dtype=torch.bfloat16))
+
+
+def _ours(w, inp, quant, offset, e_global, workspace):
+    def call():
+        ht.fused_moe(inp["x"], w["w13"], w["w2"], inp["weights"], inp["ids"], quant=quant, w13_scale=w["w13_scale"],
+                     w2_scale=w["w2_scale"], a13_scale=w["a13_scale"], a2_scale=w["a2_scale"], expert_offset=offset,
+                     num_experts_global=e_global, out=inp["out"], workspace=workspace)
+    return call
+
+
+def _fp8(x, scale):
+    return (x.float() / scale).clamp(-448, 448).to(FP8)
+
+
+def _torch_grouped(w, inp, quant, offset, e_local):
+    """The grouped-GEMM torch pipeline (graph-capturable: no host syncs)."""
+    x, ids, weights = inp["x"], inp["ids"], inp["weights"]
+    tokens, top_k = ids.shape
+    inter = w["w2"].shape[2]
+    use_scaled = quant == "fp8_tensor"
+    w13 = w["w13_bf16"] if quant == "fp8_block128" else w["w13"]
+    w2 = w["w2_bf16"] if quant == "fp8_block128" else w["w2"]
+
+    def gemm(a, b, a_scale=None, b_scale=None):  # a [M, K], b [E, N, K] -> [M, N]
+        if use_scaled:
+            m, n = a.shape[0], b.shape[1]
+            return torch._scaled_grouped_mm(a, b.transpose(-2, -1), a_scale.expand(m).contiguous(),
+                                            b_scale[:, None].expand(-1, n).contiguous(), offs=offs_holder[0],
+                                            out_dtype=torch.bfloat16)
+        return torch._grouped_mm(a, b.transpose(-2, -1), offs=offs_holder[0])
+
+    offs_holder = [None]
+
+    def call():
+        local = ids.long() - offset
+        valid = (local >= 0) & (local < e_local)
+        key = torch.where(valid, local, e_local).flatten()
+        order = torch.argsort(key, stable=True)
+        counts = torch.zeros(e_local + 1, device="cuda", dtype=torch.int64).index_add_(0, key, torch.ones_like(key))
+        offs_holder[0] = torch.cumsum(counts[:e_local], 0).to(torch.int32)  # (bincount would sync)
+        tok = order // top_k
+        xs = x[tok]
+        if use_scaled:
+            xs = _fp8(xs, w["a13_scale"])
+        gu = gemm(xs, w13, w["a13_scale"], w["w13_scale"])
+        h = torch.nn.functional.silu(gu[:, :inter].float()) * gu[:, inter:].float()
+        if use_scaled:
+            h = _fp8(h, w["a2_scale"])
+        else:
+            h = h.to(torch.bfloat16)
+        down = gemm(h, w2, w["a2_scale"], w["w2_scale"])
+        wsorted = weights.flatten()[order]
+        vsorted = valid.flatten()[order]
+        contrib = torch.where(vsorted[:, None], down.float() * wsorted[:, None], 0.0)
+        y = torch.zeros(tokens, x.shape[1], device="cuda", dtype=torch.float32).index_add_(0, tok, contrib)
+        inp["peer_out"] = y.to(torch.bfloat16)
+    return call
+
+
+def _torch_loop(w, inp, quant, offset, e_local):
+    """Per-expert loop (host syncs: timed eagerly)."""
+    x, ids, weights = inp["x"], inp["ids"], inp["weights"]
+    inter = w["w2"].shape[2]
+
+    def deq(name):
+        if quant is None:
+            return w[name]
+        if quant == "fp8_block128":
+            return w[name + "_bf16"]
+        return None
+
+    def call():
+        y = torch.zeros(x.shape, device="cuda", dtype=torch.float32)
+        local = ids.long() - offset
+        for e in torch.unique(local[(local >= 0) & (local < e_local)]).tolist():
+            t, j = torch.nonzero(local == e, as_tuple=True)
+            w13 = deq("w13")[e] if deq("w13") is not None else (w["w13"][e].float() * w["w13_scale"][e]).bfloat16()
+            w2 = deq("w2")[e] if deq("w2") is not None else (w["w2"][e].float() * w["w2_scale"][e]).bfloat16()
+            gu = x[t] @ w13.t()
+            h = (torch.nn.functional.silu(gu[:, :inter].float()) * gu[:, inter:].float()).bfloat16()
+            y.index_add_(0, t, (h @ w2.t()).float() * weights[t, j][:, None])
+        inp["peer_out"] = y.bfloat16()
+    return call
+
+
+def _event_time_us(calls, reps=5):
+    for c in calls:
+        c()
+    torch.cuda.synchronize()
+    times = []
+    for _ in range(reps):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        for c in calls:
+            c()
+        end.record()
+        end.synchronize()
+        times.append(start.elapsed_time(end) * 1000.0 / len(calls))
+    return statistics.median(times)
+
+
+def _peer_time(w, sets, quant, offset, e_local, replays):
+    try:
+        calls = [_torch_grouped(w, s, quant, offset, e_local) for s in sets]
+        calls[0]()
+        torch.cuda.synchronize()
+        return timing.graph_time_us(calls, replays=replays), "grouped"
+    except (RuntimeError, TypeError, NotImplementedError, AttributeError):
+        torch.cuda.synchronize()
+        return _event_time_us([_torch_loop(w, s, quant, offset, e_local) for s in sets[:1]], reps=3), "loop"
+
+
+def run(args):
+    torch.manual_seed(0)
+    gen = torch.Generator(device="cuda").manual_seed(0)
+    l2 = timing.l2_bytes()
+    tokens_list = [int(t) for t in args.tokens.split(",")] if args.tokens else TOKENS
+    rows, records = [], []
+    for name, e_local, e_global, offset, h, i, top_k, quant in SHAPES:
+        w = _weights(e_local, h, i, quant, gen)
+        elem = 1 if quant else 2
+        expert_bytes = 3 * h * i * elem
+        for tokens in tokens_list:
+            probe = _inputs(tokens, e_local, e_global, offset, h, top_k, gen)
+            local = probe["ids"].long() - offset
+            mask = (local >= 0) & (local < e_local)
+            hit = int(torch.unique(local[mask]).numel())
+            pairs = int(mask.sum())
+            hit_bytes = max(hit * expert_bytes, 1)
+            flops = 2.0 * pairs * 3 * h * i
+            sets_n = max(1, min(8, math.ceil(2 * l2 / hit_bytes)))
+            sets = [probe] + [_inputs(tokens, e_local, e_global, offset, h, top_k, gen) for _ in range(sets_n - 1)]
+            ws = torch.empty(fused_moe_workspace_size(tokens, top_k, e_local, h, i, quant), dtype=torch.uint8,
+                             device="cuda")
+            big = flops > 2e12
+            replays = 5 if big else 20
+            ours = timing.graph_time_us([_ours(w, s, quant, offset, e_global, ws) for s in sets], replays=replays)
+            theirs, peer_kind = _peer_time(w, sets, quant, offset, e_local, replays)
+            tbps = hit_bytes / (ours * 1e-6) / 1e12
+            tflops = flops / (ours * 1e-6) / 1e12
+            rec = dict(shape=name, quant=quant or "bf16", experts=[e_local, e_global], hidden=h, inter=i,
+                       top_k=top_k, tokens=tokens, local_pairs=pairs, experts_hit=hit, weight_bytes_hit=hit_bytes,
+                       us=ours, tbps=tbps, tflops=tflops, torch_us=theirs, torch_kind=peer_kind,
+                       speedup_vs_torch=theirs / ours, rotating_sets=sets_n,
+                       tile_m=ext().fused_moe_tile_m(tokens, top_k, e_local, 0))
+            records.append(rec)
+            rows.append([name, quant or "bf16", tokens, "%.1f" % ours, "%.2f" % tbps, "%.1f" % tflops,
+                         "%.1f" % theirs + ("" if peer_kind == "grouped" else " (loop)"),
+                         "%.2fx" % rec["speedup_vs_torch"]])
+            print("  " + "  ".join(str(x) for x in rows[-1]), flush=True)
+            del sets, probe, ws
+            torch.cuda.empty_cache()
+        del w
+        torch.cuda.empty_cache()
+    report.print_table("fused_moe on %s (CUDA-graph replay, median)" % torch.cuda.get_device_name(0),
+                       ["shape", "quant", "T", "us", "TB/s(w hit)", "TFLOP/s", "torch us", "speedup"], rows)
+    report.write_json(args.out, dict(suite="moe", device=torch.cuda.get_device_name(0), rows=records,
+                                     torch=torch.__version__))
+    return records

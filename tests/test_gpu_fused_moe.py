@@ -1,0 +1,276 @@
+"""fused_moe CUDA pipeline (align -> quant -> gate-up GEMM -> down GEMM -> reduce) on a Hopper GPU: against the
+float64 oracle with the quantization emulated (same tolerances as the CPU tests), against the CPU reference,
+bitwise determinism, poisoned outputs/workspace, CUDA-graph capture/replay, JAX jit, id handling and errors.
+Every test here is marked `gpu` (skipped without an sm_90 GPU)."""
+
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from test_fused_moe import BF16, make_problem, reference_out, run_torch
+
+from hpc_xla import reference
+from hpc_xla._arrays import from_torch, to_torch
+
+pytestmark = pytest.mark.gpu
+
+
+def _tol(p):
+    return 5e-2 if p["quant"] else 1e-2
+
+
+def _cuda_inputs(p):
+    return {k: (to_torch(v, "cuda") if isinstance(v, (np.ndarray, np.generic)) else v) for k, v in p.items()}
+
+
+def run_cuda(p, poison=True, workspace=None, t=None):
+    """torch on the GPU; output and workspace poisoned (NaN bytes) so reads of unwritten memory show."""
+    import torch
+
+    import hpc_xla.torch as ht
+    from hpc_xla.torch.moe import fused_moe_workspace_size
+
+    t = t or _cuda_inputs(p)
+    x = t["x"]
+    out = torch.full(x.shape, float("nan"), dtype=torch.bfloat16, device="cuda") if poison else None
+    if workspace is None and poison:
+        size = fused_moe_workspace_size(x.shape[0], t["topk_ids"].shape[1], t["w13"].shape[0], x.shape[1],
+                                        t["w13"].shape[1] // 2, p["quant"])
+        workspace = torch.full((size,), 0xFF, dtype=torch.uint8, device="cuda")
+    y = ht.fused_moe(x, t["w13"], t["w2"], t["topk_weights"], t["topk_ids"], quant=p["quant"],
+                     w13_scale=t["w13_scale"], w2_scale=t["w2_scale"], a13_scale=t["a13_scale"],
+                     a2_scale=t["a2_scale"], x_scale=t["x_scale"], expert_offset=p["expert_offset"],
+                     num_experts_global=p["num_experts_global"], shared_output=t["shared_output"], out=out,
+                     workspace=workspace)
+    torch.cuda.synchronize()
+    return from_torch(y)
+
+
+def _check_oracle(p, out):
+    assert out.dtype == BF16
+    assert np.all(np.isfinite(out.astype(np.float32)))
+    ref = reference_out(p)
+    if np.abs(ref).max() == 0:
+        assert np.all(out.astype(np.float64) == 0)
+        return
+    err = reference.relative_error(out, ref)
+    assert err < _tol(p), "relative error %g vs the float64 oracle" % err
+
+
+QUANTS = [None, "fp8_tensor", "fp8_block128"]
+# (tokens, experts, top_k, hidden, inter, offset, extra, shared, x_fp8, one_expert)
+CASES = [
+    (1, 4, 2, 128, 128, 0, 0, False, False, False),
+    (1, 8, 8, 256, 128, 0, 0, True, False, False),
+    (5, 3, 1, 128, 256, 0, 0, False, True, False),
+    (33, 16, 4, 256, 256, 0, 0, True, False, False),      # M tile 16, experts with zero tokens
+    (70, 8, 8, 384, 128, 0, 0, False, True, False),       # avg 70 rows/expert: M tile 64
+    (40, 8, 6, 128, 384, 0, 0, False, False, False),      # M tile 32
+    (50, 6, 3, 256, 128, 5, 7, True, False, False),       # EP: local experts 5..10 of 18
+    (64, 4, 2, 256, 256, 2, 4, False, False, True),       # every token hits the first local expert
+    (200, 2, 2, 128, 128, 0, 0, False, False, True),      # all rows on one expert, several tiles
+    (9, 3, 3, 128, 128, 4, 0, False, False, False),       # offset with no ids above the local range
+]
+
+
+@pytest.mark.parametrize("quant", QUANTS)
+@pytest.mark.parametrize("case", CASES)
+def test_cuda_vs_oracle_and_cpu(case, quant):
+    tokens, experts, top_k, hidden, inter, offset, extra, shared, x_fp8, one = case
+    top_k = min(top_k, experts + offset + extra)
+    p = make_problem(tokens, experts, hidden, inter, top_k, quant, offset, extra, shared, x_fp8 and quant is not None,
+                     seed=tokens * 7 + experts, one_expert=one)
+    out = run_cuda(p)
+    _check_oracle(p, out)
+    cpu = run_torch(p)
+    if np.abs(cpu.astype(np.float64)).max() > 0:
+        err = reference.relative_error(out, cpu.astype(np.float64))
+        assert err < _tol(p) / 2, "relative error %g vs the CPU reference" % err
+
+
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(tokens=st.integers(1, 130), experts=st.integers(1, 12), top_k=st.integers(1, 8),
+       quant=st.sampled_from(QUANTS), hidden=st.sampled_from([128, 256, 512]), inter=st.sampled_from([128, 256]),
+       offset=st.sampled_from([0, 3]), extra=st.sampled_from([0, 4]), shared=st.booleans(), x_fp8=st.booleans(),
+       one_expert=st.booleans(), seed=st.integers(0, 2**31 - 1))
+def test_cuda_random_problems(tokens, experts, top_k, quant, hidden, inter, offset, extra, shared, x_fp8, one_expert,
+                              seed):
+    top_k = min(top_k, experts + offset + extra)
+    p = make_problem(tokens, experts, hidden, inter, top_k, quant, offset, extra, shared, x_fp8 and quant is not None,
+                     seed, one_expert)
+    _check_oracle(p, run_cuda(p))
+
+
+@pytest.mark.parametrize("quant", QUANTS)
+def test_cuda_bf16_and_fp8_tensor_with_i_multiple_of_64(quant):
+    """I = 192 (Hy3-like TP8 shard): gate-up N blocks of 64; fp8 K tails of 64 bytes are zero-filled."""
+    if quant == "fp8_block128":
+        pytest.skip("block128 needs I % 128 == 0")
+    p = make_problem(20, 4, 192, 192, 3, quant, seed=3)
+    _check_oracle(p, run_cuda(p))
+
+
+@pytest.mark.parametrize("quant", QUANTS)
+def test_cuda_deterministic(quant):
+    p = make_problem(300, 16, 1024, 256, 4, quant, 2, 3, shared=True, seed=11)
+    t = _cuda_inputs(p)
+    a, b = run_cuda(p, t=t), run_cuda(p, t=t)
+    assert np.array_equal(a.view(np.uint16), b.view(np.uint16))
+
+
+def test_cuda_out_of_range_ids_contribute_zero():
+    """Without HPC_XLA_CHECK an id outside [0, num_experts_global) is just not local: it contributes 0 (never
+    a read outside the weights)."""
+    p = make_problem(6, 4, 128, 128, 2, None, seed=5)
+    bad = dict(p)
+    bad["topk_ids"] = p["topk_ids"].copy()
+    bad["topk_ids"][2, 1] = 1000
+    bad["topk_ids"][4, 0] = -3
+    want = dict(p)
+    want["topk_weights"] = p["topk_weights"].copy()
+    want["topk_weights"][2, 1] = 0
+    want["topk_weights"][4, 0] = 0
+    out = run_cuda(bad)
+    assert reference.relative_error(out, reference_out(want)) < 1e-2
+
+
+def test_cuda_device_check_reports_bad_id():
+    code = r"""
+import numpy as np, torch, sys
+sys.path.insert(0, "tests")
+from test_gpu_fused_moe import run_cuda
+from test_fused_moe import make_problem
+p = make_problem(3, 2, 128, 128, 2, None)
+p["topk_ids"] = p["topk_ids"].copy(); p["topk_ids"][1, 0] = 7
+try:
+    run_cuda(p)
+except ValueError as e:
+    print("ERR", e)
+"""
+    env = dict(os.environ, HPC_XLA_CHECK="1")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, check=False,
+                       cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    assert "topk_ids[1, 0] = 7 is outside [0, num_experts_global=2) (HPC_XLA_CHECK)" in r.stdout, r.stdout + r.stderr
+
+
+def test_cuda_errors():
+    import torch
+
+    import hpc_xla.torch as ht
+
+    p = make_problem(3, 2, 160, 128, 2, None)  # H = 160: fine on CPU, not a multiple of 64
+    t = _cuda_inputs(p)
+    with pytest.raises(ValueError, match=r"the CUDA path needs H \(x.shape\[1\]\) to be a multiple of 64; got 160"):
+        ht.fused_moe(t["x"], t["w13"], t["w2"], t["topk_weights"], t["topk_ids"])
+    p = make_problem(3, 2, 128, 128, 2, None)
+    t = _cuda_inputs(p)
+    with pytest.raises(ValueError, match=r"workspace must hold \d+ bytes \(fused_moe_workspace_size\); got 16"):
+        ht.fused_moe(t["x"], t["w13"], t["w2"], t["topk_weights"], t["topk_ids"],
+                     workspace=torch.empty(16, dtype=torch.uint8, device="cuda"))
+
+
+@pytest.mark.parametrize("quant", QUANTS)
+def test_cuda_graph_per_token_count(quant):
+    """T is a shape: one graph per T. Capture with static buffers, refill inputs, replay == eager (bitwise)."""
+    import torch
+
+    import hpc_xla.torch as ht
+
+    for tokens in (1, 7, 64):
+        p = make_problem(tokens, 8, 256, 128, 4, quant, seed=tokens)
+        t = _cuda_inputs(p)
+        kw = dict(quant=quant, w13_scale=t["w13_scale"], w2_scale=t["w2_scale"], a13_scale=t["a13_scale"],
+                  a2_scale=t["a2_scale"])
+        out = torch.empty(tokens, 256, dtype=torch.bfloat16, device="cuda")
+        def call(t=t, out=out, kw=kw):
+            ht.fused_moe(t["x"], t["w13"], t["w2"], t["topk_weights"], t["topk_ids"], out=out, **kw)
+
+        s = torch.cuda.Stream()
+        s.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(s):
+            call()
+        torch.cuda.current_stream().wait_stream(s)
+        g = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(g):
+            call()
+        q = make_problem(tokens, 8, 256, 128, 4, quant, seed=1000 + tokens)
+        for k in ("x", "topk_weights", "topk_ids"):
+            t[k].copy_(to_torch(q[k], "cuda"))
+        g.replay()
+        torch.cuda.synchronize()
+        graph_out = from_torch(out).copy()
+        eager = run_cuda(dict(q, w13=p["w13"], w2=p["w2"], w13_scale=p["w13_scale"], w2_scale=p["w2_scale"],
+                              a13_scale=p["a13_scale"], a2_scale=p["a2_scale"]), t=t)
+        assert np.array_equal(graph_out.view(np.uint16), eager.view(np.uint16)), tokens
+
+
+@pytest.mark.parametrize("quant", [None, "fp8_block128"])
+def test_cuda_graph_max_tokens_padded(quant):
+    """One graph captured at T_max; a batch of T < T_max runs with its rows padded (weight 0, any id). Rows < T
+    equal the eager T-token result: per-row results do not depend on the M tile or the other rows."""
+    import torch
+
+    import hpc_xla.torch as ht
+
+    t_max, hidden = 96, 256
+    p = make_problem(t_max, 8, hidden, 128, 2, quant, seed=4)
+    t = _cuda_inputs(p)
+    kw = dict(quant=quant, w13_scale=t["w13_scale"], w2_scale=t["w2_scale"])
+    out = torch.empty(t_max, hidden, dtype=torch.bfloat16, device="cuda")
+    def call():
+        ht.fused_moe(t["x"], t["w13"], t["w2"], t["topk_weights"], t["topk_ids"], out=out, **kw)
+
+    call()
+    torch.cuda.synchronize()
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        call()
+    for tokens in (1, 5, 50, 96):
+        q = make_problem(tokens, 8, hidden, 128, 2, quant, seed=50 + tokens)
+        t["x"][:tokens].copy_(to_torch(q["x"], "cuda"))
+        t["topk_ids"][:tokens].copy_(to_torch(q["topk_ids"], "cuda"))
+        t["topk_weights"][:tokens].copy_(to_torch(q["topk_weights"], "cuda"))
+        t["topk_weights"][tokens:].zero_()
+        g.replay()
+        torch.cuda.synchronize()
+        eager = run_cuda(dict(q, w13=p["w13"], w2=p["w2"], w13_scale=p["w13_scale"], w2_scale=p["w2_scale"]))
+        got = from_torch(out)[:tokens]
+        assert np.array_equal(got.view(np.uint16), eager.view(np.uint16)), tokens
+
+
+@pytest.mark.parametrize("quant", QUANTS)
+def test_jax_jit_on_gpu(quant):
+    import jax
+
+    import hpc_xla.jax as hj
+
+    p = make_problem(37, 6, 256, 256, 3, quant, 1, 2, shared=True, seed=9)
+    gpu = jax.devices("gpu")[0]
+    a = {k: (jax.device_put(v, gpu) if isinstance(v, (np.ndarray, np.generic)) else v) for k, v in p.items()}
+    f = jax.jit(lambda x, w13, w2, w, ids: hj.fused_moe(
+        x, w13, w2, w, ids, quant=quant, w13_scale=a["w13_scale"], w2_scale=a["w2_scale"], a13_scale=a["a13_scale"],
+        a2_scale=a["a2_scale"], expert_offset=p["expert_offset"], num_experts_global=p["num_experts_global"],
+        shared_output=a["shared_output"]))
+    out = np.asarray(f(a["x"], a["w13"], a["w2"], a["topk_weights"], a["topk_ids"]))
+    _check_oracle(p, out)
+    torch_out = run_cuda(p)
+    assert np.array_equal(out.view(np.uint16), torch_out.view(np.uint16))
+
+
+def test_fused_routing_on_gpu():
+    import torch
+
+    import hpc_xla.torch as ht
+
+    p = make_problem(12, 8, 256, 128, 2, None, seed=2)
+    t = _cuda_inputs(p)
+    logits = torch.randn(12, 8, device="cuda")
+    fused = ht.fused_moe(t["x"], t["w13"], t["w2"], router_logits=logits, top_k=2)
+    w, ids = ht.moe_route(logits, 2)
+    separate = ht.fused_moe(t["x"], t["w13"], t["w2"], w, ids)
+    torch.cuda.synchronize()
+    assert torch.equal(fused.view(torch.int16), separate.view(torch.int16))
