@@ -223,6 +223,8 @@ Status DecodeAttentionCuda(const DecodeAttentionArgs& a, cudaStream_t stream) {
   p.q_dtype = a.q.dtype;
   p.out_fp16 = a.out.dtype == DType::kF16;
   p.dynamic = a.schedule == DecodeSchedule::kDynamic;
+  static const bool prefetch_ids = EnvFlag("HPC_XLA_DECODE_PREFETCH", true);
+  p.prefetch_ids = prefetch_ids;
   int grid = 0, combine_grid = 0;
   if (p.dynamic) {
     const int max_ctas = static_cast<int>((a.plan.shape[0] - attention::kPlanHeaderInts - (batch + 1)) / 2 - 1);

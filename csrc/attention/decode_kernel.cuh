@@ -54,6 +54,7 @@ struct DecodeParams {
   int batch, num_kv_heads, num_q_heads, group, q_len, rows, head_dim, page_shift, static_splits;
   DType q_dtype;
   bool dynamic, out_fp16;
+  bool prefetch_ids;  // fetch a tile's block ids one copy ahead (default; HPC_XLA_DECODE_PREFETCH=0 for A/B)
 };
 
 template <int D, int MT, typename KV, typename CT>
@@ -489,12 +490,13 @@ __global__ void __launch_bounds__(kDecodeThreads) DecodeAttentionKernel(const __
   if (!comp.valid) return;
   // ids: block ids of the `load` tile, fetched one copy ahead
   int32_t ids[kChunksPerThread<S>];
-  if (load.valid && !load.Empty()) FetchTileIds<S>(p, load.piece, load.tile, ids);
+  if (p.prefetch_ids && load.valid && !load.Empty()) FetchTileIds<S>(p, load.piece, load.tile, ids);
   auto copy_next = [&](int to_stage) {
     if (!load.valid || load.Empty()) return;
+    if (!p.prefetch_ids) FetchTileIds<S>(p, load.piece, load.tile, ids);  // A/B: HPC_XLA_DECODE_PREFETCH=0
     LoadKvTile<S, D>(p, load.piece, load.tile, ids, stages + to_stage * S::kStageBytes);
     load.Advance(p);
-    if (load.valid && !load.Empty()) FetchTileIds<S>(p, load.piece, load.tile, ids);
+    if (p.prefetch_ids && load.valid && !load.Empty()) FetchTileIds<S>(p, load.piece, load.tile, ids);
   };
 #pragma unroll
   for (int s = 0; s < S::kStages - 1; ++s) {

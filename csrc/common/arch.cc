@@ -45,13 +45,13 @@ const DeviceFacts* Facts(int device, Status* status) {
   return &facts[device];
 }
 
+}  // namespace
+
 bool EnvFlag(const char* name, bool fallback) {
   const char* v = std::getenv(name);
   if (v == nullptr || *v == '\0') return fallback;
   return !(std::strcmp(v, "0") == 0 || std::strcmp(v, "false") == 0 || std::strcmp(v, "off") == 0);
 }
-
-}  // namespace
 
 Status CheckHopper(int device) {
   Status status;

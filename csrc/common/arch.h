@@ -16,6 +16,9 @@ int MultiprocessorCount(int device);
 // and report the first bad value. Debug only: it syncs, so it is skipped while a stream is being captured.
 bool DeviceChecksEnabled();
 
+// A boolean environment switch ("0"/"false"/"off" vs anything else), `fallback` when unset. Read it once.
+bool EnvFlag(const char* name, bool fallback);
+
 // HPC_XLA_PDL=0 turns off Programmatic Dependent Launch (on by default).
 bool PdlEnabled();
 
