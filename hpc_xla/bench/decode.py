@@ -87,10 +87,19 @@ def run(args):
     ceiling = timing.copy_ceiling_tbps()
     l2 = timing.l2_bytes()
     rows, records = [], []
+    only_heads = None if not getattr(args, "heads", None) else {
+        tuple(int(x) for x in h.split("/")) for h in args.heads.split(",")}
+    only_q_len = None if not getattr(args, "q_len", None) else {int(x) for x in args.q_len.split(",")}
     for kv_name, kv_dtype in (("bf16", torch.bfloat16), ("fp8", torch.float8_e4m3fn)):
+        if getattr(args, "kv", None) and args.kv != kv_name:
+            continue
         for hq, hkv, d in HEADS:
+            if only_heads is not None and (hq, hkv, d) not in only_heads:
+                continue
             for q_len in (1, 2):
                 if q_len == 2 and (hq, hkv, d) != (8, 1, 128):
+                    continue
+                if only_q_len is not None and q_len not in only_q_len:
                     continue
                 for name, lens in workloads(gen).items():
                     kv_bytes = sum(lens) * hkv * d * 2 * (1 if kv_name == "fp8" else 2)
@@ -136,4 +145,37 @@ def run(args):
          "vs static", "FlashInfer us", "vs FI"], rows)
     report.write_json(args.out, dict(suite="decode", device=torch.cuda.get_device_name(0),
                                      copy_ceiling_tbps=ceiling, rows=records, torch=torch.__version__))
+    plot(report.plot_path(args.out), records)
     return records
+
+
+def _skews(records):
+    """max / mean seq_len of each record's workload. Replays run()'s CPU generator: workloads() is its only user,
+    one draw per (kv, heads, q_len) group, groups in record order."""
+    gen = torch.Generator(device="cpu").manual_seed(0)
+    skews, key, lens_by_name = [], None, None
+    for r in records:
+        k = (r["kv"], tuple(r["heads"]), r["q_len"])
+        if k != key:
+            key, lens_by_name = k, workloads(gen)
+        lens = lens_by_name[r["workload"]]
+        skews.append(max(lens) * len(lens) / sum(lens))
+    return skews
+
+
+def plot(path, records):
+    """Speedup of the dynamic schedule over our static one and over FlashInfer against workload skew, one series
+    per kv dtype / head config (/ q_len)."""
+    skews = _skews(records)
+    groups = {}
+    for r, skew in zip(records, skews):
+        label = "%s %d/%d/%d" % (r["kv"], *r["heads"]) + ("" if r["q_len"] == 1 else " q_len=%d" % r["q_len"])
+        groups.setdefault(label, []).append((skew, r))
+    panels = [dict(title=title, xlabel="skew = max seq_len / mean seq_len", ylabel=ylabel, logx=True, hline=1.0,
+                   lines=False,
+                   series=[dict(label=label, x=[k for k, _ in pts], y=[r[field] for _, r in pts])
+                           for label, pts in groups.items()])
+              for field, title, ylabel in (("vs_static", "dynamic vs static schedule", "static us / dynamic us"),
+                                           ("vs_flashinfer", "dynamic vs FlashInfer 0.5.3", "FlashInfer us / ours"))]
+    return report.plot(path, panels, title="decode on %s (CUDA-graph replay, planner included)" %
+                       torch.cuda.get_device_name(0), ncols=2)

@@ -1,5 +1,6 @@
-"""fused_moe benchmark: hpc_xla's CUDA pipeline against the torch pipeline a user would write, both under
-CUDA-graph replay in the same run (routing given: random ids with a fixed seed, no top-k in either).
+"""fused_moe benchmark: hpc_xla's CUDA pipeline against the torch pipeline a user would write and against
+vLLM 0.33's Triton fused MoE, all under CUDA-graph replay in the same run (routing given: random ids with a
+fixed seed, no top-k in any of them).
 
 Peer ("torch"): stable sort of the pairs by local expert, gather x rows, torch._grouped_mm (bf16; fp8_block128
 uses bf16 weights dequantized once, outside the timing) or torch._scaled_grouped_mm (fp8_tensor, rowwise
@@ -7,12 +8,27 @@ scales), silu(gate)*up (+ fp8 quant), the down grouped GEMM, weighted index_add 
 installed torch lacks grouped GEMMs (or they reject the shape) the peer is a per-expert loop, timed eagerly
 with events (it needs host syncs; marked "loop" in the table).
 
+Peer ("triton", the issue's bar): vLLM 0.33.0's Triton `fused_moe_kernel` + `invoke_fused_moe_triton_kernel`
+taken from the vllm wheel by tools/fetch_triton_moe.sh into the git-ignored .peer/vllm_triton_moe (or the folder
+in $HPC_TRITON_MOE_DIR; torch + triton only). It runs the full layer as vLLM's fused_experts_impl does: act
+quant, align (Triton rewrite of vLLM's CUDA op; the naive one-block-per-pair path for tiny batches, as vLLM),
+GEMM1, silu_and_mul, quant, GEMM2 with the routing weight, sum over top-k; configs from the wheel's tuned H200
+JSONs, else vLLM's default. bf16, fp8_tensor and fp8_block128; EP shapes through vLLM's expert_map. Its output
+is compared with ours (relative error printed, not asserted). Without the folder its columns show '-'. Its
+Triton kernels are compiled up front in parallel processes into Triton's disk cache (HPC_TRITON_PRECOMPILE=0: off).
+
 Columns: µs per call, TB/s on the weight bytes of the experts actually hit, TFLOP/s (2*pairs*3*H*I over local
-pairs), speedup = torch µs / ours.
+pairs), speedup = torch µs / ours, vs triton = triton µs / ours (> 1: we are faster), tri err = |triton - ours| /
+|ours| on the first input set. The plot (<out>.png) shows µs against T per shape for ours, torch and triton.
 """
 
+import importlib
 import math
+import os
 import statistics
+import sys
+import time
+from pathlib import Path
 
 import torch
 
@@ -21,7 +37,7 @@ from hpc_xla._ext import ext
 from hpc_xla.bench import report, timing
 from hpc_xla.torch.moe import fused_moe_workspace_size
 
-TOKENS = (1, 4, 16, 64, 256, 1024, 4096, 16384)
+TOKENS = (1, 16, 64, 256, 1024, 4096, 16384)  # (T=4 dropped to keep the default run near 4 minutes)
 # name, local experts, global experts, expert offset, H, I, top_k, quant
 SHAPES = (
     ("qwen3-30b-a3b", 128, 128, 0, 2048, 768, 8, None),
@@ -185,14 +201,176 @@ def _peer_time(w, sets, quant, offset, e_local, replays):
         return _event_time_us([_torch_loop(w, s, quant, offset, e_local) for s in sets[:1]], reps=3), "loop"
 
 
+_TRITON = {}
+
+
+def triton_peer():
+    """vLLM 0.33's Triton fused MoE (the extracted package), or None; the reason is in _TRITON["why"]."""
+    if "mod" in _TRITON:
+        return _TRITON["mod"]
+    env = os.environ.get("HPC_TRITON_MOE_DIR")
+    here = Path(__file__).resolve().parents[2] / ".peer" / "vllm_triton_moe"
+    candidates = [Path(env)] if env else [here, Path.cwd() / ".peer" / "vllm_triton_moe"]
+    mod, why = None, "no %s (run tools/fetch_triton_moe.sh, carry .peer)" % candidates[0]
+    for d in candidates:
+        if not (d / "__init__.py").is_file():
+            continue
+        try:
+            if str(d.parent) not in sys.path:
+                sys.path.insert(0, str(d.parent))
+            mod = importlib.import_module(d.name)
+            _TRITON["dir"] = str(d)
+            why = "vLLM %s Triton fused_moe_kernel from %s" % (getattr(mod, "VLLM_VERSION", "?"), d)
+        except Exception as e:  # an incomplete extraction, triton missing, ...
+            mod, why = None, "import of %s failed: %s" % (d, str(e).splitlines()[0][:160] if str(e) else repr(e))
+        break
+    _TRITON["mod"], _TRITON["why"] = mod, why
+    return mod
+
+
+def _expert_map(e_local, e_global, offset):
+    """vLLM's expert_map (global id -> local id, -1 elsewhere); None without expert parallelism."""
+    if e_local == e_global and offset == 0:
+        return None
+    emap = torch.full((e_global,), -1, dtype=torch.int32, device="cuda")
+    emap[offset:offset + e_local] = torch.arange(e_local, dtype=torch.int32, device="cuda")
+    return emap
+
+
+def _triton_call(peer, w, inp, quant, e_global, expert_map):
+    def call():
+        peer.fused_experts(inp["x"], w["w13"], w["w2"], inp["weights"], inp["ids"], quant=quant,
+                           w1_scale=w["w13_scale"], w2_scale=w["w2_scale"], a1_scale=w["a13_scale"],
+                           a2_scale=w["a2_scale"], global_num_experts=e_global, expert_map=expert_map,
+                           out=inp["triton_out"])
+    return call
+
+
+def _triton_time(peer, w, sets, quant, e_global, expert_map, replays):
+    """µs of the Triton layer (same graph replay as ours) and its relative error against our output on sets[0]
+    (ours must have run on it already); (None, None) when the peer is missing or fails."""
+    if peer is None or quant not in getattr(peer, "QUANTS", ()):
+        return None, None
+    try:
+        for s in sets:
+            s["triton_out"] = torch.empty_like(s["out"])
+        calls = [_triton_call(peer, w, s, quant, e_global, expert_map) for s in sets]
+        calls[0]()  # eager first: JIT-compiles the kernels outside the capture
+        torch.cuda.synchronize()
+        us = timing.graph_time_us(calls, replays=replays)
+        ours, theirs = sets[0]["out"].float(), sets[0]["triton_out"].float()
+        err = ((theirs - ours).norm() / ours.norm().clamp_min(1e-30)).item()
+        return us, err
+    except Exception as e:  # report and go on: the peer must never stop our benchmark
+        print("    triton peer failed: %s" % (str(e).splitlines()[0][:200] if str(e) else repr(e)), flush=True)
+        try:
+            torch.cuda.synchronize()
+        except Exception:
+            pass
+        return None, None
+
+
+def _precompile_jobs(jobs):
+    """Worker: run the Triton layer once per (shape, T) on zero weights so that every kernel it launches is
+    compiled into Triton's on-disk cache (same shapes, strides and sizes as the timed run: same cache keys)."""
+    peer = triton_peer()
+    if peer is None:
+        return
+    w, w_key = None, None
+    for name, e_local, e_global, offset, h, i, top_k, quant, tokens in jobs:
+        try:
+            if w_key != (name, quant):
+                w = None
+                torch.cuda.empty_cache()
+                wd = FP8 if quant else torch.bfloat16  # zero bytes (no fill kernel needed for fp8)
+                w = dict(w13=torch.zeros(e_local, 2 * i, h * wd.itemsize, device="cuda", dtype=torch.uint8).view(wd),
+                         w2=torch.zeros(e_local, h, i * wd.itemsize, device="cuda", dtype=torch.uint8).view(wd),
+                         w13_scale=None, w2_scale=None, a13_scale=None, a2_scale=None)
+                if quant == "fp8_tensor":
+                    w.update(w13_scale=torch.ones(e_local, device="cuda"), w2_scale=torch.ones(e_local, device="cuda"),
+                             a13_scale=torch.tensor(1.0, device="cuda"), a2_scale=torch.tensor(1.0, device="cuda"))
+                elif quant == "fp8_block128":
+                    w.update(w13_scale=torch.ones(e_local, 2 * i // 128, h // 128, device="cuda"),
+                             w2_scale=torch.ones(e_local, h // 128, i // 128, device="cuda"))
+                w_key = (name, quant)
+            inp = dict(x=torch.zeros(tokens, h, device="cuda", dtype=torch.bfloat16),
+                       ids=torch.randint(0, e_global, (tokens, top_k), device="cuda", dtype=torch.int32),
+                       weights=torch.ones(tokens, top_k, device="cuda"))
+            inp["triton_out"] = torch.empty_like(inp["x"])
+            _triton_call(peer, w, inp, quant, e_global, _expert_map(e_local, e_global, offset))()
+            torch.cuda.synchronize()
+        except Exception as e:  # the timed run compiles (and reports) whatever failed here
+            print("precompile %s %s T=%d: %s" % (name, quant, tokens, e), file=sys.stderr)
+
+
+def _precompile(jobs, timeout_s=240):
+    """Compile the Triton peer's kernels in parallel processes before the timed loop (one process compiles one
+    kernel at a time, ~2 s each, ~65 kernels for the default shapes and T). Best effort: on a failure or the
+    timeout the timed run just compiles what is missing itself. HPC_TRITON_PRECOMPILE=0 turns it off."""
+    import json
+    import subprocess
+
+    workers = max(1, min(8, (os.cpu_count() or 2) // 2, len(jobs)))
+    root = str(Path(__file__).resolve().parents[2])
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([root] + [p for p in [os.environ.get("PYTHONPATH")] if p]))
+    if _TRITON.get("dir"):
+        env["HPC_TRITON_MOE_DIR"] = _TRITON["dir"]
+    code = "import json, sys; from hpc_xla.bench.moe import _precompile_jobs; _precompile_jobs(json.loads(sys.argv[1]))"
+    procs = [subprocess.Popen([sys.executable, "-c", code, json.dumps(jobs[k::workers])], env=env,
+                              stdout=subprocess.DEVNULL) for k in range(workers)]
+    deadline = time.time() + timeout_s
+    for proc in procs:
+        try:
+            proc.wait(timeout=max(1.0, deadline - time.time()))
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+    return workers
+
+
+def _fmt(v, spec):
+    return "-" if v is None else spec % v
+
+
+def plot(path, records):
+    """µs against T per shape: ours, torch, triton (log-log)."""
+    panels = []
+    for key in dict.fromkeys((r["shape"], r["quant"]) for r in records):
+        rs = [r for r in records if (r["shape"], r["quant"]) == key]
+        xs = [r["tokens"] for r in rs]
+        panels.append(dict(title="%s %s" % key, xlabel="T (tokens)", ylabel="us per layer", logx=True, logy=True,
+                           series=[dict(label="hpc_xla", x=xs, y=[r["us"] for r in rs]),
+                                   dict(label="torch", x=xs, y=[r["torch_us"] for r in rs]),
+                                   dict(label="vLLM triton", x=xs, y=[r["triton_us"] for r in rs])]))
+    return report.plot(path, panels, title="fused_moe on %s (CUDA-graph replay)" % torch.cuda.get_device_name(0))
+
+
 def run(args):
+    started = time.time()
     torch.manual_seed(0)
     gen = torch.Generator(device="cuda").manual_seed(0)
     l2 = timing.l2_bytes()
     tokens_list = [int(t) for t in args.tokens.split(",")] if args.tokens else TOKENS
     rows, records = [], []
+    peer = triton_peer()
+    print("triton peer: %s" % _TRITON["why"], flush=True)
+    if peer is not None and os.environ.get("HPC_TRITON_PRECOMPILE", "1") != "0":
+        t0 = time.time()
+        jobs = [list(shape) + [t] for shape in SHAPES for t in tokens_list]
+        workers = _precompile(jobs)
+        print("triton peer: kernels precompiled for %d (shape, T) in %d processes, %.0f s" % (
+            len(jobs), workers, time.time() - t0), flush=True)
     for name, e_local, e_global, offset, h, i, top_k, quant in SHAPES:
         w = _weights(e_local, h, i, quant, gen)
+        emap = _expert_map(e_local, e_global, offset)
+        tuned = None
+        if peer is not None:
+            try:
+                tuned = bool(peer.config_is_tuned(w["w13"], w["w2"], quant))
+            except Exception:
+                tuned = None
+            print("  %s %s: triton config %s" % (name, quant or "bf16", {True: "tuned H200 JSON", False:
+                  "vLLM default (no tuned JSON)", None: "?"}[tuned]), flush=True)
         elem = 1 if quant else 2
         expert_bytes = 3 * h * i * elem
         for tokens in tokens_list:
@@ -211,24 +389,37 @@ def run(args):
             replays = 5 if big else 20
             ours = timing.graph_time_us([_ours(w, s, quant, offset, e_global, ws) for s in sets], replays=replays)
             theirs, peer_kind = _peer_time(w, sets, quant, offset, e_local, replays)
+            tri, tri_err = _triton_time(peer, w, sets, quant, e_global, emap, replays)
             tbps = hit_bytes / (ours * 1e-6) / 1e12
             tflops = flops / (ours * 1e-6) / 1e12
             rec = dict(shape=name, quant=quant or "bf16", experts=[e_local, e_global], hidden=h, inter=i,
                        top_k=top_k, tokens=tokens, local_pairs=pairs, experts_hit=hit, weight_bytes_hit=hit_bytes,
                        us=ours, tbps=tbps, tflops=tflops, torch_us=theirs, torch_kind=peer_kind,
-                       speedup_vs_torch=theirs / ours, rotating_sets=sets_n,
+                       speedup_vs_torch=theirs / ours, triton_us=tri,
+                       speedup_vs_triton=None if tri is None else tri / ours, triton_rel_err=tri_err,
+                       triton_config=None if tri is None else peer.config_for(w["w13"], w["w2"], top_k, tokens,
+                                                                              quant),
+                       triton_config_tuned=tuned, rotating_sets=sets_n,
                        tile_m=ext().fused_moe_tile_m(tokens, top_k, e_local, 0))
             records.append(rec)
             rows.append([name, quant or "bf16", tokens, "%.1f" % ours, "%.2f" % tbps, "%.1f" % tflops,
                          "%.1f" % theirs + ("" if peer_kind == "grouped" else " (loop)"),
-                         "%.2fx" % rec["speedup_vs_torch"]])
+                         "%.2fx" % rec["speedup_vs_torch"], _fmt(tri, "%.1f"),
+                         _fmt(rec["speedup_vs_triton"], "%.2fx"), _fmt(tri_err, "%.1e")])
             print("  " + "  ".join(str(x) for x in rows[-1]), flush=True)
+            for s in sets:
+                s.pop("triton_out", None)
             del sets, probe, ws
             torch.cuda.empty_cache()
-        del w
+        del w, emap
         torch.cuda.empty_cache()
-    report.print_table("fused_moe on %s (CUDA-graph replay, median)" % torch.cuda.get_device_name(0),
-                       ["shape", "quant", "T", "us", "TB/s(w hit)", "TFLOP/s", "torch us", "speedup"], rows)
+    report.print_table("fused_moe on %s (CUDA-graph replay, median; triton = vLLM 0.33 fused_moe_kernel, full "
+                       "layer)" % torch.cuda.get_device_name(0),
+                       ["shape", "quant", "T", "us", "TB/s(w hit)", "TFLOP/s", "torch us", "speedup", "triton us",
+                        "vs triton", "tri err"], rows)
+    print("triton peer: %s; moe suite took %.0f s" % (_TRITON["why"], time.time() - started))
     report.write_json(args.out, dict(suite="moe", device=torch.cuda.get_device_name(0), rows=records,
-                                     torch=torch.__version__))
+                                     torch=torch.__version__, triton_peer=_TRITON["why"],
+                                     seconds=time.time() - started))
+    plot(report.plot_path(args.out), records)
     return records

@@ -1,6 +1,8 @@
-"""Table printing (rich when installed, plain text otherwise) and JSON output for the benchmark suites."""
+"""Table printing (rich when installed, plain text otherwise), JSON output and PNG plots (matplotlib, Agg;
+skipped when matplotlib is missing) for the benchmark suites."""
 
 import json
+import math
 import os
 
 
@@ -29,3 +31,62 @@ def write_json(path, payload):
     os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
     with open(path, "w") as f:
         json.dump(payload, f, indent=2)
+
+
+def plot_path(json_path):
+    """The PNG that goes next to a suite's JSON: results/moe.json -> results/moe.png (None without --out)."""
+    if not json_path:
+        return None
+    root, ext = os.path.splitext(json_path)
+    return (root if ext.lower() == ".json" else json_path) + ".png"
+
+
+def plot(path, panels, title=None, ncols=3):
+    """Line plots, one panel each, written to `path` (PNG). Returns the path, or None when there is no path,
+    nothing to draw, or no matplotlib. A panel is a dict: title, xlabel, ylabel, logx, logy (bools), hline (a y
+    to mark, e.g. 1.0 for a ratio), lines (False: markers only), series: [dict(label, x, y)]; points whose x or
+    y is None are dropped and each series is drawn in x order."""
+    panels = [p for p in panels if any(y is not None for s in p["series"] for y in s["y"])]
+    if not path or not panels:
+        return None
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        print("(no plot: matplotlib is not installed)")
+        return None
+    ncols = max(1, min(ncols, len(panels)))
+    nrows = math.ceil(len(panels) / ncols)
+    fig, axes = plt.subplots(nrows, ncols, figsize=(5.4 * ncols, 3.9 * nrows), squeeze=False)
+    for ax, panel in zip(axes.flat, panels):
+        for s in panel["series"]:
+            pts = sorted((x, y) for x, y in zip(s["x"], s["y"]) if x is not None and y is not None)
+            if pts:
+                xs, ys = zip(*pts)
+                ax.plot(xs, ys, marker="o", markersize=3, linewidth=1.2, label=s["label"],
+                        linestyle="-" if panel.get("lines", True) else "none")
+        if panel.get("hline") is not None:
+            ax.axhline(panel["hline"], color="gray", linewidth=0.8, linestyle=":")
+        if panel.get("logx"):
+            ax.set_xscale("log", base=2)
+        if panel.get("logy"):
+            ax.set_yscale("log")
+        ax.set_title(panel.get("title", ""), fontsize=9)
+        ax.set_xlabel(panel.get("xlabel", ""), fontsize=8)
+        ax.set_ylabel(panel.get("ylabel", ""), fontsize=8)
+        ax.tick_params(labelsize=7)
+        ax.grid(True, alpha=0.3, which="both")
+        if ax.get_legend_handles_labels()[0]:
+            ax.legend(fontsize=6)
+    for ax in list(axes.flat)[len(panels):]:
+        ax.axis("off")
+    if title:
+        fig.suptitle(title, fontsize=10)
+    fig.tight_layout()
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    print("plot: %s" % path)
+    return path

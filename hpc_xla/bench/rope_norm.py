@@ -153,4 +153,20 @@ def run(args):
     report.write_json(args.out, dict(suite="rope_norm", device=torch.cuda.get_device_name(0),
                                      copy_ceiling_tbps=ceiling, host_overhead=overhead, rows=records,
                                      torch=torch.__version__))
+    plot(report.plot_path(args.out), records, ceiling)
     return records
+
+
+def plot(path, records, ceiling):
+    """% of the copy ceiling against T, one panel per variant, one series per head config."""
+    panels = []
+    for variant in dict.fromkeys(r["variant"] for r in records):
+        rs = [r for r in records if r["variant"] == variant]
+        heads = dict.fromkeys(tuple(r["heads"]) for r in rs)
+        panels.append(dict(title="rope_norm %s" % variant, xlabel="T (tokens)", ylabel="% of copy ceiling",
+                           logx=True, series=[dict(label="%d/%d/%d" % hd, x=[r["tokens"] for r in rs
+                                                                             if tuple(r["heads"]) == hd],
+                                                   y=[r["pct_ceiling"] for r in rs if tuple(r["heads"]) == hd])
+                                              for hd in heads]))
+    return report.plot(path, panels, title="rope_norm on %s (copy ceiling %.2f TB/s)" % (
+        torch.cuda.get_device_name(0), ceiling), ncols=2)
