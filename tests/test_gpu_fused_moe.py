@@ -122,58 +122,6 @@ def test_cuda_deterministic(quant):
     assert np.array_equal(a.view(np.uint16), b.view(np.uint16))
 
 
-# Split-K of the gate-up GEMM (fused_moe_plan.h GateUpSplits; the pieces per case are in the comment, checked by
-# tests/test_fused_moe.py::test_split_k_choices' model): (tokens, experts, top_k, hidden, inter, offset, extra,
-# shared), per quant.
-SPLIT_CASES = [
-    (1, 4, 2, 2048, 128, 0, 0, False),   # 2 tiles x 1-2 N blocks: 8 pieces (bf16 32 k-tiles, fp8 16)
-    (1, 4, 2, 512, 128, 0, 0, True),     # bf16: 4 pieces of 2 k-tiles; fp8 (4 k-tiles): 2; block128: 2
-    (1, 4, 2, 640, 128, 0, 0, False),    # fp8 5 k-tiles: pieces [0,2) [2,5) (uneven, block128 scales per piece)
-    (7, 8, 2, 1024, 256, 0, 0, True),    # 8 tiles x 4 blocks: fp8 4 pieces (32 -> 128 CTAs)
-    (3, 6, 3, 1024, 128, 2, 3, True),    # EP (some pairs non-local) with split-K and shared_output
-    (3, 4, 2, 320, 192, 0, 0, False),    # H = 320: the last down N block is half full (fused reduce col check)
-]
-
-
-@pytest.mark.parametrize("quant", QUANTS)
-@pytest.mark.parametrize("case", SPLIT_CASES)
-def test_cuda_split_k_and_fused_reduce(case, quant):
-    tokens, experts, top_k, hidden, inter, offset, extra, shared = case
-    if quant == "fp8_block128" and (hidden % 128 or inter % 128):
-        pytest.skip("block128 needs H, I multiples of 128")
-    p = make_problem(tokens, experts, hidden, inter, top_k, quant, offset, extra, shared, seed=hidden + tokens)
-    t = _cuda_inputs(p)
-    a = run_cuda(p, t=t)
-    _check_oracle(p, a)
-    b = run_cuda(p, t=t)  # the pieces' arrival order varies; their sum order does not
-    assert np.array_equal(a.view(np.uint16), b.view(np.uint16))
-    cpu = run_torch(p)
-    assert reference.relative_error(a, cpu.astype(np.float64)) < _tol(p) / 2
-
-
-@pytest.mark.parametrize("quant", QUANTS)
-def test_cuda_no_local_pairs_gives_shared_output(quant):
-    """Every id belongs to another rank: no tile at all; the down GEMM's extra CTA row writes y = shared_output
-    (bitwise), or 0 without it, for every token."""
-    p = make_problem(5, 2, 256, 128, 2, quant, 0, 6, shared=True, seed=8)
-    p["topk_ids"] = np.stack([np.random.default_rng(i).permutation(6)[:2] + 2 for i in range(5)]).astype(np.int32)
-    out = run_cuda(p)
-    assert np.array_equal(out.view(np.uint16), p["shared_output"].view(np.uint16))
-    p["shared_output"] = None
-    assert np.all(run_cuda(p).astype(np.float32) == 0)
-
-
-@pytest.mark.parametrize("quant", [None, "fp8_tensor"])
-def test_cuda_large_batch_fused_reduce(quant):
-    """Many tokens, several waves of down CTAs, tokens whose pairs finish in different CTAs in any order; some
-    tokens without local pairs (EP). Deterministic and equal to the CPU reference."""
-    p = make_problem(1500, 8, 256, 128, 4, quant, 1, 3, shared=True, seed=21)
-    t = _cuda_inputs(p)
-    a = run_cuda(p, t=t)
-    _check_oracle(p, a)
-    assert np.array_equal(a.view(np.uint16), run_cuda(p, t=t).view(np.uint16))
-
-
 def test_cuda_out_of_range_ids_contribute_zero():
     """Without HPC_XLA_CHECK an id outside [0, num_experts_global) is just not local: it contributes 0 (never
     a read outside the weights)."""
@@ -263,9 +211,7 @@ def test_cuda_graph_per_token_count(quant):
 @pytest.mark.parametrize("quant", [None, "fp8_block128"])
 def test_cuda_graph_max_tokens_padded(quant):
     """One graph captured at T_max; a batch of T < T_max runs with its rows padded (weight 0, any id). Rows < T
-    equal the eager T-token result: per-row results do not depend on the M tile or the other rows. (They do depend
-    on the gate-up split-K piece count, a function of the shapes: here every T in the loop gets 2 pieces for bf16
-    (4 k-tiles) and 1 for block128 (2 k-tiles), see test_fused_moe.py::_splits.)"""
+    equal the eager T-token result: per-row results do not depend on the M tile or the other rows."""
     import torch
 
     import hpc_xla.torch as ht

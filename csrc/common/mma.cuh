@@ -20,12 +20,6 @@ __device__ __forceinline__ void CpAsync16(void* smem, const void* gmem, bool val
   const int src_bytes = valid ? 16 : 0;
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(SmemAddr(smem)), "l"(gmem), "r"(src_bytes));
 }
-// 4- or 8-byte async copy global -> shared (cp.async.ca: the small sizes only exist in the L1-allocating form).
-template <int kBytes>
-__device__ __forceinline__ void CpAsyncSmall(void* smem, const void* gmem) {
-  static_assert(kBytes == 4 || kBytes == 8, "cp.async.ca copies 4, 8 or 16 bytes");
-  asm volatile("cp.async.ca.shared.global [%0], [%1], %2;\n" ::"r"(SmemAddr(smem)), "l"(gmem), "n"(kBytes));
-}
 __device__ __forceinline__ void CpAsyncCommit() { asm volatile("cp.async.commit_group;\n" ::); }
 template <int N>
 __device__ __forceinline__ void CpAsyncWait() { asm volatile("cp.async.wait_group %0;\n" ::"n"(N)); }

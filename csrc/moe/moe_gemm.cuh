@@ -23,21 +23,6 @@
 // A rows are gathered through the sorted pair list (gate-up: token = pair / k) with zero fill for padding.
 // fp8_block128: per K block, partial sums accumulate in their own registers and are promoted into the fp32
 // accumulator with x_scale[row, kb] * w_scale[nb, kb] (the reference's rounding points).
-//
-// Latency (decode batches are weight-streaming bound):
-// * The CTA's index loads (tile count, tile expert, its sorted pairs) are independent and issued together:
-//   one L2 round trip before the first cp.async instead of a chain of three.
-// * Down GEMM: its weight loads for the first kStages-1 k-tiles are issued BEFORE griddepcontrol.wait, so
-//   the weight stream overlaps the gate-up GEMM's tail. Only the intermediate (A) needs gate-up's results.
-//   The tile list it reads before the wait is the prep kernel's output, complete by then: this grid is
-//   launched only after every gate-up CTA executed launch_dependents, which each does after its own wait on
-//   the (completed) prep grid; those reads use ld.global.cg (L2, never a stale L1 line).
-// * Gate-up split-K (fused_moe_plan.h GateUpSplits): gridDim.z K pieces; each stores its fp32 tile, and the
-//   last piece to arrive (per-(tile, N block) counter) sums all pieces in piece order and runs the epilogue.
-// * Down GEMM + reduce: after storing its fp32 rows, the CTA counts them per (token, N block); the CTA that
-//   completes a token's local pairs computes y[t, its 128 columns] = sum_j (j order) w[t,j] * down[t*k+j]
-//   (+ shared) exactly like the former reduce kernel (bitwise the same result, whichever CTA does it). One
-//   extra CTA row (blockIdx.x == max_tiles) writes the tokens without local pairs (0 or shared_output).
 #pragma once
 
 #include <cuda_bf16.h>
@@ -49,14 +34,12 @@
 #include "csrc/common/launch.cuh"
 #include "csrc/common/mma.cuh"
 #include "csrc/common/numeric.h"
-#include "csrc/common/vec.cuh"
 #include "csrc/moe/fused_moe.h"
-#include "csrc/moe/fused_moe_plan.h"
 
 namespace hpc::moe {
 
-constexpr int kGemmThreads = kMoeGemmThreads;
-constexpr int kLineBytes = kMoeLineBytes;  // K bytes per row per stage
+constexpr int kGemmThreads = 256;
+constexpr int kLineBytes = 128;  // K bytes per row per stage
 
 enum class GemmKind : int { kGateUp = 0, kDown = 1 };
 
@@ -77,18 +60,6 @@ struct GemmParams {
   int k_blocks;              // block128: K / 128
   int n;                     // output columns: I | H
   int top_k;
-  // gate-up split-K (gridDim.z pieces; 1: none)
-  float* partials;           // [max_tiles * up_blocks][pieces][kGemmThreads][acc per thread]
-  int32_t* split_count;      // [max_tiles * up_blocks], zero on entry
-  // down: the fused weighted reduce into y
-  const float* weights;      // topk_weights [T, k]
-  const int32_t* ids;        // topk_ids [T, k]
-  const int32_t* token_local;  // [T] local pairs per token
-  int32_t* reduce_count;     // [T, down_blocks], zero on entry
-  const __nv_bfloat16* shared;  // optional [T, H]
-  __nv_bfloat16* y;          // [T, H]
-  int tokens, expert_offset;
-  int experts;               // local experts E (both GEMMs: a tile's expert must be < E)
 };
 
 template <GemmKind KIND, MoeQuant Q, int BM>
@@ -96,7 +67,7 @@ struct GemmShape {
   static constexpr bool kGateUp = KIND == GemmKind::kGateUp;
   static constexpr bool kFp8 = Q != MoeQuant::kNone;
   static constexpr bool kBlock = Q == MoeQuant::kFp8Block128;
-  static constexpr int kBN = kGateUp ? GateUpBlockN(Q) : kDownBlockN;  // output columns per CTA
+  static constexpr int kBN = kGateUp ? (kBlock ? 128 : 64) : 128;  // output columns per CTA
   static constexpr int kNB = kGateUp ? 2 * kBN : kBN;               // weight rows per CTA
   static constexpr int kWarpsM = BM >= 64 ? 2 : 1;
   static constexpr int kWarpsN = 8 / kWarpsM;
@@ -104,79 +75,22 @@ struct GemmShape {
   static constexpr int kWarpN = kNB / kWarpsN;
   static constexpr int kMI = kWarpM / 16;
   static constexpr int kNI = kWarpN / 8;
-  static constexpr int kAcc = kMI * kNI * 4;  // fp32 accumulators per thread
   static_assert(kWarpN % 16 == 0 && kWarpM % 16 == 0, "warp tile");
-  static_assert(kAcc * kGemmThreads == BM * kNB && kAcc % 4 == 0, "accumulators tile the CTA tile (split-K unit)");
   static constexpr int kABytes = BM * kLineBytes;
   static constexpr int kStageBytes = (BM + kNB) * kLineBytes;
-  // Two CTAs per SM (<= 128 registers, <= 108 KB each: 2 x (108 + 1 reserved) KB fit the 228 KB of an SM) except
-  // block128, whose doubled accumulators (partial sums per K block) need more registers: one CTA with a deeper
-  // ring. The ring is as deep as the budget allows (BM=16: 6 stages = 5 k-tiles = 80 KB of weights in flight).
-  // Two 108 KB CTAs also let a gate-up CTA and a PDL-launched down CTA share an SM at small T.
+  // Two CTAs per SM (<= 128 registers, <= ~100 KB each) except block128, whose doubled accumulators (partial
+  // sums per K block) need more registers: one CTA with a deeper ring.
   static constexpr int kMinBlocks = kBlock ? 1 : 2;
-  static constexpr int kBudget = kMinBlocks == 1 ? 200 * 1024 : 108 * 1024;
+  static constexpr int kBudget = kMinBlocks == 1 ? 200 * 1024 : 100 * 1024;
   static constexpr int kStages = kBudget / kStageBytes > 8 ? 8 : (kBudget / kStageBytes < 2 ? 2 : kBudget / kStageBytes);
   static constexpr int kRedBytes = kBlock && kGateUp ? kWarpsN * BM * 4 : 0;  // row amax exchange
   static constexpr int kSmemBytes = kStages * kStageBytes + kRedBytes;
   static_assert(kSmemBytes <= 227 * 1024, "shared memory");
-  static_assert(kGateUp || kBN == 16 * 8, "the fused reduce maps 16 threads x 8 columns onto the down N block");
 };
 
 __device__ __forceinline__ int Swz(int row, int chunk) { return row * kLineBytes + ((chunk ^ (row & 7)) << 4); }
 
-// An index load through L2 that the compiler may not move (asm volatile): the CTA's independent index loads stay
-// ahead of the early-exit branch, so they are in flight together.
-__device__ __forceinline__ int LoadIndexCg(const int32_t* src) {
-  int v;
-  asm volatile("ld.global.cg.s32 %0, [%1];\n" : "=r"(v) : "l"(src));
-  return v;
-}
-
 __device__ __forceinline__ float Silu(float g) { return g / (1.f + expf(-g)); }
-
-// y[t, col..col+8) = sum_j (j order) w[t,j] * down[t*k+j, col..] over local experts (+ shared): the former reduce
-// kernel's arithmetic. The down rows were written by other CTAs: read through L2 (ld.global.cg).
-__device__ __forceinline__ void ReduceTokenVec8(const GemmParams& p, int64_t t, int col) {
-  float y[8] = {0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f};
-  const float* down = static_cast<const float*>(p.out);
-  for (int j = 0; j < p.top_k; ++j) {
-    const int64_t pair = t * p.top_k + j;
-    const int e = p.ids[pair] - p.expert_offset;
-    if (e < 0 || e >= p.experts) continue;  // another rank's expert: contributes 0, its row was never computed
-    const float w = p.weights[pair];
-    const float4* src = reinterpret_cast<const float4*>(down + pair * p.n + col);
-    const float4 lo = __ldcg(src), hi = __ldcg(src + 1);
-    const float d[8] = {lo.x, lo.y, lo.z, lo.w, hi.x, hi.y, hi.z, hi.w};
-#pragma unroll
-    for (int i = 0; i < 8; ++i) y[i] = __fadd_rn(y[i], __fmul_rn(w, d[i]));  // the reference's y += w * acc
-  }
-  if (p.shared) {
-    float s[8];
-    LoadVec8(p.shared + t * p.n + col, s);
-#pragma unroll
-    for (int i = 0; i < 8; ++i) y[i] = __fadd_rn(y[i], s[i]);
-  }
-  StoreVec8(p.y + t * p.n + col, y);
-}
-
-// Down GEMM's extra CTA row: tokens with no local pair get y = shared_output (or 0) in this CTA's columns.
-__device__ __forceinline__ void WriteTokensWithoutLocalPairs(const GemmParams& p, int n0) {
-  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  const int col = n0 + (lane % 16) * 8;
-  for (int t0 = warp * 32; t0 < p.tokens; t0 += kGemmThreads) {  // t0 is warp-uniform: full-mask ballot
-    const int t = t0 + lane;
-    unsigned empty = __ballot_sync(0xffffffffu, t < p.tokens && __ldcg(p.token_local + t) == 0);
-    while (empty != 0u) {
-      const int tt = t0 + __ffs(empty) - 1;
-      empty &= empty - 1u;
-      if (lane < 16 && col < p.n) {
-        float y[8] = {0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f};
-        if (p.shared) LoadVec8(p.shared + static_cast<int64_t>(tt) * p.n + col, y);
-        StoreVec8(p.y + static_cast<int64_t>(tt) * p.n + col, y);
-      }
-    }
-  }
-}
 
 template <GemmKind KIND, MoeQuant Q, int BM>
 __global__ void __launch_bounds__(kGemmThreads, (GemmShape<KIND, Q, BM>::kMinBlocks))
@@ -188,61 +102,27 @@ __global__ void __launch_bounds__(kGemmThreads, (GemmShape<KIND, Q, BM>::kMinBlo
   const int g = lane / 4, q = lane % 4;
   const int tile = blockIdx.x;
   const int n0 = blockIdx.y * S::kBN;
-  if constexpr (!S::kGateUp) {
-    if (tile == static_cast<int>(gridDim.x) - 1) {  // the extra row (grid.x = max_tiles + 1): no tile
-      PdlWait();
-      PdlLaunchDependents();
-      WriteTokensWithoutLocalPairs(p, n0);
-      return;
-    }
-  } else {
-    PdlWait();  // gate-up: the tile list is the prep kernel's output
-    PdlLaunchDependents();  // let the down GEMM's CTAs start issuing their weight loads
-  }
-  // Independent index loads, issued together (in bounds for every CTA: tile < max_tiles, row0 + r < max_rows;
-  // a CTA past the real tile count reads stale values and leaves at once).
+  PdlWait();
+  if (tile >= *p.tile_count) return;
+  const int e = p.tile_expert[tile];
   const int row0 = tile * BM;  // first sorted row of the tile
-  constexpr int kALoads = (BM * 8 + kGemmThreads - 1) / kGemmThreads;
-  const int lchunk = tid % 8, lrow = tid / 8;
-  const int tile_count = LoadIndexCg(p.tile_count);
-  const int e = LoadIndexCg(p.tile_expert + tile);
-  int a_pair[kALoads];
-#pragma unroll
-  for (int i = 0; i < kALoads; ++i) {
-    const int r = lrow + 32 * i;
-    a_pair[i] = r < BM ? LoadIndexCg(p.sorted_pairs + row0 + r) : -1;
-  }
-  int scale_row[S::kMI][2];  // block128: rows this thread accumulates (mi, half) -> A scale row, -1 = pad
-  if constexpr (S::kBlock) {
-#pragma unroll
-    for (int mi = 0; mi < S::kMI; ++mi)
-#pragma unroll
-      for (int h = 0; h < 2; ++h) scale_row[mi][h] = LoadIndexCg(p.sorted_pairs + row0 + wm * S::kWarpM + mi * 16 + g + 8 * h);
-  }
-  // (e outside [0, E) never holds for a real tile; testing it keeps every weight address in bounds whatever the
-  // workspace held, and makes ptxas keep the expert load ahead of this branch)
-  if ((tile >= tile_count) | (static_cast<unsigned>(e) >= static_cast<unsigned>(p.experts))) return;
 
   // ---- per-thread load assignments: rows tid/8 + 32 i, 16-byte chunk tid % 8 of each 128-byte line
+  constexpr int kALoads = (BM * 8 + kGemmThreads - 1) / kGemmThreads;
   constexpr int kBLoads = S::kNB * 8 / kGemmThreads;
+  const int lchunk = tid % 8, lrow = tid / 8;
   const uint8_t* a_src[kALoads];
 #pragma unroll
   for (int i = 0; i < kALoads; ++i) {
     const int r = lrow + 32 * i;
     a_src[i] = nullptr;
-    if (r < BM && a_pair[i] >= 0) {
-      const int64_t arow = S::kGateUp ? a_pair[i] / p.top_k : row0 + r;
-      a_src[i] = p.a + arow * p.k_bytes + lchunk * 16;
-    }
-  }
-  if constexpr (S::kBlock) {
-#pragma unroll
-    for (int mi = 0; mi < S::kMI; ++mi)
-#pragma unroll
-      for (int h = 0; h < 2; ++h) {
-        const int pair = scale_row[mi][h];
-        scale_row[mi][h] = pair < 0 ? -1 : (S::kGateUp ? pair / p.top_k : row0 + wm * S::kWarpM + mi * 16 + g + 8 * h);
+    if (r < BM) {
+      const int pair = p.sorted_pairs[row0 + r];
+      if (pair >= 0) {
+        const int64_t arow = S::kGateUp ? pair / p.top_k : row0 + r;
+        a_src[i] = p.a + arow * p.k_bytes + lchunk * 16;
       }
+    }
   }
   const uint8_t* b_expert = p.b + static_cast<int64_t>(e) * p.b_expert_bytes + lchunk * 16;
   int b_row[kBLoads];  // weight row of each B load, -1 past N
@@ -259,35 +139,26 @@ __global__ void __launch_bounds__(kGemmThreads, (GemmShape<KIND, Q, BM>::kMinBlo
     }
     b_row[i] = col < p.n ? wrow : -1;
   }
-  // This CTA's K piece: k-tiles [kt_begin, kt_end) (split-K: piece blockIdx.z of gridDim.z; never empty since
-  // the planner keeps k_tiles >= 2 * pieces). Local step i <-> k-tile kt_begin + i, ring slot i % kStages.
   const int k_tiles = static_cast<int>((p.k_bytes + kLineBytes - 1) / kLineBytes);
-  const int pieces = S::kGateUp ? static_cast<int>(gridDim.z) : 1, piece = S::kGateUp ? blockIdx.z : 0;
-  const int kt_begin = piece * k_tiles / pieces, kt_end = (piece + 1) * k_tiles / pieces;
-  const int steps = kt_end - kt_begin;
 
-  auto load_a = [&](int i) {
-    char* st = smem + (i % S::kStages) * S::kStageBytes;
-    const int64_t kb = static_cast<int64_t>(kt_begin + i) * kLineBytes;
+  auto load_stage = [&](int kt) {
+    char* st = smem + (kt % S::kStages) * S::kStageBytes;
+    const int64_t kb = static_cast<int64_t>(kt) * kLineBytes;
     const bool k_ok = kb + lchunk * 16 < p.k_bytes;
 #pragma unroll
-    for (int j = 0; j < kALoads; ++j) {
-      const int r = lrow + 32 * j;
+    for (int i = 0; i < kALoads; ++i) {
+      const int r = lrow + 32 * i;
       if (r < BM) {
-        const bool ok = a_src[j] != nullptr && k_ok;
-        CpAsync16(st + Swz(r, lchunk), ok ? a_src[j] + kb : p.a, ok);
+        const bool ok = a_src[i] != nullptr && k_ok;
+        CpAsync16(st + Swz(r, lchunk), ok ? a_src[i] + kb : p.a, ok);
       }
     }
-  };
-  auto load_b = [&](int i) {
-    char* bst = smem + (i % S::kStages) * S::kStageBytes + S::kABytes;
-    const int64_t kb = static_cast<int64_t>(kt_begin + i) * kLineBytes;
-    const bool k_ok = kb + lchunk * 16 < p.k_bytes;
+    char* bst = st + S::kABytes;
 #pragma unroll
-    for (int j = 0; j < kBLoads; ++j) {
-      const int r = lrow + 32 * j;
-      const bool ok = b_row[j] >= 0 && k_ok;
-      CpAsync16(bst + Swz(r, lchunk), ok ? b_expert + static_cast<int64_t>(b_row[j]) * p.k_bytes + kb : p.b, ok);
+    for (int i = 0; i < kBLoads; ++i) {
+      const int r = lrow + 32 * i;
+      const bool ok = b_row[i] >= 0 && k_ok;
+      CpAsync16(bst + Swz(r, lchunk), ok ? b_expert + static_cast<int64_t>(b_row[i]) * p.k_bytes + kb : p.b, ok);
     }
   };
 
@@ -297,32 +168,29 @@ __global__ void __launch_bounds__(kGemmThreads, (GemmShape<KIND, Q, BM>::kMinBlo
 #pragma unroll
     for (int ni = 0; ni < S::kNI; ++ni) acc[mi][ni][0] = acc[mi][ni][1] = acc[mi][ni][2] = acc[mi][ni][3] = 0.f;
 
-  // Prologue: kStages-1 k-tiles in flight; commit group s holds A(s) (+ B(s)). The down GEMM issues all its
-  // prologue weight loads first, before waiting for gate-up: they join group 0, which the first step waits
-  // for anyway (so every group s still completes A(s) and B(s) before step s reads them).
-  if constexpr (!S::kGateUp) {
+  // Block128 scales: rows this thread accumulates (mi, half) -> the A scale row (token | sorted row), -1 = pad.
+  int scale_row[S::kMI][2];
+  if constexpr (S::kBlock) {
 #pragma unroll
-    for (int s = 0; s < S::kStages - 1; ++s)
-      if (s < steps) load_b(s);
-    PdlWait();  // the intermediate (A) is gate-up's output
+    for (int mi = 0; mi < S::kMI; ++mi)
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const int r = wm * S::kWarpM + mi * 16 + g + 8 * h;
+        const int pair = p.sorted_pairs[row0 + r];
+        scale_row[mi][h] = pair < 0 ? -1 : (S::kGateUp ? pair / p.top_k : row0 + r);
+      }
   }
+
 #pragma unroll
   for (int s = 0; s < S::kStages - 1; ++s) {
-    if (s < steps) {
-      load_a(s);
-      if constexpr (S::kGateUp) load_b(s);
-    }
+    if (s < k_tiles) load_stage(s);
     CpAsyncCommit();
   }
 
-  for (int i = 0; i < steps; ++i) {
-    const int kt = kt_begin + i;
+  for (int kt = 0; kt < k_tiles; ++kt) {
     CpAsyncWait<S::kStages - 2>();
-    __syncthreads();  // step i landed for everyone; slot of step i-1 is free to refill
-    if (i + S::kStages - 1 < steps) {
-      load_a(i + S::kStages - 1);
-      load_b(i + S::kStages - 1);
-    }
+    __syncthreads();  // stage kt landed for everyone; stage kt-1 is free to refill
+    if (kt + S::kStages - 1 < k_tiles) load_stage(kt + S::kStages - 1);
     CpAsyncCommit();
 
     // block128: this K block's scales (loaded before the math so their latency hides under it)
@@ -352,7 +220,7 @@ __global__ void __launch_bounds__(kGemmThreads, (GemmShape<KIND, Q, BM>::kMinBlo
 #pragma unroll
         for (int ni = 0; ni < S::kNI; ++ni) part[mi][ni][0] = part[mi][ni][1] = part[mi][ni][2] = part[mi][ni][3] = 0.f;
     }
-    const char* ast = smem + (i % S::kStages) * S::kStageBytes;
+    const char* ast = smem + (kt % S::kStages) * S::kStageBytes;
     const char* bst = ast + S::kABytes;
 #pragma unroll
     for (int ks = 0; ks < kLineBytes / 32; ++ks) {
@@ -416,51 +284,13 @@ __global__ void __launch_bounds__(kGemmThreads, (GemmShape<KIND, Q, BM>::kMinBlo
     }
   }
   CpAsyncWait<0>();
-  if constexpr (!S::kGateUp) PdlLaunchDependents();
+  PdlLaunchDependents();
 
   // fp8_tensor: one scale for the whole tile (activation scale x expert weight scale)
   float tensor_scale = 1.f;
   if constexpr (Q == MoeQuant::kFp8Tensor) tensor_scale = __fmul_rn(*p.a_tensor_scale, p.b_scale[e]);
 
   if constexpr (S::kGateUp) {
-    if (pieces > 1) {
-      // split-K: store this piece's fp32 tile in register order, count the piece; the last one to arrive sums
-      // all pieces in piece order (independent of arrival order) and carries on with the epilogue.
-      __shared__ int last_piece;
-      const int64_t slot = static_cast<int64_t>(tile) * gridDim.y + blockIdx.y;  // < max_tiles * up_blocks
-      float4* mine = reinterpret_cast<float4*>(p.partials + ((slot * pieces + piece) * kGemmThreads + tid) * S::kAcc);
-#pragma unroll
-      for (int mi = 0; mi < S::kMI; ++mi)
-#pragma unroll
-        for (int ni = 0; ni < S::kNI; ++ni)
-          __stcg(mine + mi * S::kNI + ni, make_float4(acc[mi][ni][0], acc[mi][ni][1], acc[mi][ni][2], acc[mi][ni][3]));
-      __threadfence();
-      __syncthreads();
-      if (tid == 0) {
-        const int done = atomicAdd(p.split_count + slot, 1);
-        __threadfence();
-        last_piece = done == pieces - 1;
-      }
-      __syncthreads();
-      if (!last_piece) return;
-#pragma unroll
-      for (int mi = 0; mi < S::kMI; ++mi)
-#pragma unroll
-        for (int ni = 0; ni < S::kNI; ++ni) acc[mi][ni][0] = acc[mi][ni][1] = acc[mi][ni][2] = acc[mi][ni][3] = 0.f;
-      for (int z = 0; z < pieces; ++z) {
-        const float4* src = reinterpret_cast<const float4*>(p.partials + ((slot * pieces + z) * kGemmThreads + tid) * S::kAcc);
-#pragma unroll
-        for (int mi = 0; mi < S::kMI; ++mi)
-#pragma unroll
-          for (int ni = 0; ni < S::kNI; ++ni) {
-            const float4 v = __ldcg(src + mi * S::kNI + ni);
-            acc[mi][ni][0] = __fadd_rn(acc[mi][ni][0], v.x);
-            acc[mi][ni][1] = __fadd_rn(acc[mi][ni][1], v.y);
-            acc[mi][ni][2] = __fadd_rn(acc[mi][ni][2], v.z);
-            acc[mi][ni][3] = __fadd_rn(acc[mi][ni][3], v.w);
-          }
-      }
-    }
     // h = silu(gate) * up in fp32, kept in acc[..][even] (gate slots)
     float row_amax[S::kMI][2] = {};
 #pragma unroll
@@ -528,7 +358,7 @@ __global__ void __launch_bounds__(kGemmThreads, (GemmShape<KIND, Q, BM>::kMinBlo
     for (int mi = 0; mi < S::kMI; ++mi)
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
-        const int pair = __ldcg(p.sorted_pairs + row0 + wm * S::kWarpM + mi * 16 + g + 8 * h);
+        const int pair = p.sorted_pairs[row0 + wm * S::kWarpM + mi * 16 + g + 8 * h];
         if (pair < 0) continue;
         float* dst = static_cast<float*>(p.out) + static_cast<int64_t>(pair) * p.n;
 #pragma unroll
@@ -537,34 +367,9 @@ __global__ void __launch_bounds__(kGemmThreads, (GemmShape<KIND, Q, BM>::kMinBlo
           if (col >= p.n) continue;
           float2 v = make_float2(acc[mi][ni][2 * h], acc[mi][ni][2 * h + 1]);
           if constexpr (Q == MoeQuant::kFp8Tensor) v.x = __fmul_rn(v.x, tensor_scale), v.y = __fmul_rn(v.y, tensor_scale);
-          __stcg(reinterpret_cast<float2*>(dst + col), v);
+          *reinterpret_cast<float2*>(dst + col) = v;
         }
       }
-    // fused reduce: count this CTA's rows per (token, N block); a token whose local pairs are now all written
-    // (in these columns) is reduced here. Writers fence before the count; the counter's last arriver fences
-    // after it (the threadFenceReduction pattern), and the rows are read through L2.
-    __shared__ int ready_tokens[BM];
-    __shared__ int ready_count;
-    if (tid == 0) ready_count = 0;
-    __threadfence();
-    __syncthreads();
-    if (tid < BM) {
-      const int pair = __ldcg(p.sorted_pairs + row0 + tid);
-      if (pair >= 0) {
-        const int t = pair / p.top_k;
-        const int done = atomicAdd(p.reduce_count + static_cast<int64_t>(t) * gridDim.y + blockIdx.y, 1) + 1;
-        if (done == __ldcg(p.token_local + t)) {  // exactly one row of the token sees its count complete
-          __threadfence();
-          ready_tokens[atomicAdd(&ready_count, 1)] = t;
-        }
-      }
-    }
-    __syncthreads();
-    const int ready = ready_count;  // <= BM: one entry per completing row
-    for (int i = tid; i < ready * (S::kBN / 8); i += kGemmThreads) {
-      const int col = n0 + (i % (S::kBN / 8)) * 8;
-      if (col < p.n) ReduceTokenVec8(p, ready_tokens[i / (S::kBN / 8)], col);
-    }
   }
 }
 

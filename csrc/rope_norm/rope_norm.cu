@@ -1,21 +1,18 @@
 // rope_norm on sm_90a: one memory-bound pass. Each (token, head) row of q, k and v is owned by a group of G
 // lanes, 8 elements (16 bytes) per lane; a group holds up to 4 rows of one token, so the token's position,
-// slot and cos/sin row are loaded once. Per row: 16-byte load -> [RMSNorm: group shuffle-sum] -> RoPE (neox
-// partners exchanged by shuffles, or through shared memory when rotary_dim/2 is not a multiple of 8) ->
-// [RMSNorm] -> store q (or fp8 q + per-row scale), or K/V straight into their paged-cache slot (fp8: x/scale).
-// Two kernels share that per-row code (FinishRows): a one-pass kernel for small batches (latency) and a
-// persistent cp.async-pipelined one for large batches (bandwidth); the launcher picks by the batch size.
+// slot and cos/sin row are loaded once and all its loads are in flight together. Per row: 16-byte load ->
+// [RMSNorm: group shuffle-sum] -> RoPE (neox partners exchanged by shuffles, or through shared memory when
+// rotary_dim/2 is not a multiple of 8) -> [RMSNorm] -> store q (or fp8 q + per-row scale), or K/V straight into
+// their paged-cache slot (fp8: saturated x/scale).
 #include <cuda_runtime.h>
 
 #include <cstdint>
 #include <cstdlib>
 #include <mutex>
-#include <unordered_map>
 
 #include "csrc/common/arch.h"
 #include "csrc/common/check.h"
 #include "csrc/common/launch.cuh"
-#include "csrc/common/mma.cuh"
 #include "csrc/common/numeric.h"
 #include "csrc/common/vec.cuh"
 #include "csrc/rope_norm/rope_norm.h"
@@ -100,54 +97,36 @@ __device__ __forceinline__ void RmsNormRow(float (&x)[8], bool apply, const void
 }
 
 // cos/sin for this lane's 8 elements: element e uses index e (neox, e < rot/2), e - rot/2 (neox, second half)
-// or e/2 (gptj). The rotation's sign is folded into s, once per token: y = x c + partner s, where s is
+// or e/2 (gptj). The rotation's sign is folded into s here, once per token: y = x c + partner s, where s is
 // negated for the element that takes -partner (neox first half, gptj even elements).
-//
-// Fast path (f32 table, aligned rows, rot/2 a multiple of 8 (neox) or 4 (gptj)): a lane inside the rotary part
-// reads 16-byte chunks -- neox: c[idx..idx+8), s[idx..idx+8) (4 chunks); gptj: c[first/2..+4), s[..] (2).
-__device__ __forceinline__ int FastCosSinChunks(const RopeNormParams& p) { return p.neox ? 4 : 2; }
-
-__device__ __forceinline__ const float* FastCosSinChunk(const RopeNormParams& p, int64_t pos, int lane, int chunk) {
-  const int half = p.rotary_dim / 2, first = lane * kVec;
-  const float* base = static_cast<const float*>(p.cos_sin) + pos * p.cos_sin_stride;
-  if (p.neox) {
-    const int idx = first < half ? first : first - half;
-    return base + (chunk >= 2 ? half : 0) + idx + 4 * (chunk & 1);
-  }
-  return base + (chunk == 1 ? half : 0) + first / 2;
-}
-
-// raw chunks -> per-element c and signed s
-__device__ __forceinline__ void ExpandCosSin(const RopeNormParams& p, int lane, const float4 (&raw)[4], float (&c)[8],
-                                             float (&s)[8]) {
-  if (p.neox) {
-    const float sign = lane * kVec < p.rotary_dim / 2 ? -1.0f : 1.0f;
-    c[0] = raw[0].x, c[1] = raw[0].y, c[2] = raw[0].z, c[3] = raw[0].w;
-    c[4] = raw[1].x, c[5] = raw[1].y, c[6] = raw[1].z, c[7] = raw[1].w;
-    s[0] = sign * raw[2].x, s[1] = sign * raw[2].y, s[2] = sign * raw[2].z, s[3] = sign * raw[2].w;
-    s[4] = sign * raw[3].x, s[5] = sign * raw[3].y, s[6] = sign * raw[3].z, s[7] = sign * raw[3].w;
-  } else {
-    const float cv[4] = {raw[0].x, raw[0].y, raw[0].z, raw[0].w}, sv[4] = {raw[1].x, raw[1].y, raw[1].z, raw[1].w};
-#pragma unroll
-    for (int i = 0; i < kVec; ++i) c[i] = cv[i / 2], s[i] = (i % 2 == 0 ? -1.0f : 1.0f) * sv[i / 2];
-  }
-}
-
 __device__ __forceinline__ void LoadCosSin(const RopeNormParams& p, int64_t pos, int lane, float (&c)[8],
                                            float (&s)[8]) {
   const int half = p.rotary_dim / 2;
+  const int64_t row = pos * p.cos_sin_stride;
   const int first = lane * kVec;
   if (p.fast_rope) {
-    if (first >= p.rotary_dim) return;  // lane outside the rotary part
-    float4 raw[4] = {};
+    const float* base = static_cast<const float*>(p.cos_sin) + row;
+    if (p.neox) {
+      if (first >= p.rotary_dim) return;  // lane outside the rotary part
+      const int idx = first < half ? first : first - half;
+      const float4 c0 = *reinterpret_cast<const float4*>(base + idx);
+      const float4 c1 = *reinterpret_cast<const float4*>(base + idx + 4);
+      const float4 s0 = *reinterpret_cast<const float4*>(base + half + idx);
+      const float4 s1 = *reinterpret_cast<const float4*>(base + half + idx + 4);
+      const float sign = first < half ? -1.0f : 1.0f;
+      c[0] = c0.x, c[1] = c0.y, c[2] = c0.z, c[3] = c0.w, c[4] = c1.x, c[5] = c1.y, c[6] = c1.z, c[7] = c1.w;
+      s[0] = sign * s0.x, s[1] = sign * s0.y, s[2] = sign * s0.z, s[3] = sign * s0.w;
+      s[4] = sign * s1.x, s[5] = sign * s1.y, s[6] = sign * s1.z, s[7] = sign * s1.w;
+    } else {
+      if (first >= p.rotary_dim) return;
+      const float4 c0 = *reinterpret_cast<const float4*>(base + first / 2);
+      const float4 s0 = *reinterpret_cast<const float4*>(base + half + first / 2);
+      const float cv[4] = {c0.x, c0.y, c0.z, c0.w}, sv[4] = {s0.x, s0.y, s0.z, s0.w};
 #pragma unroll
-    for (int q = 0; q < 4; ++q) {
-      if (q < FastCosSinChunks(p)) raw[q] = *reinterpret_cast<const float4*>(FastCosSinChunk(p, pos, lane, q));
+      for (int i = 0; i < kVec; ++i) c[i] = cv[i / 2], s[i] = (i % 2 == 0 ? -1.0f : 1.0f) * sv[i / 2];
     }
-    ExpandCosSin(p, lane, raw, c, s);
     return;
   }
-  const int64_t row = pos * p.cos_sin_stride;
 #pragma unroll
   for (int i = 0; i < kVec; ++i) {
     const int e = first + i;
@@ -225,41 +204,44 @@ __device__ __forceinline__ RowRef DecodeRow(const RopeNormParams& p, int j) {
   return r;
 }
 
-// Token-major work split: a group of G lanes owns kRows rows of ONE token (rows j, j+S, j+2S, ... of its
-// Hq+2Hkv rows, S = groups_per_token), so the token's position, slot and cos/sin are loaded once per thread and
-// shared by its rows.
-struct GroupWork {
-  uint32_t token;
-  int first_row;
-  bool token_ok;
-};
-
-__device__ __forceinline__ GroupWork GroupAt(const RopeNormParams& p, int64_t group) {
-  GroupWork g;
-  g.token = static_cast<uint32_t>(group / p.groups_per_token);
-  g.first_row = static_cast<int>(group - static_cast<int64_t>(g.token) * p.groups_per_token);
-  g.token_ok = group < static_cast<int64_t>(p.tokens) * p.groups_per_token;
-  return g;
-}
-
-template <typename T>
-__device__ __forceinline__ const T* RowSource(const RopeNormParams& p, const RowRef& r, uint32_t token) {
-  return r.is_q ? static_cast<const T*>(p.q) + token * p.q_stride_t + r.head * p.q_stride_h
-       : r.is_k ? static_cast<const T*>(p.k) + token * p.k_stride_t + r.head * p.k_stride_h
-                : static_cast<const T*>(p.v) + token * p.v_stride_t + r.head * p.v_stride_h;
-}
-
-// Out-of-range positions (only possible without HPC_XLA_CHECK) make q/k rows NaN rather than read outside
-// cos_sin_cache; out-of-range slots are not written.
-__device__ __forceinline__ bool PositionOk(const RopeNormParams& p, int64_t pos) { return pos >= 0 && pos < p.max_pos; }
-
-// The rows' math and stores, once x (the group's rows), pos, slot and the lane's cos/sin are in registers.
+// Token-major: a group of G lanes owns kRows rows of ONE token (rows j, j+S, j+2S, ... of its Hq+2Hkv rows,
+// S = groups_per_token), so the token's position, slot and cos/sin are loaded once per thread and shared by its
+// rows. Every load -- indices, kRows 16-byte row vectors, then cos/sin as soon as the position arrives -- is
+// issued before any math: the kernel is latency-bound unless each thread keeps several loads in flight
+// (bench/NOTES.md v1-v4).
 template <int G, int kRows, typename T, bool kFp8Cache, bool kFp8Q>
-__device__ __forceinline__ void FinishRows(const RopeNormParams& p, const GroupWork& g, const RowRef (&rows)[kRows],
-                                           float (&x)[kRows][8], int64_t pos, int64_t slot, const float (&c)[8],
-                                           const float (&s)[8], int lane, float* exchange) {
+__global__ void __launch_bounds__(kThreads, 3) RopeNormKernel(const __grid_constant__ RopeNormParams p) {
+  __shared__ __align__(16) float exchange[kThreads * kVec];
+  const int lane = threadIdx.x % G;
+  const uint32_t group = blockIdx.x * (kThreads / G) + threadIdx.x / G;
+  const uint32_t token = group / p.groups_per_token;
+  const int first_row = static_cast<int>(group - token * p.groups_per_token);
+  const bool token_ok = token < static_cast<uint32_t>(p.tokens);
   const bool lane_has_data = lane * kVec < p.head_dim;
-  const bool pos_ok = PositionOk(p, pos);
+
+  PdlWait();  // inputs may come from the previous kernel in the stream
+  const int64_t pos = token_ok ? LoadIndex(p.positions, p.positions_i64, token) : 0;
+  const int64_t slot = token_ok ? LoadIndex(p.slot_mapping, p.slots_i64, token) : -1;
+  RowRef rows[kRows];
+  float x[kRows][8];
+  bool any_rotated = false;
+#pragma unroll
+  for (int k = 0; k < kRows; ++k) {
+    rows[k] = DecodeRow(p, first_row + k * p.groups_per_token);
+    const RowRef& r = rows[k];
+#pragma unroll
+    for (int i = 0; i < kVec; ++i) x[k][i] = 0.0f;
+    if (!token_ok || !r.exists) continue;
+    any_rotated = any_rotated || r.is_q || r.is_k;
+    if (!lane_has_data) continue;
+    const T* src = r.is_q ? static_cast<const T*>(p.q) + token * p.q_stride_t + r.head * p.q_stride_h
+                 : r.is_k ? static_cast<const T*>(p.k) + token * p.k_stride_t + r.head * p.k_stride_h
+                          : static_cast<const T*>(p.v) + token * p.v_stride_t + r.head * p.v_stride_h;
+    LoadVec8(src + lane * kVec, x[k]);
+  }
+  // Out-of-range positions (only possible without HPC_XLA_CHECK) make q/k rows NaN rather than read outside
+  // cos_sin_cache; out-of-range slots are not written.
+  const bool pos_ok = pos >= 0 && pos < p.max_pos;
   // the token's K/V rows in the paged cache (head 0), once per thread; -1: not written
   int64_t k_dst = -1, v_dst = -1;
   if (slot >= 0 && slot < p.num_slots) {
@@ -269,11 +251,15 @@ __device__ __forceinline__ void FinishRows(const RopeNormParams& p, const GroupW
     k_dst = block * p.k_cache_stride_b + in_page * p.k_cache_stride_p;
     v_dst = block * p.v_cache_stride_b + in_page * p.v_cache_stride_p;
   }
+  float c[8] = {}, s[8] = {};
+  if (any_rotated && pos_ok && lane_has_data) LoadCosSin(p, pos, lane, c, s);
+  PdlLaunchDependents();
+
 #pragma unroll
   for (int k = 0; k < kRows; ++k) {
     const RowRef& r = rows[k];
     const bool is_v = !r.is_q && !r.is_k;
-    const bool active = g.token_ok && r.exists && lane_has_data;
+    const bool active = token_ok && r.exists && lane_has_data;
     const void* w = r.is_q ? p.q_norm_weight : (r.is_k ? p.k_norm_weight : nullptr);
     const DType w_dtype = r.is_q ? p.q_norm_dtype : p.k_norm_dtype;
     const bool normalize = active && w != nullptr;
@@ -294,10 +280,10 @@ __device__ __forceinline__ void FinishRows(const RopeNormParams& p, const GroupW
     }
     if (!active) continue;
     if (r.is_q) {
-      const int64_t off = g.token * p.q_out_stride_t + r.head * p.q_out_stride_h + lane * kVec;
+      const int64_t off = token * p.q_out_stride_t + r.head * p.q_out_stride_h + lane * kVec;
       if constexpr (kFp8Q) {
         StoreE4M3x8(static_cast<uint8_t*>(p.q_out) + off, x[k], q_scale);
-        if (lane == 0) p.q_scale[g.token * p.num_q_heads + r.head] = q_scale;
+        if (lane == 0) p.q_scale[token * p.num_q_heads + r.head] = q_scale;
       } else {
         StoreVec8(static_cast<T*>(p.q_out) + off, x[k]);
       }
@@ -314,163 +300,6 @@ __device__ __forceinline__ void FinishRows(const RopeNormParams& p, const GroupW
   }
 }
 
-// One pass, one group of rows per thread: every load -- indices, kRows 16-byte row vectors, then cos/sin as
-// soon as the position arrives -- is issued before any math. Used for small batches (latency: T=1 ~2 us).
-template <int G, int kRows, typename T, bool kFp8Cache, bool kFp8Q>
-__global__ void __launch_bounds__(kThreads, 3) RopeNormKernel(const __grid_constant__ RopeNormParams p) {
-  __shared__ __align__(16) float exchange[kThreads * kVec];
-  const int lane = threadIdx.x % G;
-  const GroupWork g = GroupAt(p, static_cast<int64_t>(blockIdx.x) * (kThreads / G) + threadIdx.x / G);
-  const bool lane_has_data = lane * kVec < p.head_dim;
-
-  PdlWait();  // inputs may come from the previous kernel in the stream
-  const int64_t pos = g.token_ok ? LoadIndex(p.positions, p.positions_i64, g.token) : 0;
-  const int64_t slot = g.token_ok ? LoadIndex(p.slot_mapping, p.slots_i64, g.token) : -1;
-  RowRef rows[kRows];
-  float x[kRows][8];
-  bool any_rotated = false;
-#pragma unroll
-  for (int k = 0; k < kRows; ++k) {
-    rows[k] = DecodeRow(p, g.first_row + k * p.groups_per_token);
-    const RowRef& r = rows[k];
-#pragma unroll
-    for (int i = 0; i < kVec; ++i) x[k][i] = 0.0f;
-    if (!g.token_ok || !r.exists) continue;
-    any_rotated = any_rotated || r.is_q || r.is_k;
-    if (lane_has_data) LoadVec8(RowSource<T>(p, r, g.token) + lane * kVec, x[k]);
-  }
-  float c[8] = {}, s[8] = {};
-  if (any_rotated && PositionOk(p, pos) && lane_has_data) LoadCosSin(p, pos, lane, c, s);
-  PdlLaunchDependents();
-  FinishRows<G, kRows, T, kFp8Cache, kFp8Q>(p, g, rows, x, pos, slot, c, s, lane, exchange);
-}
-
-// Large batches: a persistent grid walks "items" (kThreads / G lane groups, kPipeRows rows each) and keeps the
-// next items' loads in flight while it computes the current one: cp.async copies each thread's own row vectors
-// and indices two items ahead (3 stages) and its cos/sin one item ahead (2 stages), so no thread ever waits on
-// a load it just issued and no block-wide barrier is needed (a thread only reads what it copied itself).
-// (The one-pass kernel alternates load and compute phases per warp: 49% of the copy ceiling at T=16384.)
-constexpr int kPipeRows = 2;
-constexpr int kXStages = 3, kCsStages = 2;
-constexpr int kXBytes = kXStages * kPipeRows * kThreads * 16;  // [stage][row][thread] 16 B: conflict-free
-constexpr int kMetaBytes = kXStages * kThreads * 16;             // [stage][thread] position (8 B), slot (8 B)
-constexpr int kCsBytes = kCsStages * 4 * kThreads * 16;          // [stage][chunk][thread] 16 B
-constexpr int kPipeSmemBytes = kXBytes + kMetaBytes + kCsBytes;
-
-template <int G, typename T, bool kFp8Cache, bool kFp8Q>
-__global__ void __launch_bounds__(kThreads, 2) RopeNormPipelinedKernel(const __grid_constant__ RopeNormParams p,
-                                                                       int64_t num_items) {
-  extern __shared__ __align__(16) char smem[];
-  __shared__ __align__(16) float exchange[kThreads * kVec];
-  char* const xs = smem;
-  char* const meta = smem + kXBytes;
-  char* const cs = smem + kXBytes + kMetaBytes;
-  const int tid = threadIdx.x, lane = tid % G;
-  const bool lane_has_data = lane * kVec < p.head_dim;
-  constexpr int kGroupsPerItem = kThreads / G;
-  auto work_of = [&](int64_t item) { return GroupAt(p, item * kGroupsPerItem + tid / G); };
-  auto x_slot = [&](int stage, int k) { return xs + ((stage * kPipeRows + k) * kThreads + tid) * 16; };
-  auto meta_slot = [&](int stage) { return meta + (stage * kThreads + tid) * 16; };
-  auto cs_slot = [&](int stage, int chunk) { return cs + ((stage * 4 + chunk) * kThreads + tid) * 16; };
-  auto rows_of = [&](const GroupWork& g, RowRef (&rows)[kPipeRows]) {
-    bool any_rotated = false;
-#pragma unroll
-    for (int k = 0; k < kPipeRows; ++k) {
-      rows[k] = DecodeRow(p, g.first_row + k * p.groups_per_token);
-      any_rotated = any_rotated || (rows[k].exists && (rows[k].is_q || rows[k].is_k));
-    }
-    return any_rotated;
-  };
-  auto read_index = [&](const char* at, bool is_i64) {
-    return is_i64 ? *reinterpret_cast<const int64_t*>(at) : static_cast<int64_t>(*reinterpret_cast<const int32_t*>(at));
-  };
-  // stage A: the item's row vectors, position and slot
-  auto issue_rows = [&](int64_t item, int stage) {
-    if (item < num_items) {
-      const GroupWork g = work_of(item);
-      if (g.token_ok) {
-        char* m = meta_slot(stage);
-        if (p.positions_i64) CpAsyncSmall<8>(m, static_cast<const int64_t*>(p.positions) + g.token);
-        else CpAsyncSmall<4>(m, static_cast<const int32_t*>(p.positions) + g.token);
-        if (p.slots_i64) CpAsyncSmall<8>(m + 8, static_cast<const int64_t*>(p.slot_mapping) + g.token);
-        else CpAsyncSmall<4>(m + 8, static_cast<const int32_t*>(p.slot_mapping) + g.token);
-        RowRef rows[kPipeRows];
-        rows_of(g, rows);
-#pragma unroll
-        for (int k = 0; k < kPipeRows; ++k) {
-          if (rows[k].exists && lane_has_data) CpAsync16(x_slot(stage, k), RowSource<T>(p, rows[k], g.token) + lane * kVec, true);
-        }
-      }
-    }
-    CpAsyncCommit();
-  };
-  // stage B: the lane's cos/sin chunks (fast table layout only), once the item's position has landed
-  auto issue_cos_sin = [&](int64_t item, int x_stage, int cs_stage) {
-    if (item < num_items && p.fast_rope && lane_has_data && lane * kVec < p.rotary_dim) {
-      const GroupWork g = work_of(item);
-      RowRef rows[kPipeRows];
-      if (g.token_ok && rows_of(g, rows)) {
-        const int64_t pos = read_index(meta_slot(x_stage), p.positions_i64);
-        if (PositionOk(p, pos)) {
-#pragma unroll
-          for (int q = 0; q < 4; ++q) {
-            if (q < FastCosSinChunks(p)) CpAsync16(cs_slot(cs_stage, q), FastCosSinChunk(p, pos, lane, q), true);
-          }
-        }
-      }
-    }
-    CpAsyncCommit();
-  };
-
-  PdlWait();  // inputs may come from the previous kernel in the stream
-  const int64_t first = blockIdx.x, stride = gridDim.x;
-  issue_rows(first, 0);
-  issue_rows(first + stride, 1);
-  CpAsyncWait<1>();
-  issue_cos_sin(first, 0, 0);
-  PdlLaunchDependents();
-  int i = 0;
-  for (int64_t item = first; item < num_items; item += stride, ++i) {
-    const int x_stage = i % kXStages, cs_stage = i % kCsStages;
-    issue_rows(item + 2 * stride, (i + 2) % kXStages);
-    CpAsyncWait<1>();  // everything but the group just committed: rows of item+1, cos/sin of item
-    issue_cos_sin(item + stride, (i + 1) % kXStages, (i + 1) % kCsStages);
-
-    const GroupWork g = work_of(item);
-    RowRef rows[kPipeRows];
-    const bool any_rotated = rows_of(g, rows);
-    float x[kPipeRows][8];
-#pragma unroll
-    for (int k = 0; k < kPipeRows; ++k) {
-      if (g.token_ok && rows[k].exists && lane_has_data) {
-        LoadVec8(reinterpret_cast<const T*>(x_slot(x_stage, k)), x[k]);
-      } else {
-#pragma unroll
-        for (int e = 0; e < kVec; ++e) x[k][e] = 0.0f;
-      }
-    }
-    const int64_t pos = g.token_ok ? read_index(meta_slot(x_stage), p.positions_i64) : 0;
-    const int64_t slot = g.token_ok ? read_index(meta_slot(x_stage) + 8, p.slots_i64) : -1;
-    float c[8] = {}, s[8] = {};
-    if (any_rotated && g.token_ok && PositionOk(p, pos) && lane_has_data) {
-      if (p.fast_rope) {
-        if (lane * kVec < p.rotary_dim) {
-          float4 raw[4] = {};
-#pragma unroll
-          for (int q = 0; q < 4; ++q) {
-            if (q < FastCosSinChunks(p)) raw[q] = *reinterpret_cast<const float4*>(cs_slot(cs_stage, q));
-          }
-          ExpandCosSin(p, lane, raw, c, s);
-        }
-      } else {
-        LoadCosSin(p, pos, lane, c, s);  // general table layouts read straight from global memory
-      }
-    }
-    FinishRows<G, kPipeRows, T, kFp8Cache, kFp8Q>(p, g, rows, x, pos, slot, c, s, lane, exchange);
-  }
-  CpAsyncWait<0>();
-}
-
 // HPC_XLA_CHECK=1: find the first token whose position or slot is out of range.
 __global__ void RopeNormIndexCheckKernel(RopeNormParams p, unsigned long long* first_bad) {
   const int64_t t = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
@@ -480,77 +309,45 @@ __global__ void RopeNormIndexCheckKernel(RopeNormParams p, unsigned long long* f
   if (pos < 0 || pos >= p.max_pos || slot < -1 || slot >= p.num_slots) atomicMin(first_bad, t);
 }
 
-// Rows per lane group of the one-pass kernel. Several rows per thread amortize the token's index/cos-sin loads
+// Rows per lane group. Several rows per thread amortize the token's index/cos-sin loads and the per-row setup,
 // but serialize the rows' math: a small batch (too few threads to fill the GPU twice) takes 1 row per group
-// (T=1: 2.1 us vs 5.2 us with 4), a larger one 4 when that leaves at most 1/8 of the token's row slots idle.
-// HPC_XLA_ROPE_ROWS=1|4 forces one for A/B runs.
+// (T=1: 2.1 us vs 5.2 us with 4). Otherwise the most of {4, 2} that leaves at most 1/8 of the token's row
+// slots idle (64/8 heads: 80 rows = 20 groups x 4; 8/1: 10 rows = 5 groups x 2). HPC_XLA_ROPE_ROWS=1|2|4
+// forces one for A/B runs.
 int RowsPerGroup(int64_t tokens, int rows_per_token, int group_lanes, int sms) {
   static const int forced = [] {
     const char* v = std::getenv("HPC_XLA_ROPE_ROWS");
     const int r = v == nullptr ? 0 : std::atoi(v);
-    return r == 1 || r == 4 ? r : 0;
+    return r == 1 || r == 2 || r == 4 ? r : 0;
   }();
   if (forced != 0) return forced;
-  const int64_t groups = (rows_per_token + 3) / 4;
-  const bool fills = tokens * groups * group_lanes >= 2 * static_cast<int64_t>(sms) * 2048;
-  return fills && 8 * (groups * 4 - rows_per_token) <= rows_per_token ? 4 : 1;
+  for (int r : {4, 2}) {
+    const int64_t groups = (rows_per_token + r - 1) / r;
+    const bool fills = tokens * groups * group_lanes >= 2 * static_cast<int64_t>(sms) * 2048;
+    if (fills && 8 * (groups * r - rows_per_token) <= rows_per_token) return r;
+  }
+  return 1;
+}
+
+template <int G, int R, typename T, bool kFp8Cache, bool kFp8Q>
+void* PickKernel() {
+  return reinterpret_cast<void*>(&RopeNormKernel<G, R, T, kFp8Cache, kFp8Q>);
 }
 
 template <int G, int R, typename T>
 void* PickKernel(bool fp8_cache, bool fp8_q) {
-  if (fp8_cache) {
-    return fp8_q ? reinterpret_cast<void*>(&RopeNormKernel<G, R, T, true, true>)
-                 : reinterpret_cast<void*>(&RopeNormKernel<G, R, T, true, false>);
-  }
-  return fp8_q ? reinterpret_cast<void*>(&RopeNormKernel<G, R, T, false, true>)
-               : reinterpret_cast<void*>(&RopeNormKernel<G, R, T, false, false>);
+  if (fp8_cache) return fp8_q ? PickKernel<G, R, T, true, true>() : PickKernel<G, R, T, true, false>();
+  return fp8_q ? PickKernel<G, R, T, false, true>() : PickKernel<G, R, T, false, false>();
 }
 
 template <int G>
 void* PickKernel(int rows, DType dtype, bool fp8_cache, bool fp8_q) {
   const bool bf16 = dtype == DType::kBF16;
-  if (rows == 1) return bf16 ? PickKernel<G, 1, __nv_bfloat16>(fp8_cache, fp8_q) : PickKernel<G, 1, __half>(fp8_cache, fp8_q);
-  return bf16 ? PickKernel<G, 4, __nv_bfloat16>(fp8_cache, fp8_q) : PickKernel<G, 4, __half>(fp8_cache, fp8_q);
-}
-
-template <int G, typename T>
-void* PickPipelined(bool fp8_cache, bool fp8_q) {
-  if (fp8_cache) {
-    return fp8_q ? reinterpret_cast<void*>(&RopeNormPipelinedKernel<G, T, true, true>)
-                 : reinterpret_cast<void*>(&RopeNormPipelinedKernel<G, T, true, false>);
+  switch (rows) {
+    case 1: return bf16 ? PickKernel<G, 1, __nv_bfloat16>(fp8_cache, fp8_q) : PickKernel<G, 1, __half>(fp8_cache, fp8_q);
+    case 2: return bf16 ? PickKernel<G, 2, __nv_bfloat16>(fp8_cache, fp8_q) : PickKernel<G, 2, __half>(fp8_cache, fp8_q);
+    default: return bf16 ? PickKernel<G, 4, __nv_bfloat16>(fp8_cache, fp8_q) : PickKernel<G, 4, __half>(fp8_cache, fp8_q);
   }
-  return fp8_q ? reinterpret_cast<void*>(&RopeNormPipelinedKernel<G, T, false, true>)
-               : reinterpret_cast<void*>(&RopeNormPipelinedKernel<G, T, false, false>);
-}
-
-// The pipelined kernel for D >= 64 (G >= 8); nullptr otherwise.
-void* PickPipelined(int g, DType dtype, bool fp8_cache, bool fp8_q) {
-  const bool bf16 = dtype == DType::kBF16;
-  switch (g) {
-    case 8: return bf16 ? PickPipelined<8, __nv_bfloat16>(fp8_cache, fp8_q) : PickPipelined<8, __half>(fp8_cache, fp8_q);
-    case 16: return bf16 ? PickPipelined<16, __nv_bfloat16>(fp8_cache, fp8_q) : PickPipelined<16, __half>(fp8_cache, fp8_q);
-    case 32: return bf16 ? PickPipelined<32, __nv_bfloat16>(fp8_cache, fp8_q) : PickPipelined<32, __half>(fp8_cache, fp8_q);
-    default: return nullptr;
-  }
-}
-
-// Resident blocks per SM of the pipelined kernel (occupancy API; raises its shared-memory limit once per
-// kernel, never on the hot path after the first call).
-Status PipelinedBlocksPerSm(void* kernel, int* blocks) {
-  static std::mutex mu;
-  static std::unordered_map<void*, int> cache;
-  std::lock_guard<std::mutex> lock(mu);
-  auto it = cache.find(kernel);
-  if (it == cache.end()) {
-    HPC_RETURN_IF_ERROR(CudaStatus(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                                        kPipeSmemBytes), "rope_norm: shared memory attribute"));
-    int n = 0;
-    HPC_RETURN_IF_ERROR(CudaStatus(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, kernel, kThreads, kPipeSmemBytes),
-                                   "rope_norm: occupancy"));
-    it = cache.emplace(kernel, n).first;
-  }
-  *blocks = it->second;
-  return Status::Ok();
 }
 
 int GroupLanes(int head_dim) {
@@ -668,29 +465,10 @@ Status RopeNormCuda(const RopeNormArgs& a, cudaStream_t stream) {
 
   const int g = GroupLanes(p.head_dim);
   const bool fp8_cache = a.k_cache.dtype == DType::kF8E4M3, fp8_q = a.q_out.dtype == DType::kF8E4M3;
-  const int rows_per_token = p.num_q_heads + 2 * p.num_kv_heads;
-  const int sms = MultiprocessorCount(a.q.device_id);
-  using KernelFn = void (*)(RopeNormParams);
-
-  // Large batches: the persistent pipelined kernel when every block gets >= 4 items (HPC_XLA_ROPE_PIPELINE=0
-  // turns it off for A/B runs).
-  static const bool pipeline_on = EnvFlag("HPC_XLA_ROPE_PIPELINE", true);
-  if (void* pipelined = pipeline_on ? PickPipelined(g, a.q.dtype, fp8_cache, fp8_q) : nullptr) {
-    int per_sm = 0;
-    HPC_RETURN_IF_ERROR(PipelinedBlocksPerSm(pipelined, &per_sm));
-    RopeNormParams pp = p;
-    pp.groups_per_token = (rows_per_token + kPipeRows - 1) / kPipeRows;
-    const int64_t items = (static_cast<int64_t>(p.tokens) * pp.groups_per_token + kThreads / g - 1) / (kThreads / g);
-    const int64_t resident = static_cast<int64_t>(per_sm) * sms;
-    if (per_sm > 0 && items >= 4 * resident) {
-      using PipeFn = void (*)(RopeNormParams, int64_t);
-      return Launch("rope_norm pipelined kernel launch", reinterpret_cast<PipeFn>(pipelined),
-                    dim3(static_cast<unsigned>(resident)), dim3(kThreads), kPipeSmemBytes, stream, pp, items);
-    }
-  }
-
   void* kernel = nullptr;
-  const int rows_per_group = RowsPerGroup(p.tokens, rows_per_token, g, sms);
+  const int rows_per_token = p.num_q_heads + 2 * p.num_kv_heads;
+  const int rows_per_group = RowsPerGroup(p.tokens, rows_per_token, g, MultiprocessorCount(a.q.device_id));
+  p.groups_per_token = (rows_per_token + rows_per_group - 1) / rows_per_group;
   switch (g) {
     case 2: kernel = PickKernel<2>(rows_per_group, a.q.dtype, fp8_cache, fp8_q); break;
     case 4: kernel = PickKernel<4>(rows_per_group, a.q.dtype, fp8_cache, fp8_q); break;
@@ -698,10 +476,10 @@ Status RopeNormCuda(const RopeNormArgs& a, cudaStream_t stream) {
     case 16: kernel = PickKernel<16>(rows_per_group, a.q.dtype, fp8_cache, fp8_q); break;
     default: kernel = PickKernel<32>(rows_per_group, a.q.dtype, fp8_cache, fp8_q); break;
   }
-  p.groups_per_token = (rows_per_token + rows_per_group - 1) / rows_per_group;
   const int64_t groups = static_cast<int64_t>(p.tokens) * p.groups_per_token;
   const int groups_per_block = kThreads / g;
   const dim3 grid(static_cast<unsigned>((groups + groups_per_block - 1) / groups_per_block));
+  using KernelFn = void (*)(RopeNormParams);
   return Launch("rope_norm kernel launch", reinterpret_cast<KernelFn>(kernel), grid, dim3(kThreads), 0, stream, p);
 }
 
