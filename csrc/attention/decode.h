@@ -72,6 +72,10 @@ Status ValidateDecodeAttention(const DecodeAttentionArgs& args, DecodeConfig* co
 // Checks a plan header (host copy) against the call: "plan was built for q_len=1 but this call has q_len=2".
 Status CheckPlanHeader(const int32_t* header, const DecodeConfig& config, int64_t batch);
 // Fills the plan for host seq_lens (the CPU platform; also what the GPU planner computes).
+// The least work (tiles) the planner gives a CTA: kMinCapacityTiles, or HPC_XLA_DECODE_MIN_TILES (1..64) for
+// A/B runs. Read once; the GPU planner and BuildPlanHost use the same value.
+int DecodeMinCapacityTiles();
+
 void BuildPlanHost(const int32_t* seq_lens, int batch, const DecodeConfig& config, int max_ctas, int32_t* plan);
 Status DecodeAttentionCuda(const DecodeAttentionArgs& args, cudaStream_t stream);
 Status DecodeAttentionCpu(const DecodeAttentionArgs& args);

@@ -77,7 +77,7 @@ Status PrepareKernel(const KernelChoice& k, int device, int* ctas_per_sm) {
 }
 
 __global__ void __launch_bounds__(1024) DecodePlanKernel(const int32_t* seq_lens, int batch, DecodeConfig cfg,
-                                                          int max_ctas, int32_t* plan) {
+                                                          int max_ctas, int min_tiles, int32_t* plan) {
   using namespace attention;
   using BlockScan = cub::BlockScan<int32_t, 1024>;
   __shared__ typename BlockScan::TempStorage scan;
@@ -101,7 +101,7 @@ __global__ void __launch_bounds__(1024) DecodePlanKernel(const int32_t* seq_lens
   __syncthreads();
   PdlLaunchDependents();
   const int64_t total = static_cast<int64_t>(running) * cfg.num_kv_heads;
-  const int64_t capacity = CapacityOf(total, max_ctas, kMinCapacityTiles + kPieceCostTiles);
+  const int64_t capacity = CapacityOf(total, max_ctas, min_tiles + kPieceCostTiles);
   const int num_ctas = static_cast<int>((total + capacity - 1) / capacity);
   int32_t* start = PlanStart(plan, batch);
   for (int i = threadIdx.x; i <= max_ctas; i += blockDim.x) {
@@ -180,7 +180,7 @@ Status DecodePlanCuda(const DecodePlanArgs& a, cudaStream_t stream) {
   HPC_RETURN_IF_ERROR(CheckHopper(a.seq_lens.device_id));
   return Launch("decode_plan kernel launch", DecodePlanKernel, dim3(1), dim3(1024), 0, stream,
                 a.seq_lens.ptr<const int32_t>(), static_cast<int>(a.seq_lens.shape[0]), a.config, a.max_ctas,
-                a.plan.ptr<int32_t>());
+                DecodeMinCapacityTiles(), a.plan.ptr<int32_t>());
 }
 
 Status DecodeAttentionCuda(const DecodeAttentionArgs& a, cudaStream_t stream) {

@@ -1,3 +1,4 @@
+#include <cstdlib>
 #include <string>
 
 #include "csrc/attention/decode.h"
@@ -179,6 +180,15 @@ Status CheckPlanHeader(const int32_t* header, const DecodeConfig& cfg, int64_t b
     }
   }
   return Status::Ok();
+}
+
+int DecodeMinCapacityTiles() {
+  static const int tiles = [] {
+    const char* v = std::getenv("HPC_XLA_DECODE_MIN_TILES");
+    const int n = v == nullptr ? 0 : std::atoi(v);
+    return n >= 1 && n <= 64 ? n : attention::kMinCapacityTiles;
+  }();
+  return tiles;
 }
 
 }  // namespace hpc

@@ -168,7 +168,7 @@ void BuildPlanHost(const int32_t* seq_lens, int batch, const DecodeConfig& cfg, 
   prefix[0] = 0;
   for (int b = 0; b < batch; ++b) prefix[b + 1] = prefix[b] + UnitCost(seq_lens[b], kPieceCostTiles);
   const int64_t total = static_cast<int64_t>(prefix[batch]) * cfg.num_kv_heads;
-  const int64_t capacity = CapacityOf(total, max_ctas, kMinCapacityTiles + kPieceCostTiles);
+  const int64_t capacity = CapacityOf(total, max_ctas, DecodeMinCapacityTiles() + kPieceCostTiles);
   const int num_ctas = static_cast<int>((total + capacity - 1) / capacity);
   int32_t* start = PlanStart(plan, batch);
   for (int i = 0; i <= max_ctas; ++i) {
