@@ -152,6 +152,7 @@ def main(argv=None):
     print("(timings: wall clock per call incl. dispatch and sync, median of %d; see `python -m hpc_xla.bench` for "
           "kernel timings)" % args.reps)
     ok &= decode_layers_demo(device, args.reps)
+    ok &= moe_layer_demo(device, args.reps)
     return 0 if ok else 1
 
 
@@ -266,6 +267,71 @@ def decode_layers_demo(device, reps, layers=3):
     print("%-18s %-24s %-14s %10.1f %10.1f %s" % ("decode step", "%.1e / %.1e" % (errs["jax"], errs["torch"]),
                                                   "bitwise" if same else "DIFFERENT", jax_us, torch_us,
                                                   "ok" if ok else "FAILED"))
+    return ok
+
+
+def _fp8_weights(w):
+    """float weights [E, N, K] -> (e4m3 weights, per-expert scales) for fp8_tensor."""
+    scale = (np.abs(w).reshape(w.shape[0], -1).max(-1) / 448.0).astype(np.float32)
+    return (w / scale[:, None, None]).astype(FP8), scale
+
+
+def moe_layer_demo(device, reps):
+    """One MoE layer with routing fused in (router logits -> moe_route -> fused_moe), bf16 and fp8_tensor,
+    through jax.jit and torch; checked against the float64 reference with the quantization emulated."""
+    if device == "cuda":  # Qwen3-30B-A3B's expert shapes
+        tokens, experts, hidden, inter, top_k = 256, 128, 2048, 768, 8
+    else:
+        tokens, experts, hidden, inter, top_k = 32, 16, 256, 128, 4
+    rng = np.random.default_rng(1)
+    x = rng.standard_normal((tokens, hidden)).astype(BF16)
+    logits = rng.standard_normal((tokens, experts)).astype(np.float32)
+    w13 = rng.standard_normal((experts, 2 * inter, hidden)) / np.sqrt(hidden)
+    w2 = rng.standard_normal((experts, hidden, inter)) / np.sqrt(inter)
+    weights, ids, _ = reference.moe_route(logits, top_k)  # float64 routing for the reference
+    import jax
+
+    import hpc_xla.jax as hj
+    import hpc_xla.torch as ht
+
+    dev = jax.devices("gpu" if device == "cuda" else "cpu")[0]
+    print("\nMoE layer, routing fused in: T=%d, E=%d, H=%d, I=%d, top-%d" % (tokens, experts, hidden, inter, top_k))
+    print("%-18s %-24s %-14s %10s %10s %s" % ("variant", "rel. error vs float64", "jax == torch", "jax.jit us",
+                                             "torch us", "check"))
+    ok = True
+    for quant in (None, "fp8_tensor"):
+        if quant is None:
+            tensors = dict(w13=w13.astype(BF16), w2=w2.astype(BF16))
+        else:
+            (w13_q, w13_s), (w2_q, w2_s) = _fp8_weights(w13), _fp8_weights(w2)
+            tensors = dict(w13=w13_q, w2=w2_q, w13_scale=w13_s, w2_scale=w2_s,
+                           a13_scale=np.float32(np.abs(x.astype(np.float32)).max() / 448.0), a2_scale=np.float32(0.02))
+        ref = reference.fused_moe(x, tensors["w13"], tensors["w2"], weights, ids, quant=quant,
+                                  **{k: v for k, v in tensors.items() if k not in ("w13", "w2")})
+        opts = {k: v for k, v in tensors.items() if k not in ("w13", "w2")}
+
+        a = {k: jax.device_put(v, dev) for k, v in dict(x=x, logits=logits, **tensors).items()}
+        f = jax.jit(lambda x_, lg, w13_, w2_, **o: hj.fused_moe(x_, w13_, w2_, router_logits=lg, top_k=top_k,
+                                                                quant=quant, **o))
+        run = lambda: f(a["x"], a["logits"], a["w13"], a["w2"], **{k: a[k] for k in opts})  # noqa: E731
+        out_jax = np.asarray(run())
+        jax_us = time_us(lambda: jax.block_until_ready(run()), lambda: None, reps)
+
+        import torch
+
+        t = {k: to_torch(v, device) for k, v in dict(x=x, logits=logits, **tensors).items()}
+        call = lambda: ht.fused_moe(t["x"], t["w13"], t["w2"], router_logits=t["logits"], top_k=top_k,  # noqa: E731
+                                    quant=quant, **{k: t[k] for k in opts})
+        out_torch = from_torch(call())
+        torch_us = time_us(call, torch.cuda.synchronize if device == "cuda" else (lambda: None), reps)
+
+        errs = (reference.relative_error(out_jax, ref), reference.relative_error(out_torch, ref))
+        same = np.array_equal(out_jax.view(np.uint8), out_torch.view(np.uint8))
+        passed = same and max(errs) < (5e-2 if quant else 1e-2)
+        ok &= passed
+        print("%-18s %-24s %-14s %10.1f %10.1f %s" % (quant or "bf16", "%.1e / %.1e" % errs,
+                                                      "bitwise" if same else "DIFFERENT", jax_us, torch_us,
+                                                      "ok" if passed else "FAILED"))
     return ok
 
 
