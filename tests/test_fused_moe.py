@@ -93,10 +93,7 @@ def _tol(p):
     return 5e-2 if p["quant"] else 1e-2
 
 
-# derandomize: a fixed example set in CI. A random run found one 1-local-token fp8_tensor case (tokens=7,
-# experts=1, top_k=1, H=I=128, offset=3, seed=1) at 5.35e-2 vs the 5e-2 bound: with a single output row a few
-# fp8 rounding flips of the intermediate dominate the norm (root cause under study, bench/NOTES.md).
-@settings(max_examples=25, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(tokens=st.integers(1, 9), experts=st.integers(1, 5), top_k=st.integers(1, 4),
        quant=st.sampled_from([None, "fp8_tensor", "fp8_block128"]), hidden=st.sampled_from([128, 256]),
        inter=st.sampled_from([128, 256]), offset=st.sampled_from([0, 3]), extra=st.sampled_from([0, 4]),
