@@ -270,12 +270,6 @@ def decode_layers_demo(device, reps, layers=3):
     return ok
 
 
-def _fp8_weights(w):
-    """float weights [E, N, K] -> (e4m3 weights, per-expert scales) for fp8_tensor."""
-    scale = (np.abs(w).reshape(w.shape[0], -1).max(-1) / 448.0).astype(np.float32)
-    return (w / scale[:, None, None]).astype(FP8), scale
-
-
 def moe_layer_demo(device, reps):
     """One MoE layer with routing fused in (router logits -> moe_route -> fused_moe), bf16 and fp8_tensor,
     through jax.jit and torch; checked against the float64 reference with the quantization emulated."""
@@ -300,12 +294,11 @@ def moe_layer_demo(device, reps):
                                              "torch us", "check"))
     ok = True
     for quant in (None, "fp8_tensor"):
-        if quant is None:
-            tensors = dict(w13=w13.astype(BF16), w2=w2.astype(BF16))
-        else:
-            (w13_q, w13_s), (w2_q, w2_s) = _fp8_weights(w13), _fp8_weights(w2)
-            tensors = dict(w13=w13_q, w2=w2_q, w13_scale=w13_s, w2_scale=w2_s,
-                           a13_scale=np.float32(np.abs(x.astype(np.float32)).max() / 448.0), a2_scale=np.float32(0.02))
+        (w13_q, w13_s), (w2_q, w2_s) = (reference.quantize_moe_weights(w, quant) for w in (w13, w2))
+        tensors = dict(w13=w13_q, w2=w2_q)
+        if quant is not None:
+            tensors.update(w13_scale=w13_s, w2_scale=w2_s, a2_scale=np.float32(0.02),
+                           a13_scale=np.float32(np.abs(x.astype(np.float32)).max() / reference.FP8_E4M3_MAX))
         ref = reference.fused_moe(x, tensors["w13"], tensors["w2"], weights, ids, quant=quant,
                                   **{k: v for k, v in tensors.items() if k not in ("w13", "w2")})
         opts = {k: v for k, v in tensors.items() if k not in ("w13", "w2")}

@@ -109,6 +109,25 @@ def _quantize_blocks(v, block, static_scale=None):
     return q.reshape(n, c), scale.astype(np.float64)
 
 
+def quantize_moe_weights(w, quant):
+    """float weights [E, N, K] -> (stored weights, scales) for fused_moe's scheme: quant None -> bfloat16, no
+    scales; "fp8_tensor" -> e4m3 with per-expert scales [E]; "fp8_block128" -> e4m3 with per-128x128-block
+    scales [E, N/128, K/128] (scale = amax / 448)."""
+    import ml_dtypes
+
+    w = np.asarray(w)
+    if quant is None:
+        return w.astype(ml_dtypes.bfloat16), None
+    if quant == "fp8_tensor":
+        scale = (np.abs(w).reshape(w.shape[0], -1).max(-1) / FP8_E4M3_MAX).astype(np.float32)
+        return (w / scale[:, None, None]).astype(ml_dtypes.float8_e4m3fn), scale
+    e, n, k = w.shape
+    blocks = np.abs(w.reshape(e, n // 128, 128, k // 128, 128)).max(axis=(2, 4))
+    scale = (blocks / FP8_E4M3_MAX).astype(np.float32)
+    full = np.repeat(np.repeat(scale, 128, 1), 128, 2)
+    return (w / full).astype(ml_dtypes.float8_e4m3fn), scale
+
+
 def fused_moe(x, w13, w2, topk_weights, topk_ids, *, quant=None, w13_scale=None, w2_scale=None, a13_scale=None,
               a2_scale=None, x_scale=None, expert_offset=0, shared_output=None):
     """float64 MoE layer with fused_moe's quantization steps emulated (see csrc/moe/fused_moe.h)."""

@@ -16,27 +16,14 @@ FP8 = ml_dtypes.float8_e4m3fn
 BF16 = ml_dtypes.bfloat16
 
 
-def _quantize_weights(w, quant):
-    """bf16-representable float weights [E, N, K] -> (stored weights, scales) for the scheme."""
-    if quant is None:
-        return w.astype(BF16), None
-    if quant == "fp8_tensor":
-        scale = (np.abs(w).reshape(w.shape[0], -1).max(-1) / 448.0).astype(np.float32)
-        return (w / scale[:, None, None]).astype(FP8), scale
-    e, n, k = w.shape
-    blocks = np.abs(w.reshape(e, n // 128, 128, k // 128, 128)).max(axis=(2, 4))
-    scale = (blocks / 448.0).astype(np.float32)
-    full = np.repeat(np.repeat(scale, 128, 1), 128, 2)
-    return (w / full).astype(FP8), scale
-
-
 def make_problem(tokens, experts, hidden, inter, top_k, quant, expert_offset=0, extra_experts=0, shared=False,
                  x_fp8=False, seed=0, one_expert=False):
     rng = np.random.default_rng(seed)
     global_e = experts + expert_offset + extra_experts
     x = rng.standard_normal((tokens, hidden)).astype(BF16)
-    w13, w13_scale = _quantize_weights(rng.standard_normal((experts, 2 * inter, hidden)) / np.sqrt(hidden), quant)
-    w2, w2_scale = _quantize_weights(rng.standard_normal((experts, hidden, inter)) / np.sqrt(inter), quant)
+    quantize = reference.quantize_moe_weights
+    w13, w13_scale = quantize(rng.standard_normal((experts, 2 * inter, hidden)) / np.sqrt(hidden), quant)
+    w2, w2_scale = quantize(rng.standard_normal((experts, hidden, inter)) / np.sqrt(inter), quant)
     if one_expert:
         ids = np.full((tokens, top_k), expert_offset, np.int32)
         ids[:, 1:] = rng.integers(0, global_e, (tokens, top_k - 1))

@@ -1,8 +1,8 @@
-#include <cstdlib>
 #include <string>
 
 #include "csrc/attention/decode.h"
 #include "csrc/attention/decode_plan.h"
+#include "csrc/common/arch.h"
 #include "csrc/common/check.h"
 
 namespace hpc {
@@ -184,8 +184,7 @@ Status CheckPlanHeader(const int32_t* header, const DecodeConfig& cfg, int64_t b
 
 int DecodeMinCapacityTiles() {
   static const int tiles = [] {
-    const char* v = std::getenv("HPC_XLA_DECODE_MIN_TILES");
-    const int n = v == nullptr ? 0 : std::atoi(v);
+    const int n = EnvInt("HPC_XLA_DECODE_MIN_TILES", 0);
     return n >= 1 && n <= 64 ? n : attention::kMinCapacityTiles;
   }();
   return tiles;

@@ -53,6 +53,11 @@ bool EnvFlag(const char* name, bool fallback) {
   return !(std::strcmp(v, "0") == 0 || std::strcmp(v, "false") == 0 || std::strcmp(v, "off") == 0);
 }
 
+int EnvInt(const char* name, int fallback) {
+  const char* v = std::getenv(name);
+  return v == nullptr || *v == '\0' ? fallback : std::atoi(v);
+}
+
 Status CheckHopper(int device) {
   Status status;
   const DeviceFacts* f = Facts(device, &status);

@@ -18,6 +18,8 @@ bool DeviceChecksEnabled();
 
 // A boolean environment switch ("0"/"false"/"off" vs anything else), `fallback` when unset. Read it once.
 bool EnvFlag(const char* name, bool fallback);
+// An integer environment setting (std::atoi of its text), `fallback` when unset. Callers check the range.
+int EnvInt(const char* name, int fallback);
 
 // HPC_XLA_PDL=0 turns off Programmatic Dependent Launch (on by default).
 bool PdlEnabled();

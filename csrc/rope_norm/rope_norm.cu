@@ -316,8 +316,7 @@ __global__ void RopeNormIndexCheckKernel(RopeNormParams p, unsigned long long* f
 // forces one for A/B runs.
 int RowsPerGroup(int64_t tokens, int rows_per_token, int group_lanes, int sms) {
   static const int forced = [] {
-    const char* v = std::getenv("HPC_XLA_ROPE_ROWS");
-    const int r = v == nullptr ? 0 : std::atoi(v);
+    const int r = EnvInt("HPC_XLA_ROPE_ROWS", 0);
     return r == 1 || r == 2 || r == 4 ? r : 0;
   }();
   if (forced != 0) return forced;
