@@ -36,7 +36,7 @@ def test_every_tile_covered_exactly_once_and_balanced(lens, num_kv_heads, max_ct
     tiles = [(n + TILE - 1) // TILE for n in lens]
     cost = info["piece_cost"]
     total = sum(t + cost for t in tiles if t) * num_kv_heads
-    min_tiles = int(os.environ.get("HPC_XLA_DECODE_MIN_TILES", "4"))  # the planner's A/B knob
+    min_tiles = int(os.environ.get("HPC_XLA_DECODE_MIN_TILES", "1"))  # the planner's A/B knob
     capacity = max(-(-total // max_ctas), min_tiles + cost)
     assert info["capacity"] == capacity
     assert info["num_ctas"] <= max_ctas and info["num_ctas"] == -(-total // capacity)

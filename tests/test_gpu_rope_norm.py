@@ -162,11 +162,11 @@ def test_misaligned_view_is_rejected():
 
 
 # Large batches: more rows per lane group (RowsPerGroup picks 4 once the grid fills the GPU twice: the 64/8
-# case), the general cos/sin path, lanes outside the rotary part, D 64 and 256.
+# case), the general kernel (rotary_dim 100), lanes outside the rotary part, D 64 and 256.
 LARGE = dict(num_q_heads=16, num_kv_heads=4, page_size=16)
 LARGE_CASES = [
     Case(tokens=2048, num_blocks=136, **LARGE),
-    Case(tokens=2048, num_blocks=136, num_q_heads=64, num_kv_heads=8, page_size=16),
+    Case(tokens=4096, num_blocks=264, num_q_heads=64, num_kv_heads=8, page_size=16),
     Case(tokens=2048, num_blocks=136, rope_style="gptj", norm_before_rope=False, index_dtype="int64", **LARGE),
     Case(tokens=2048, num_blocks=136, cache_fp8=True, q_fp8=True, weight_dtype="bfloat16", **LARGE),
     Case(tokens=2048, num_blocks=136, rotary_dim=100, dtype="float16", q_norm=False, **LARGE),  # general cos/sin path
@@ -183,3 +183,30 @@ def test_large_batch(case):
 
     inputs = make_inputs(case)
     check(case, inputs, *run_torch(case, inputs, device="cuda"))
+
+
+def test_every_rows_per_group_setting():
+    """The paired kernel with 1, 2 and 4 rows per lane group (HPC_XLA_ROPE_ROWS, read once per process, so each
+    setting runs in its own process) over head counts that do and do not divide by the rows, both rope styles,
+    partial rotary, norm after rope, fp8 cache and q, D 64/128/256; plus shapes that take the general kernel."""
+    code = """
+from rope_norm_harness import Case, check, make_inputs, run_torch
+cases = [
+    Case(tokens=37, num_q_heads=6, num_kv_heads=3, page_size=8, num_blocks=6),
+    Case(tokens=37, num_q_heads=5, num_kv_heads=1, page_size=8, num_blocks=6, rope_style="gptj", rotary_dim=48),
+    Case(tokens=37, num_q_heads=8, num_kv_heads=2, page_size=8, num_blocks=6, rotary_dim=32, norm_before_rope=False),
+    Case(tokens=37, num_q_heads=12, num_kv_heads=4, page_size=8, num_blocks=6, cache_fp8=True, q_fp8=True,
+         head_dim=64, dtype="float16"),
+    Case(tokens=37, num_q_heads=4, num_kv_heads=2, page_size=8, num_blocks=6, head_dim=256, q_fp8=True,
+         weight_dtype="bfloat16", k_norm=False),
+    Case(tokens=37, num_q_heads=4, num_kv_heads=2, page_size=8, num_blocks=6, head_dim=96),  # general kernel
+    Case(tokens=37, num_q_heads=4, num_kv_heads=2, page_size=8, num_blocks=6, rotary_dim=40),  # general kernel
+]
+for case in cases:
+    inputs = make_inputs(case)
+    check(case, inputs, *run_torch(case, inputs, device="cuda"))
+print("OK", len(cases))
+"""
+    for rows in ("1", "2", "4"):
+        out = _run_python(code, HPC_XLA_ROPE_ROWS=rows)
+        assert "OK 7" in out, (rows, out)

@@ -34,9 +34,10 @@ constexpr int kPlanHeaderInts = 16;
 constexpr int32_t kPlanMagic = 0x4C505848;  // "HXPL"
 constexpr int32_t kPlanVersion = 1;
 // Fixed cost of one piece in tile-equivalents (q load, pipeline ramp, epilogue/merge) and the least work a
-// CTA is given: below ~4 tiles the merge and ramp cost more than the parallelism gains.
+// CTA is given on top of it. 1 (was 4): on the H200 the small uniform batch (8/1/128, 64x512) ran 29.2 -> 24.1 us
+// with more, smaller CTAs and no other benchmark row moved (bench/NOTES.md, min-tiles A/B).
 constexpr int kPieceCostTiles = 2;
-constexpr int kMinCapacityTiles = 4;
+constexpr int kMinCapacityTiles = 1;
 
 enum PlanField : int {
   kFieldMagic = 0,

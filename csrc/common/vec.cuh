@@ -14,23 +14,29 @@
 
 namespace hpc {
 
+// Eight 16-bit floats packed in 16 bytes -> fp32.
 template <typename T>
-__device__ __forceinline__ void LoadVec8(const T* src, float (&x)[8]) {
+__device__ __forceinline__ void UnpackVec8(const uint4& raw, float (&x)[8]) {
   static_assert(sizeof(T) == 2, "16-bit element types only");
-  const uint4 raw = *reinterpret_cast<const uint4*>(src);
   const uint32_t words[4] = {raw.x, raw.y, raw.z, raw.w};
 #pragma unroll
   for (int i = 0; i < 4; ++i) {
     if constexpr (std::is_same_v<T, __nv_bfloat16>) {
-      const float2 f = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&words[i]));
-      x[2 * i] = f.x;
-      x[2 * i + 1] = f.y;
+      // a bf16 is the top half of its fp32: one shift or one mask per element (the intrinsic spent two on the
+      // high half)
+      x[2 * i] = __uint_as_float(words[i] << 16);
+      x[2 * i + 1] = __uint_as_float(words[i] & 0xffff0000u);
     } else {
       const float2 f = __half22float2(*reinterpret_cast<const __half2*>(&words[i]));
       x[2 * i] = f.x;
       x[2 * i + 1] = f.y;
     }
   }
+}
+
+template <typename T>
+__device__ __forceinline__ void LoadVec8(const T* src, float (&x)[8]) {
+  UnpackVec8<T>(*reinterpret_cast<const uint4*>(src), x);
 }
 
 // One 16-byte store. (A plain `*reinterpret_cast<uint4*>(p) = ...` was split by the compiler into four 4-byte
@@ -56,10 +62,14 @@ __device__ __forceinline__ void StoreVec8(T* dst, const float (&x)[8]) {
   StoreGlobal16(dst, words);
 }
 
-// Eight floats divided by `scale` (0 -> zeros), saturated to e4m3 and stored as 8 bytes.
-__device__ __forceinline__ void StoreE4M3x8(uint8_t* dst, const float (&x)[8], float scale) {
+__device__ __forceinline__ void StoreGlobal16(void* dst, const uint4& v) {
+  const uint32_t w[4] = {v.x, v.y, v.z, v.w};
+  StoreGlobal16(dst, w);
+}
+
+// Eight floats times `mul` (QuantMultiplier of the scale), saturated to e4m3 and stored as 8 bytes.
+__device__ __forceinline__ void StoreE4M3x8Scaled(uint8_t* dst, const float (&x)[8], float mul) {
   uint32_t words[2] = {0u, 0u};
-  const float mul = QuantMultiplier(scale);  // same rule as QuantizeE4M3 (the CPU reference)
 #pragma unroll
   for (int i = 0; i < 4; ++i) {
     const float2 pair = make_float2(x[2 * i] * mul, x[2 * i + 1] * mul);
@@ -69,18 +79,35 @@ __device__ __forceinline__ void StoreE4M3x8(uint8_t* dst, const float (&x)[8], f
   asm volatile("st.global.v2.u32 [%0], {%1, %2};\n" ::"l"(dst), "r"(words[0]), "r"(words[1]) : "memory");
 }
 
+// Eight floats divided by `scale` (0 -> zeros), saturated to e4m3 and stored as 8 bytes.
+__device__ __forceinline__ void StoreE4M3x8(uint8_t* dst, const float (&x)[8], float scale) {
+  StoreE4M3x8Scaled(dst, x, QuantMultiplier(scale));  // same rule as QuantizeE4M3 (the CPU reference)
+}
+
+// `mask`: the lanes taking part. The full warp by default; a kernel whose groups of one warp take different
+// branches passes GroupLanesMask<G>() so each group synchronizes only with itself.
 template <int G>
-__device__ __forceinline__ float GroupSum(float v) {
+__device__ __forceinline__ float GroupSum(float v, uint32_t mask = 0xffffffffu) {
 #pragma unroll
-  for (int offset = G / 2; offset > 0; offset /= 2) v += __shfl_xor_sync(0xffffffffu, v, offset);
+  for (int offset = G / 2; offset > 0; offset /= 2) v += __shfl_xor_sync(mask, v, offset);
   return v;
 }
 
 template <int G>
-__device__ __forceinline__ float GroupMax(float v) {
+__device__ __forceinline__ float GroupMax(float v, uint32_t mask = 0xffffffffu) {
 #pragma unroll
-  for (int offset = G / 2; offset > 0; offset /= 2) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, offset));
+  for (int offset = G / 2; offset > 0; offset /= 2) v = fmaxf(v, __shfl_xor_sync(mask, v, offset));
   return v;
+}
+
+// The G lanes of this thread's aligned group.
+template <int G>
+__device__ __forceinline__ uint32_t GroupLanesMask() {
+  if constexpr (G == 32) {
+    return 0xffffffffu;
+  } else {
+    return ((1u << G) - 1u) << ((threadIdx.x % 32) & ~static_cast<unsigned>(G - 1));
+  }
 }
 
 }  // namespace hpc

@@ -1,0 +1,342 @@
+// rope_norm's paired kernel, taken for the common shapes (PairedKernelApplies): head_dim/16 a power of two,
+// f32 cos/sin rows, neox with rotary_dim % 16 == 0 or gptj with rotary_dim % 8 == 0.
+//
+// Why a second kernel: the general one (rope_norm_general.cuh) issued ~290 instructions per lane and row and was
+// instruction-bound at 49% of the copy ceiling (ncu, bench/NOTES.md v4). Here a lane holds 16 elements of a row
+// as two 8-element chunks chosen so that every rotation partner sits in the same lane (neox: chunks c and
+// c + rotary_dim/16; gptj: neighbours in a chunk) -- the rotation needs no shuffles; the norm weights and the
+// token's cos/sin are loaded once per thread for all its rows; 1/rms is folded into the weights; V rows of a
+// 16-bit cache are copied without unpacking. A token's rows are split into q groups, k groups and v groups of up
+// to R rows (heads h, h + step, ...), so each group runs one branch; groups of one warp may take different
+// branches and synchronize only within themselves (GroupLanesMask).
+#pragma once
+
+#include <type_traits>
+
+#include "csrc/common/launch.cuh"
+#include "csrc/rope_norm/rope_norm_params.cuh"
+
+namespace hpc {
+namespace rope_norm_detail {
+
+enum class RowKind : int { kQ, kK, kV };
+
+// The two chunks (element offset / 8) of a row this lane owns, and whether each is rotated.
+struct LaneChunks {
+  int a, b;
+  bool rot_a, rot_b;
+};
+
+__device__ __forceinline__ LaneChunks PairedChunks(int lane, int lanes, int rotary_dim, bool neox) {
+  if (neox) {
+    const int rot_lanes = rotary_dim / 16;  // these lanes hold rotation partners: chunk l and chunk l + rot/16
+    if (lane < rot_lanes) return {lane, lane + rot_lanes, true, true};
+    return {2 * lane, 2 * lane + 1, false, false};  // the unrotated tail, two neighbouring chunks per lane
+  }
+  return {lane, lane + lanes, lane * kVec < rotary_dim, (lane + lanes) * kVec < rotary_dim};
+}
+
+__device__ __forceinline__ uint4 Load16(const void* p) { return *reinterpret_cast<const uint4*>(p); }
+
+__device__ __forceinline__ void LoadF32x8(const float* p, float (&out)[8]) {
+  const float4 a = *reinterpret_cast<const float4*>(p);
+  const float4 b = *reinterpret_cast<const float4*>(p + 4);
+  out[0] = a.x, out[1] = a.y, out[2] = a.z, out[3] = a.w, out[4] = b.x, out[5] = b.y, out[6] = b.z, out[7] = b.w;
+}
+
+__device__ __forceinline__ void LoadF32x4(const float* p, float* out) {
+  const float4 a = *reinterpret_cast<const float4*>(p);
+  out[0] = a.x, out[1] = a.y, out[2] = a.z, out[3] = a.w;
+}
+
+// cos/sin of the lane's rotation pairs. neox: pair j is (chunk a elem j, chunk b elem j), angle index 8a + j.
+// gptj: pairs are neighbours; c/s[0..3] serve chunk a (angle 4a + j), c/s[4..7] chunk b.
+__device__ __forceinline__ void LoadPairedCosSin(const RopeNormParams& p, int64_t pos, const LaneChunks& ch,
+                                                 float (&c)[8], float (&s)[8]) {
+  const float* row = static_cast<const float*>(p.cos_sin) + pos * p.cos_sin_stride;
+  const int half = p.rotary_dim / 2;
+  if (p.neox) {
+    LoadF32x8(row + ch.a * kVec, c);
+    LoadF32x8(row + half + ch.a * kVec, s);
+    return;
+  }
+  LoadF32x4(row + ch.a * 4, c);
+  LoadF32x4(row + half + ch.a * 4, s);
+  if (ch.rot_b) {
+    LoadF32x4(row + ch.b * 4, c + 4);
+    LoadF32x4(row + half + ch.b * 4, s + 4);
+  }
+}
+
+// Per-thread coefficients of the whole transform, y_i = (x_i A_i + x_partner(i) B_i) / rms(x), computed once
+// for all the thread's rows of one token. Rotation keeps a pair's norm, so rms(rope(x)) == rms(x) (up to fp32
+// rounding) and both orders take the sum of squares from the raw row; they differ only in which weight meets
+// the partner: norm then rope, y_i = w_i x_i c - w_p x_p s (B_i = -w_p s); rope then norm, y_i = w_i (x_i c -
+// x_p s) (B_i = -w_i s). Unrotated elements: A = w, B = 0. No weights: w = 1. Elements 0..7 are chunk a, 8..15
+// chunk b; a neox lane's partner of element j is element j +- 8, a gptj partner is the neighbour in the chunk.
+struct PairedCoeffs {
+  float A[16], B[16];
+};
+
+__device__ __forceinline__ void MakePairedCoeffs(bool neox, bool norm_before_rope, const LaneChunks& ch,
+                                                 const float (&c)[8], const float (&s)[8], const float (&w)[16],
+                                                 PairedCoeffs& k) {
+#pragma unroll
+  for (int i = 0; i < 16; ++i) k.A[i] = w[i], k.B[i] = 0.0f;
+  if (neox) {
+    if (!ch.rot_a) return;
+#pragma unroll
+    for (int j = 0; j < kVec; ++j) {
+      // pair (a_j, b_j): y_a = x_a c - x_b s, y_b = x_b c + x_a s
+      k.A[j] = w[j] * c[j];
+      k.A[8 + j] = w[8 + j] * c[j];
+      k.B[j] = -(norm_before_rope ? w[8 + j] : w[j]) * s[j];
+      k.B[8 + j] = (norm_before_rope ? w[j] : w[8 + j]) * s[j];
+    }
+    return;
+  }
+#pragma unroll
+  for (int half = 0; half < 2; ++half) {
+    if (half == 1 && !ch.rot_b) return;
+    if (half == 0 && !ch.rot_a) return;
+#pragma unroll
+    for (int j = 0; j < kVec / 2; ++j) {
+      // pair (2j, 2j + 1) of the chunk, angle 4 * chunk + j: y_e = x_e c - x_o s, y_o = x_o c + x_e s
+      const int e = 8 * half + 2 * j, o = e + 1;
+      const float cj = c[4 * half + j], sj = s[4 * half + j];
+      k.A[e] = w[e] * cj;
+      k.A[o] = w[o] * cj;
+      k.B[e] = -(norm_before_rope ? w[o] : w[e]) * sj;
+      k.B[o] = (norm_before_rope ? w[e] : w[o]) * sj;
+    }
+  }
+}
+
+// Several rows per thread: x (16 elements) -> y with the folded coefficients, then times inv once the group's
+// sum of squares arrives (the products do not wait for it).
+template <int G>
+__device__ __forceinline__ void TransformRowFolded(bool neox, bool normalize, const PairedCoeffs& k, float (&x)[16],
+                                                   uint32_t mask, float inv_head_dim, float eps) {
+  float ss0 = 0.0f, ss1 = 0.0f;
+  if (normalize) {
+#pragma unroll
+    for (int i = 0; i < 8; ++i) ss0 = fmaf(x[i], x[i], ss0), ss1 = fmaf(x[8 + i], x[8 + i], ss1);
+  }
+  float y[16];
+  if (neox) {
+#pragma unroll
+    for (int i = 0; i < 16; ++i) y[i] = fmaf(x[i], k.A[i], x[(i + 8) % 16] * k.B[i]);
+  } else {
+#pragma unroll
+    for (int i = 0; i < 16; ++i) y[i] = fmaf(x[i], k.A[i], x[i ^ 1] * k.B[i]);
+  }
+  if (normalize) {
+    const float inv = rsqrtf(GroupSum<G>(ss0 + ss1, mask) * inv_head_dim + eps);
+#pragma unroll
+    for (int i = 0; i < 16; ++i) y[i] *= inv;
+  }
+#pragma unroll
+  for (int i = 0; i < 16; ++i) x[i] = y[i];
+}
+
+// One row per thread: folding the weights would cost more than it saves, and 32 coefficient registers next to
+// 16 weights spill; the rotation reads cos/sin directly (neox pair j = (x[j], x[8 + j]); gptj pairs are
+// neighbours, c/s[0..3] for chunk a, [4..7] for chunk b).
+template <int G>
+__device__ __forceinline__ void TransformRowDirect(bool neox, bool normalize, bool norm_before_rope,
+                                                   const LaneChunks& ch, const float (&c)[8], const float (&s)[8],
+                                                   const float (&w)[16], float (&x)[16], uint32_t mask,
+                                                   float inv_head_dim, float eps) {
+  float ss0 = 0.0f, ss1 = 0.0f;
+  if (normalize) {
+#pragma unroll
+    for (int i = 0; i < 8; ++i) ss0 = fmaf(x[i], x[i], ss0), ss1 = fmaf(x[8 + i], x[8 + i], ss1);
+    if (norm_before_rope) {
+#pragma unroll
+      for (int i = 0; i < 16; ++i) x[i] *= w[i];
+    }
+  }
+  if (ch.rot_a && neox) {
+#pragma unroll
+    for (int j = 0; j < kVec; ++j) {
+      const float a = x[j], b = x[8 + j];
+      x[j] = a * c[j] - b * s[j];
+      x[8 + j] = b * c[j] + a * s[j];
+    }
+  } else if (ch.rot_a) {
+#pragma unroll
+    for (int half = 0; half < 2; ++half) {
+      if (half == 1 && !ch.rot_b) break;
+#pragma unroll
+      for (int j = 0; j < kVec / 2; ++j) {
+        const int e = 8 * half + 2 * j;
+        const float ev = x[e], od = x[e + 1], cj = c[4 * half + j], sj = s[4 * half + j];
+        x[e] = ev * cj - od * sj;
+        x[e + 1] = od * cj + ev * sj;
+      }
+    }
+  }
+  if (normalize) {
+    const float inv = rsqrtf(GroupSum<G>(ss0 + ss1, mask) * inv_head_dim + eps);
+#pragma unroll
+    for (int i = 0; i < 16; ++i) x[i] *= norm_before_rope ? inv : w[i] * inv;
+  }
+}
+
+// The token's row in the paged cache (head 0), or -1 when the slot is -1 (skip) or out of range.
+__device__ __forceinline__ int64_t CacheRow(const RopeNormParams& p, int64_t slot, int64_t stride_b,
+                                            int64_t stride_p) {
+  if (slot < 0 || slot >= p.num_slots) return -1;
+  const int64_t block = p.num_slots <= INT32_MAX ? static_cast<uint32_t>(slot) / static_cast<uint32_t>(p.page_size)
+                                                 : slot / p.page_size;
+  return block * stride_b + (slot - block * p.page_size) * stride_p;
+}
+
+// 128 threads per block: at ~90 registers a 256-thread block fit 2 per SM (16 warps); 128-thread blocks fit 5.
+constexpr int kPairedThreads = 128;
+template <int R>
+constexpr int kPairedMinBlocks = R == 4 ? 5 : (R == 2 ? 6 : 8);
+
+__device__ __forceinline__ void Unpack16(const uint4& a, const uint4& b, bool bf16, float (&x)[16]) {
+  float lo[8], hi[8];
+  if (bf16) {
+    UnpackVec8<__nv_bfloat16>(a, lo), UnpackVec8<__nv_bfloat16>(b, hi);
+  } else {
+    UnpackVec8<__half>(a, lo), UnpackVec8<__half>(b, hi);
+  }
+#pragma unroll
+  for (int i = 0; i < 8; ++i) x[i] = lo[i], x[8 + i] = hi[i];
+}
+
+// One 16-element lane row: chunk a (x[0..7]) and chunk b (x[8..15]) to their 16-bit or fp8 destinations.
+template <typename T, bool kFp8>
+__device__ __forceinline__ void StoreRow16(void* base, int64_t off, const LaneChunks& ch, const float (&x)[16],
+                                           float mul) {
+  float lo[8], hi[8];
+#pragma unroll
+  for (int i = 0; i < 8; ++i) lo[i] = x[i], hi[i] = x[8 + i];
+  if constexpr (kFp8) {
+    StoreE4M3x8Scaled(static_cast<uint8_t*>(base) + off + ch.a * kVec, lo, mul);
+    StoreE4M3x8Scaled(static_cast<uint8_t*>(base) + off + ch.b * kVec, hi, mul);
+  } else {
+    StoreVec8(static_cast<T*>(base) + off + ch.a * kVec, lo);
+    StoreVec8(static_cast<T*>(base) + off + ch.b * kVec, hi);
+  }
+}
+
+template <int G, int R, typename T, bool kFp8Cache, bool kFp8Q>
+__global__ void __launch_bounds__(kPairedThreads, kPairedMinBlocks<R>) RopeNormPairedKernel(const __grid_constant__ RopeNormParams p) {
+  constexpr bool kBf16 = std::is_same_v<T, __nv_bfloat16>;
+  const int lane = threadIdx.x % G;
+  int token = 0, g = 0;
+  p.group_div(token, g, static_cast<int>(blockIdx.x * (kPairedThreads / G) + threadIdx.x / G));
+  PdlWait();  // inputs may come from the previous kernel in the stream
+  if (token >= p.tokens) return;  // whole groups leave together (one token per group)
+  const uint32_t mask = GroupLanesMask<G>();
+  const RowKind kind = g < p.q_groups ? RowKind::kQ : (g < p.q_groups + p.kv_groups ? RowKind::kK : RowKind::kV);
+  const int first_head = kind == RowKind::kQ ? g : g - p.q_groups - (kind == RowKind::kV ? p.kv_groups : 0);
+  const int heads = kind == RowKind::kQ ? p.num_q_heads : p.num_kv_heads;
+  const int head_step = kind == RowKind::kQ ? p.q_groups : p.kv_groups;
+  const LaneChunks ch = PairedChunks(lane, G, p.rotary_dim, p.neox);
+
+  // Every load first: the row chunks, the indices, then cos/sin and weights.
+  const T* src = static_cast<const T*>(kind == RowKind::kQ ? p.q : (kind == RowKind::kK ? p.k : p.v));
+  const int64_t src_t = kind == RowKind::kQ ? p.q_stride_t : (kind == RowKind::kK ? p.k_stride_t : p.v_stride_t);
+  const int64_t src_h = kind == RowKind::kQ ? p.q_stride_h : (kind == RowKind::kK ? p.k_stride_h : p.v_stride_h);
+  uint4 ra[R], rb[R];
+#pragma unroll
+  for (int i = 0; i < R; ++i) {
+    const int head = first_head + i * head_step;
+    if (head >= heads) break;
+    const T* row = src + token * src_t + head * src_h;
+    ra[i] = Load16(row + ch.a * kVec);
+    rb[i] = Load16(row + ch.b * kVec);
+  }
+  const int64_t pos = kind == RowKind::kV ? 0 : LoadIndex(p.positions, p.positions_i64, token);
+  const int64_t slot = kind == RowKind::kQ ? -1 : LoadIndex(p.slot_mapping, p.slots_i64, token);
+
+  if (kind == RowKind::kV) {
+    const int64_t dst = CacheRow(p, slot, p.v_cache_stride_b, p.v_cache_stride_p);
+    if (dst < 0) return;
+    const float mul = kFp8Cache ? QuantMultiplier(*p.v_scale) : 1.0f;
+    PdlLaunchDependents();
+#pragma unroll
+    for (int i = 0; i < R; ++i) {
+      const int head = first_head + i * head_step;
+      if (head >= heads) break;
+      const int64_t off = dst + head * p.v_cache_stride_h;
+      if constexpr (kFp8Cache) {
+        float x[16];
+        Unpack16(ra[i], rb[i], kBf16, x);
+        StoreRow16<T, true>(p.v_cache, off, ch, x, mul);
+      } else {  // a 16-bit V row is copied as it is
+        StoreGlobal16(static_cast<T*>(p.v_cache) + off + ch.a * kVec, ra[i]);
+        StoreGlobal16(static_cast<T*>(p.v_cache) + off + ch.b * kVec, rb[i]);
+      }
+    }
+    return;
+  }
+
+  // Out-of-range positions (only possible without HPC_XLA_CHECK) make the rows NaN rather than read outside
+  // cos_sin_cache; out-of-range slots are not written.
+  const bool pos_ok = pos >= 0 && pos < p.max_pos;
+  const int64_t k_dst = kind == RowKind::kK ? CacheRow(p, slot, p.k_cache_stride_b, p.k_cache_stride_p) : -1;
+  if (kind == RowKind::kK && k_dst < 0) return;
+  // Several rows per thread: the weights are folded into per-thread coefficients (PairedCoeffs).
+  constexpr bool kFolded = R > 1;
+  PairedCoeffs coeffs;
+  float c[8] = {}, s[8] = {}, w[16];
+  if (pos_ok && ch.rot_a) LoadPairedCosSin(p, pos, ch, c, s);
+  {
+    const void* w_ptr = kind == RowKind::kQ ? p.q_norm_weight : p.k_norm_weight;
+    const DType w_dtype = kind == RowKind::kQ ? p.q_norm_dtype : p.k_norm_dtype;
+    float wa[8], wb[8];
+    if (w_ptr != nullptr) {
+      LoadWeight8(w_ptr, w_dtype, ch.a * kVec, wa), LoadWeight8(w_ptr, w_dtype, ch.b * kVec, wb);
+    } else {
+#pragma unroll
+      for (int i = 0; i < 8; ++i) wa[i] = wb[i] = 1.0f;
+    }
+#pragma unroll
+    for (int i = 0; i < 8; ++i) w[i] = wa[i], w[8 + i] = wb[i];
+    if constexpr (kFolded) MakePairedCoeffs(p.neox, p.norm_before_rope, ch, c, s, w, coeffs);
+  }
+  const bool normalize = (kind == RowKind::kQ ? p.q_norm_weight : p.k_norm_weight) != nullptr;
+  const float k_mul = kFp8Cache && kind == RowKind::kK ? QuantMultiplier(*p.k_scale) : 1.0f;
+  PdlLaunchDependents();
+
+#pragma unroll
+  for (int i = 0; i < R; ++i) {
+    const int head = first_head + i * head_step;
+    if (head >= heads) break;
+    float x[16];
+    Unpack16(ra[i], rb[i], kBf16, x);
+    if constexpr (kFolded) {
+      TransformRowFolded<G>(p.neox, normalize, coeffs, x, mask, p.inv_head_dim, p.eps);
+    } else {
+      TransformRowDirect<G>(p.neox, normalize, p.norm_before_rope, ch, c, s, w, x, mask, p.inv_head_dim, p.eps);
+    }
+    if (!pos_ok) {
+#pragma unroll
+      for (int j = 0; j < 16; ++j) x[j] = __int_as_float(0x7fc00000);
+    }
+    if (kind == RowKind::kK) {
+      StoreRow16<T, kFp8Cache>(p.k_cache, k_dst + head * p.k_cache_stride_h, ch, x, k_mul);
+      continue;
+    }
+    const int64_t off = token * p.q_out_stride_t + head * p.q_out_stride_h;
+    float mul = 1.0f;
+    if constexpr (kFp8Q) {
+      float amax = 0.0f;
+#pragma unroll
+      for (int j = 0; j < 16; ++j) amax = fmaxf(amax, fabsf(x[j]));
+      const float scale = GroupMax<G>(amax, mask) / kFp8E4M3Max;
+      if (lane == 0) p.q_scale[static_cast<int64_t>(token) * p.num_q_heads + head] = scale;
+      mul = QuantMultiplier(scale);
+    }
+    StoreRow16<T, kFp8Q>(p.q_out, off, ch, x, mul);
+  }
+}
+
+}  // namespace rope_norm_detail
+}  // namespace hpc
