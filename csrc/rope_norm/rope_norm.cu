@@ -211,7 +211,16 @@ Status RopeNormCuda(const RopeNormArgs& a, cudaStream_t stream) {
     p.q_groups = (p.num_q_heads + rows - 1) / rows;
     p.kv_groups = (p.num_kv_heads + rows - 1) / rows;
     groups_per_token = p.q_groups + 2 * p.kv_groups;
-    p.group_div = cutlass::FastDivmod(groups_per_token);
+    // Tokens per tile: the fewest (a power of two) for which each kind's groups fill whole warps, so no warp
+    // mixes q, k and v groups (8/1 heads: 4 tokens = 32 q groups + 4 k + 4 v at 4 groups per warp; mixed warps
+    // ran their q and k branches one after the other).
+    const int groups_per_warp = 32 / lanes;
+    auto whole_warps = [&](int shift) {
+      return ((p.q_groups << shift) % groups_per_warp) == 0 && ((p.kv_groups << shift) % groups_per_warp) == 0;
+    };
+    p.tile_shift = 0;
+    while (!whole_warps(p.tile_shift) && (1 << p.tile_shift) < groups_per_warp) ++p.tile_shift;
+    p.tile_div = cutlass::FastDivmod(groups_per_token << p.tile_shift);
     switch (lanes) {
       case 4: kernel = PickPaired<4>(rows, a.q.dtype, fp8_cache, fp8_q); break;
       case 8: kernel = PickPaired<8>(rows, a.q.dtype, fp8_cache, fp8_q); break;
@@ -229,7 +238,12 @@ Status RopeNormCuda(const RopeNormArgs& a, cudaStream_t stream) {
     }
   }
   const int threads = paired ? kPairedThreads : kThreads;
-  const int64_t groups = static_cast<int64_t>(p.tokens) * groups_per_token;
+  const int64_t tile_tokens = paired ? int64_t{1} << p.tile_shift : 1;  // the grid covers whole tiles
+  const int64_t groups = (p.tokens + tile_tokens - 1) / tile_tokens * tile_tokens * groups_per_token;
+  if (groups >= (int64_t{1} << 31)) {
+    return ArgCheck("rope_norm").Fail(
+        "too many rows for one launch: tokens * (Hq + 2 Hkv) must stay below 2^31 - 8 (Hq + 2 Hkv)");
+  }
   const int groups_per_block = threads / lanes;
   const dim3 grid(static_cast<unsigned>((groups + groups_per_block - 1) / groups_per_block));
   using KernelFn = void (*)(RopeNormParams);

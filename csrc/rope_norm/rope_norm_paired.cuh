@@ -1,14 +1,14 @@
-// rope_norm's paired kernel, taken for the common shapes (PairedKernelApplies): head_dim/16 a power of two,
-// f32 cos/sin rows, neox with rotary_dim % 16 == 0 or gptj with rotary_dim % 8 == 0.
+// rope_norm's paired kernel, taken for the common shapes (PairedKernelApplies): head_dim 64/128/256, f32 cos/sin
+// rows, neox with rotary_dim % 16 == 0 or gptj with rotary_dim % 8 == 0.
 //
 // Why a second kernel: the general one (rope_norm_general.cuh) issued ~290 instructions per lane and row and was
 // instruction-bound at 49% of the copy ceiling (ncu, bench/NOTES.md v4). Here a lane holds 16 elements of a row
 // as two 8-element chunks chosen so that every rotation partner sits in the same lane (neox: chunks c and
 // c + rotary_dim/16; gptj: neighbours in a chunk) -- the rotation needs no shuffles; the norm weights and the
-// token's cos/sin are loaded once per thread for all its rows; 1/rms is folded into the weights; V rows of a
-// 16-bit cache are copied without unpacking. A token's rows are split into q groups, k groups and v groups of up
-// to R rows (heads h, h + step, ...), so each group runs one branch; groups of one warp may take different
-// branches and synchronize only within themselves (GroupLanesMask).
+// token's cos/sin are loaded once per thread for all its rows (and, with several rows, folded into per-thread
+// coefficients); V rows of a 16-bit cache are copied without unpacking. A token's rows are split into q groups,
+// k groups and v groups of up to R rows (heads h, h + step, ...), numbered kind-major within small token tiles
+// so that a warp's groups run one branch; groups synchronize only within themselves (GroupLanesMask).
 #pragma once
 
 #include <type_traits>
@@ -225,16 +225,20 @@ __device__ __forceinline__ void StoreRow16(void* base, int64_t off, const LaneCh
 }
 
 template <int G, int R, typename T, bool kFp8Cache, bool kFp8Q>
-__global__ void __launch_bounds__(kPairedThreads, kPairedMinBlocks<R>) RopeNormPairedKernel(const __grid_constant__ RopeNormParams p) {
+__global__ void __launch_bounds__(kPairedThreads, kPairedMinBlocks<R>)
+    RopeNormPairedKernel(const __grid_constant__ RopeNormParams p) {
   constexpr bool kBf16 = std::is_same_v<T, __nv_bfloat16>;
   const int lane = threadIdx.x % G;
-  int token = 0, g = 0;
-  p.group_div(token, g, static_cast<int>(blockIdx.x * (kPairedThreads / G) + threadIdx.x / G));
+  int tile = 0, r = 0;
+  p.tile_div(tile, r, static_cast<int>(blockIdx.x * (kPairedThreads / G) + threadIdx.x / G));
+  const int q_span = p.q_groups << p.tile_shift, kv_span = p.kv_groups << p.tile_shift;
+  const RowKind kind = r < q_span ? RowKind::kQ : (r < q_span + kv_span ? RowKind::kK : RowKind::kV);
+  r -= kind == RowKind::kQ ? 0 : (kind == RowKind::kK ? q_span : q_span + kv_span);
+  const int token = (tile << p.tile_shift) + (r & ((1 << p.tile_shift) - 1));
+  const int first_head = r >> p.tile_shift;  // the group's index within its kind
   PdlWait();  // inputs may come from the previous kernel in the stream
   if (token >= p.tokens) return;  // whole groups leave together (one token per group)
   const uint32_t mask = GroupLanesMask<G>();
-  const RowKind kind = g < p.q_groups ? RowKind::kQ : (g < p.q_groups + p.kv_groups ? RowKind::kK : RowKind::kV);
-  const int first_head = kind == RowKind::kQ ? g : g - p.q_groups - (kind == RowKind::kV ? p.kv_groups : 0);
   const int heads = kind == RowKind::kQ ? p.num_q_heads : p.num_kv_heads;
   const int head_step = kind == RowKind::kQ ? p.q_groups : p.kv_groups;
   const LaneChunks ch = PairedChunks(lane, G, p.rotary_dim, p.neox);

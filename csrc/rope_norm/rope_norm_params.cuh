@@ -13,7 +13,7 @@
 namespace hpc {
 namespace rope_norm_detail {
 
-constexpr int kThreads = 256;
+constexpr int kThreads = 256;  // the general kernel's block (the paired kernel: kPairedThreads)
 constexpr int kVec = 8;  // elements per lane
 
 struct RopeNormParams {
@@ -47,10 +47,12 @@ struct RopeNormParams {
   DType cos_sin_dtype, q_norm_dtype, k_norm_dtype;
   bool neox, norm_before_rope;
   bool fast_rope;  // f32 cos/sin rows 16-byte aligned and rotary halves aligned to the lanes' 8-element vectors
-  // Paired kernel only: a token's rows are split into q groups, k groups and v groups of up to R rows each;
-  // global group index -> (token, group within the token) by multiply-shift instead of a 32-bit division.
-  int q_groups, kv_groups;
-  cutlass::FastDivmod group_div;
+  // Paired kernel only: a token's rows are split into q groups, k groups and v groups of up to R rows each.
+  // Groups are numbered by tiles of 2^tile_shift tokens, kind-major inside a tile (all its q groups, then its k
+  // groups, then its v groups, token-minor), so that the groups of one warp run the same branch; tile_div maps
+  // the global group index -> (tile, index in tile) by multiply-shift instead of a 32-bit division.
+  int q_groups, kv_groups, tile_shift;
+  cutlass::FastDivmod tile_div;
 };
 
 __device__ __forceinline__ float LoadAny(const void* base, DType dtype, int64_t i) {
