@@ -38,12 +38,6 @@ __device__ __forceinline__ LaneChunks PairedChunks(int lane, int lanes, int rota
 
 __device__ __forceinline__ uint4 Load16(const void* p) { return *reinterpret_cast<const uint4*>(p); }
 
-__device__ __forceinline__ void LoadF32x8(const float* p, float (&out)[8]) {
-  const float4 a = *reinterpret_cast<const float4*>(p);
-  const float4 b = *reinterpret_cast<const float4*>(p + 4);
-  out[0] = a.x, out[1] = a.y, out[2] = a.z, out[3] = a.w, out[4] = b.x, out[5] = b.y, out[6] = b.z, out[7] = b.w;
-}
-
 __device__ __forceinline__ void LoadF32x4(const float* p, float* out) {
   const float4 a = *reinterpret_cast<const float4*>(p);
   out[0] = a.x, out[1] = a.y, out[2] = a.z, out[3] = a.w;

@@ -67,11 +67,16 @@ __device__ __forceinline__ int64_t LoadIndex(const void* base, bool is_i64, int6
   return is_i64 ? static_cast<const int64_t*>(base)[i] : static_cast<const int32_t*>(base)[i];
 }
 
+// Eight consecutive floats, 16-byte aligned.
+__device__ __forceinline__ void LoadF32x8(const float* p, float (&out)[8]) {
+  const float4 a = *reinterpret_cast<const float4*>(p);
+  const float4 b = *reinterpret_cast<const float4*>(p + 4);
+  out[0] = a.x, out[1] = a.y, out[2] = a.z, out[3] = a.w, out[4] = b.x, out[5] = b.y, out[6] = b.z, out[7] = b.w;
+}
+
 __device__ __forceinline__ void LoadWeight8(const void* w, DType dtype, int first, float (&out)[8]) {
   if (dtype == DType::kF32) {
-    const float4 a = *reinterpret_cast<const float4*>(static_cast<const float*>(w) + first);
-    const float4 b = *reinterpret_cast<const float4*>(static_cast<const float*>(w) + first + 4);
-    out[0] = a.x, out[1] = a.y, out[2] = a.z, out[3] = a.w, out[4] = b.x, out[5] = b.y, out[6] = b.z, out[7] = b.w;
+    LoadF32x8(static_cast<const float*>(w) + first, out);
   } else if (dtype == DType::kBF16) {
     LoadVec8(static_cast<const __nv_bfloat16*>(w) + first, out);
   } else {
