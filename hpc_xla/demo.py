@@ -13,7 +13,7 @@ import time
 import ml_dtypes
 import numpy as np
 
-from hpc_xla import reference
+from hpc_xla import _decode, reference
 from hpc_xla._arrays import from_torch, to_torch
 
 BF16, FP8 = ml_dtypes.bfloat16, ml_dtypes.float8_e4m3fn
@@ -224,8 +224,14 @@ def decode_layers_demo(device, reps, layers=3):
     dev = jax.devices("gpu" if device == "cuda" else "cpu")[0]
     put = lambda x: jax.device_put(x, dev)  # noqa: E731
 
+    # Under jit the plan's size is fixed at trace time, before jax knows where the call runs, so hpc_xla.jax
+    # sizes it for the default backend. On a GPU machine running this demo on the CPU that is the GPU's grid:
+    # pass the CPU platform's size, as torch (which sees the tensors' device) does, so both build one plan.
+    jax_ctas = None if device == "cuda" else _decode.max_ctas_for(None, hkv, hq, d, 1, page, "bfloat16", "bfloat16")
+
     def jax_step(q, k, v, kc, vc, lens_, table, pos, slot, cs):
-        plan = hj.decode_plan(lens_, num_kv_heads=hkv, num_q_heads=hq, head_dim=d, page_size=page)  # once
+        plan = hj.decode_plan(lens_, num_kv_heads=hkv, num_q_heads=hq, head_dim=d, page_size=page,
+                              max_ctas=jax_ctas)  # once
         outs = []
         for layer in range(layers):
             ql, kc_l, vc_l = hj.rope_norm(q[layer], k[layer], v[layer], pos, cs, slot, kc[layer], vc[layer])

@@ -5,6 +5,7 @@
 #   HPC_SANITIZERS="memcheck racecheck"   compute-sanitizer tools; HPC_BENCH_SUITES: suites to benchmark
 #   HPC_TEST_ARGS="-m gpu tests"          pytest arguments (default: every test); HPC_AB="ENV=V ..." extra runs
 #   HPC_PROFILE="suite|kernel|args;..."   with the "profile" stage: ncu sections per workload
+#   HPC_PROFILE_SASS=1                    profile: full ncu set saved + per-SASS stall CSV (HPC_PROFILE_LAUNCHES)
 # Uses the carried cp312 binary (tools/build_gpu_binary.sh) or builds one with nvcc there. Full logs and
 # JSON go to $OUT (or ./out).
 set -uo pipefail
@@ -81,10 +82,19 @@ has_stage profile && IFS=';' read -ra profiles <<< "${HPC_PROFILE:-rope_norm|Rop
 has_stage profile && for entry in "${profiles[@]}"; do
   IFS='|' read -r psuite pkern pargs <<< "$entry"
   tag="$psuite$(echo "$pargs" | tr -c 'A-Za-z0-9' '_' | cut -c1-40)"
-  timeout "${HPC_PROFILE_TIMEOUT:-120}" ncu --clock-control none -k "regex:$pkern" --launch-skip 0 --launch-count 6 \
-    --section SpeedOfLight --section MemoryWorkloadAnalysis --section WarpStateStats --section Occupancy \
-    --section LaunchStats --section SchedulerStats --section SourceCounters --section InstructionStats \
-    python3 tools/profile_targets.py $psuite $pargs > "$OUT/ncu_$tag.txt" 2>&1
+  if [ -n "${HPC_PROFILE_SASS:-}" ]; then
+    # full section set saved as a report, plus per-SASS-instruction stall samples and executed counts (CSV)
+    timeout "${HPC_PROFILE_TIMEOUT:-120}" ncu --clock-control none -k "regex:$pkern" --launch-skip 0 \
+      --launch-count "${HPC_PROFILE_LAUNCHES:-1}" --set full --import-source no -f -o "$OUT/ncu_$tag" \
+      python3 tools/profile_targets.py $psuite $pargs > "$OUT/ncu_$tag.log" 2>&1
+    ncu -i "$OUT/ncu_$tag.ncu-rep" > "$OUT/ncu_$tag.txt" 2>&1
+    ncu -i "$OUT/ncu_$tag.ncu-rep" --page source --csv --print-source sass > "$OUT/sass_$tag.csv" 2>&1
+  else
+    timeout "${HPC_PROFILE_TIMEOUT:-120}" ncu --clock-control none -k "regex:$pkern" --launch-skip 0 --launch-count 6 \
+      --section SpeedOfLight --section MemoryWorkloadAnalysis --section WarpStateStats --section Occupancy \
+      --section LaunchStats --section SchedulerStats --section SourceCounters --section InstructionStats \
+      python3 tools/profile_targets.py $psuite $pargs > "$OUT/ncu_$tag.txt" 2>&1
+  fi
   note "ncu $psuite $pargs: rc=$? -> ncu_$tag.txt"
   grep -E "^  [A-Za-z].*\(|Duration|DRAM Throughput|Memory Throughput|Achieved Occupancy|Registers Per|Grid Size|Block Size" "$OUT/ncu_$tag.txt" | head -60
 done

@@ -41,6 +41,7 @@ KernelChoice ChooseType(DType kv, DType q) {
 
 template <int D>
 KernelChoice ChooseRows(int rows, DType kv, DType q) {
+  if (rows <= 8) return ChooseType<D, 0>(kv, q);  // half an m16 tile live (GQA <= 8 at q_len 1)
   if (rows <= 16) return ChooseType<D, 1>(kv, q);
   if (rows <= 32) return ChooseType<D, 2>(kv, q);
   return ChooseType<D, 4>(kv, q);
@@ -76,14 +77,20 @@ Status PrepareKernel(const KernelChoice& k, int device, int* ctas_per_sm) {
   return Status::Ok();
 }
 
+constexpr int kPlanSmemPrefix = 4096;  // batch sizes below this search a shared-memory copy of the prefix
+
 __global__ void __launch_bounds__(1024) DecodePlanKernel(const int32_t* seq_lens, int batch, DecodeConfig cfg,
                                                           int max_ctas, int min_tiles, int32_t* plan) {
   using namespace attention;
   using BlockScan = cub::BlockScan<int32_t, 1024>;
   __shared__ typename BlockScan::TempStorage scan;
   __shared__ int32_t running;
+  // The CTA starts below binary-search the prefix: from shared memory when it fits (a search through global
+  // memory is a chain of dependent L2 round trips, and the attention kernel waits for this whole kernel).
+  __shared__ int32_t prefix_smem[kPlanSmemPrefix];
   PdlWait();
   int32_t* prefix = PlanPrefix(plan);
+  const bool in_smem = batch < kPlanSmemPrefix;
   if (threadIdx.x == 0) running = 0;
   __syncthreads();
   for (int base = 0; base < batch; base += 1024) {
@@ -92,13 +99,20 @@ __global__ void __launch_bounds__(1024) DecodePlanKernel(const int32_t* seq_lens
     int32_t excl, chunk_total;
     BlockScan(scan).ExclusiveSum(w, excl, chunk_total);
     const int32_t before = running;
-    if (b < batch) prefix[b] = before + excl;
+    if (b < batch) {
+      prefix[b] = before + excl;
+      if (in_smem) prefix_smem[b] = before + excl;
+    }
     __syncthreads();
     if (threadIdx.x == 0) running = before + chunk_total;
     __syncthreads();
   }
-  if (threadIdx.x == 0) prefix[batch] = running;
+  if (threadIdx.x == 0) {
+    prefix[batch] = running;
+    if (in_smem) prefix_smem[batch] = running;
+  }
   __syncthreads();
+  const int32_t* search = in_smem ? prefix_smem : prefix;
   PdlLaunchDependents();
   const int64_t total = static_cast<int64_t>(running) * cfg.num_kv_heads;
   const int64_t capacity = CapacityOf(total, max_ctas, min_tiles + kPieceCostTiles);
@@ -106,7 +120,7 @@ __global__ void __launch_bounds__(1024) DecodePlanKernel(const int32_t* seq_lens
   int32_t* start = PlanStart(plan, batch);
   for (int i = threadIdx.x; i <= max_ctas; i += blockDim.x) {
     int unit, tile;
-    LocatePosition(prefix, batch, cfg.num_kv_heads, kPieceCostTiles, i <= num_ctas ? i * capacity : total, &unit,
+    LocatePosition(search, batch, cfg.num_kv_heads, kPieceCostTiles, i <= num_ctas ? i * capacity : total, &unit,
                    &tile);
     start[2 * i] = unit;
     start[2 * i + 1] = tile;
@@ -199,8 +213,19 @@ Status DecodeAttentionCuda(const DecodeAttentionArgs& a, cudaStream_t stream) {
   p.q_scale = a.q_scale.present() ? a.q_scale.ptr<const float>() : nullptr;
   p.q_stride_row = a.q.strides[0], p.q_stride_head = a.q.strides[1];
   p.k_cache = a.k_cache.data, p.v_cache = a.v_cache.data;
-  p.k_stride_b = a.k_cache.strides[0], p.k_stride_p = a.k_cache.strides[1], p.k_stride_h = a.k_cache.strides[2];
-  p.v_stride_b = a.v_cache.strides[0], p.v_stride_p = a.v_cache.strides[1], p.v_stride_h = a.v_cache.strides[2];
+  const int64_t kv_bytes = DTypeBytes(a.k_cache.dtype);
+  p.k_block_bytes = a.k_cache.strides[0] * kv_bytes, p.k_head_bytes = a.k_cache.strides[2] * kv_bytes;
+  p.v_block_bytes = a.v_cache.strides[0] * kv_bytes, p.v_head_bytes = a.v_cache.strides[2] * kv_bytes;
+  // the kernel offsets rows inside a page in 32 bits
+  for (const auto* c : {&a.k_cache, &a.v_cache}) {
+    if (c->strides[1] * kv_bytes * cfg.page_size > INT32_MAX) {
+      return ArgCheck("decode_attention").Fail(std::string(c == &a.k_cache ? "k_cache" : "v_cache") +
+                                               ".stride(1) = " + std::to_string(c->strides[1]) +
+                                               " elements: a page must span less than 2 GiB");
+    }
+  }
+  p.k_row_bytes = static_cast<int32_t>(a.k_cache.strides[1] * kv_bytes);
+  p.v_row_bytes = static_cast<int32_t>(a.v_cache.strides[1] * kv_bytes);
   p.block_table = a.block_table.ptr<const int32_t>();
   p.block_table_stride = a.block_table.strides[0];
   p.block_table_width = static_cast<int>(a.block_table.shape[1]);
@@ -223,8 +248,6 @@ Status DecodeAttentionCuda(const DecodeAttentionArgs& a, cudaStream_t stream) {
   p.q_dtype = a.q.dtype;
   p.out_fp16 = a.out.dtype == DType::kF16;
   p.dynamic = a.schedule == DecodeSchedule::kDynamic;
-  static const bool prefetch_ids = EnvFlag("HPC_XLA_DECODE_PREFETCH", true);
-  p.prefetch_ids = prefetch_ids;
   int grid = 0, combine_grid = 0;
   if (p.dynamic) {
     const int max_ctas = static_cast<int>((a.plan.shape[0] - attention::kPlanHeaderInts - (batch + 1)) / 2 - 1);

@@ -4,7 +4,8 @@
 // the persistent CTA's pieces from the plan (dynamic) or one (kv head, sequence, split) piece (static).
 // K/V tiles are brought in by cp.async through a multi-stage shared-memory ring (zero-filled past the end of
 // a sequence: unused cache slots are never read). All q heads of the kv head (GQA group) times q_len rows
-// form M <= 64 rows, padded to MT m16 tiles. Warps are laid out MT x WN: warp (wm, wn) owns rows
+// form M <= 64 rows, padded to MT m16 tiles (MT = 0: M <= 8, one tile with its lower half idle). Warps are
+// laid out MT x WN: warp (wm, wn) owns rows
 // [16 wm, 16 wm + 16) and tokens [wn TW, wn TW + TW) of every tile (TW = 64 / WN), keeps its own online softmax
 // state (m, l, O) over those tokens, and the WN states are merged through shared memory at the end of a
 // piece. S = Q K^T and O += P V run on mma.sync m16n8k16 (bf16 or fp16, fp32 accumulate); fp8 K/V are
@@ -36,8 +37,8 @@ struct DecodeParams {
   int64_t q_stride_row, q_stride_head;
   const void* k_cache;
   const void* v_cache;
-  int64_t k_stride_b, k_stride_p, k_stride_h;
-  int64_t v_stride_b, v_stride_p, v_stride_h;
+  int64_t k_block_bytes, k_head_bytes, v_block_bytes, v_head_bytes;  // cache strides in bytes
+  int32_t k_row_bytes, v_row_bytes;  // token stride in bytes (a page's rows fit in int32: checked on the host)
   const int32_t* block_table;
   int64_t block_table_stride;
   int block_table_width;  // block_table.shape[1]
@@ -54,15 +55,18 @@ struct DecodeParams {
   int batch, num_kv_heads, num_q_heads, group, q_len, rows, head_dim, page_shift, static_splits;
   DType q_dtype;
   bool dynamic, out_fp16;
-  bool prefetch_ids;  // fetch a tile's block ids one copy ahead (default; HPC_XLA_DECODE_PREFETCH=0 for A/B)
 };
 
 template <int D, int MT, typename KV, typename CT>
 struct DecodeShape {
   static constexpr bool kFp8 = std::is_same_v<KV, Fp8E4M3>;
   static constexpr int kKvBytes = kFp8 ? 1 : 2;
-  static constexpr int kWarpsM = MT;
-  static constexpr int kWarpsN = 4 / MT;
+  // MT = 0: one m16 tile of which only the top 8 rows are live (GQA 8 or less at q_len 1, the common decode
+  // case): the softmax, rescale and epilogue of rows 8-15 are skipped.
+  static constexpr int kMTiles = MT == 0 ? 1 : MT;
+  static constexpr int kHalves = MT == 0 ? 1 : 2;  // live 8-row halves of each m16 tile
+  static constexpr int kWarpsM = kMTiles;
+  static constexpr int kWarpsN = 4 / kMTiles;
   static constexpr int kTokensPerWarp = kTileTokens / kWarpsN;  // TW
   static constexpr int kRowBytes = D * kKvBytes;
   static constexpr int kChunksPerRow = kRowBytes / 16;
@@ -71,7 +75,7 @@ struct DecodeShape {
   static constexpr int kStageBytes = 2 * kTileBytes;
   // Ring of up to 96 KB (2..4 stages): bf16 D=128 gets 3 stages and still fits 2 CTAs per SM.
   static constexpr int kStages = (96 * 1024 / kStageBytes) < 2 ? 2 : ((96 * 1024 / kStageBytes) > 4 ? 4 : 96 * 1024 / kStageBytes);
-  static constexpr int kQRows = 16 * MT;
+  static constexpr int kQRows = 16 * kMTiles;
   static constexpr int kQBytes = kQRows * D * 2;
   static constexpr int kMlBytes = kWarpsN * kQRows * 2 * 4;
   static constexpr int kOBufBytes = kWarpsN > 1 ? kQRows * D * 4 : 0;
@@ -99,13 +103,16 @@ struct TileStream {
 
   __device__ __forceinline__ void Init(const DecodeParams& p) {
     if (p.dynamic) {
-      cursor = CtaPieces(p.plan, blockIdx.x);
-      valid = NextPiece(cursor, p.plan, p.seq_lens, &piece);
+      cursor = CtaPieces(p.plan, p.batch, blockIdx.x);
+      valid = NextPiece(cursor, p.seq_lens, &piece);
     } else {
       const int split = blockIdx.x % p.static_splits, unit = blockIdx.x / p.static_splits;
-      const int n = TilesOf(p.seq_lens[unit % p.batch]);
-      const int chunk = (n + p.static_splits - 1) / p.static_splits;
       piece.unit = unit;
+      piece.b = unit % p.batch;
+      piece.h = unit / p.batch;
+      piece.len = p.seq_lens[piece.b];
+      const int n = TilesOf(piece.len);
+      const int chunk = (n + p.static_splits - 1) / p.static_splits;
       piece.tile_begin = min(n, split * chunk);
       piece.tile_end = min(n, (split + 1) * chunk);
       piece.whole = chunk >= n;
@@ -119,53 +126,66 @@ struct TileStream {
   __device__ __forceinline__ bool Empty() const { return piece.tile_end <= piece.tile_begin; }
   __device__ __forceinline__ void Advance(const DecodeParams& p) {
     if (++tile < piece.tile_end) return;
-    valid = p.dynamic ? NextPiece(cursor, p.plan, p.seq_lens, &piece) : false;
+    valid = p.dynamic ? NextPiece(cursor, p.seq_lens, &piece) : false;
     tile = piece.tile_begin;
   }
 };
 
-// Block ids of the chunks this thread copies for one tile, fetched one tile before the copy: a cp.async whose
-// address waits on its block-table load stalls the thread (and the tile it is computing) for a full memory
-// round trip per tile. The index is clamped to the table row; tokens past the sequence are masked at copy time.
+// Who copies what: thread t copies the 16-byte chunk t % C (C chunks per row) of the tile rows t / C + i * kStep,
+// i < kCopies. C divides the 128 threads for every (head_dim, K/V type), so the chunk is fixed per thread and
+// everything but the block id is the same for every tile: the per-tile work is a few adds per copy. (The
+// first version recomputed rows, pages, 64-bit products and divisions per chunk and tile: 1200 instructions
+// per warp and tile, a third of them in the copy; ncu, bench/NOTES.md.)
 template <class S>
-constexpr int kChunksPerThread = kTileTokens * S::kChunksPerRow / kDecodeThreads;
+struct CopyLayout {
+  static constexpr int kStep = kDecodeThreads / S::kChunksPerRow;
+  static constexpr int kCopies = kTileTokens / kStep;
+};
 
-template <class S>
-__device__ __forceinline__ void FetchTileIds(const DecodeParams& p, const Piece& piece, int tile,
-                                             int32_t (&ids)[kChunksPerThread<S>]) {
-  const int b = piece.unit % p.batch;
-  const int32_t* table = p.block_table + b * p.block_table_stride;
+// Block ids of the pages this thread copies from for one tile, fetched one tile before the copy (a cp.async
+// whose address waits on its block-table load stalls the thread for a full memory round trip per tile; so
+// does any use of the id right after the fetch: it is range-checked at copy time, a tile later).
+// kOnePage (page_size 64 = the tile): one id serves every copy.
+template <class S, bool kOnePage>
+struct TileIds {
+  int32_t id[kOnePage ? 1 : CopyLayout<S>::kCopies];
+
+  __device__ __forceinline__ void Fetch(const DecodeParams& p, const Piece& piece, int tile) {
+    using L = CopyLayout<S>;
+    const int32_t* table = p.block_table + piece.b * p.block_table_stride;
+    const int r0 = threadIdx.x / S::kChunksPerRow;
+    const int first_page = tile << (6 - p.page_shift);  // pages are 16, 32 or 64 tokens
 #pragma unroll
-  for (int i = 0; i < kChunksPerThread<S>; ++i) {
-    const int row = (threadIdx.x + i * kDecodeThreads) / S::kChunksPerRow;
-    const int page = (tile * kTileTokens + row) >> p.page_shift;
-    ids[i] = p.block_table_width > 0 ? table[page < p.block_table_width ? page : p.block_table_width - 1] : -1;
+    for (int i = 0; i < (kOnePage ? 1 : L::kCopies); ++i) {
+      const int page = first_page + ((r0 + i * L::kStep) >> p.page_shift);
+      id[i] = p.block_table_width > 0 ? table[min(page, p.block_table_width - 1)] : -1;
+    }
   }
-}
+};
 
-template <class S, int D>
+// One tile of K and V -> a ring stage (shared address `stage`). Rows past the sequence, and pages whose block id
+// lies outside the cache (possible only without HPC_XLA_CHECK), are zero-filled; their source address is kept
+// inside the cache (block 0 for a bad id), so no pointer select is needed per copy.
+template <class S, bool kOnePage>
 __device__ __forceinline__ void LoadKvTile(const DecodeParams& p, const Piece& piece, int tile,
-                                           const int32_t (&ids)[kChunksPerThread<S>], char* stage) {
-  const int b = piece.unit % p.batch, h = piece.unit / p.batch;
-  const int len = p.seq_lens[b];
+                                           const TileIds<S, kOnePage>& ids, uint32_t stage) {
+  using L = CopyLayout<S>;
+  const int chunk = threadIdx.x % S::kChunksPerRow, r0 = threadIdx.x / S::kChunksPerRow;
   const int page_mask = (1 << p.page_shift) - 1;
-  const char* kbase = static_cast<const char*>(p.k_cache);
-  const char* vbase = static_cast<const char*>(p.v_cache);
+  const int rem = piece.len - tile * kTileTokens;  // rows of this tile inside the sequence
+  const char* k_head = static_cast<const char*>(p.k_cache) + piece.h * p.k_head_bytes + chunk * 16;
+  const char* v_head = static_cast<const char*>(p.v_cache) + piece.h * p.v_head_bytes + chunk * 16;
 #pragma unroll
-  for (int i = 0; i < kChunksPerThread<S>; ++i) {
-    const int id = threadIdx.x + i * kDecodeThreads;
-    const int row = id / S::kChunksPerRow, chunk = id % S::kChunksPerRow;
-    const int tok = tile * kTileTokens + row;
-    // Past the sequence, or an invalid block id (only possible without HPC_XLA_CHECK): zero-fill, never read
-    // outside the cache.
-    const bool valid = tok < len && ids[i] >= 0 && ids[i] < p.num_blocks;
-    const int64_t blk = valid ? ids[i] : 0;
-    const int64_t in_page = tok & page_mask;
-    const char* ksrc = kbase + ((blk * p.k_stride_b + in_page * p.k_stride_p + h * p.k_stride_h) * S::kKvBytes + chunk * 16);
-    const char* vsrc = vbase + ((blk * p.v_stride_b + in_page * p.v_stride_p + h * p.v_stride_h) * S::kKvBytes + chunk * 16);
-    const int dst = SwizzledChunk<S>(row, chunk);
-    CpAsync16(stage + dst, valid ? ksrc : kbase, valid);
-    CpAsync16(stage + S::kTileBytes + dst, valid ? vsrc : vbase, valid);
+  for (int i = 0; i < L::kCopies; ++i) {
+    const int row = r0 + i * L::kStep;
+    const int32_t raw = ids.id[kOnePage ? 0 : i];
+    const bool id_ok = raw >= 0 && raw < p.num_blocks;
+    const int64_t id = id_ok ? raw : 0;
+    const bool valid = row < rem && id_ok;
+    const int in_page = kOnePage ? row : row & page_mask;
+    const uint32_t dst = stage + SwizzledChunk<S>(row, chunk);
+    CpAsync16(dst, k_head + id * p.k_block_bytes + in_page * p.k_row_bytes, valid);
+    CpAsync16(dst + S::kTileBytes, v_head + id * p.v_block_bytes + in_page * p.v_row_bytes, valid);
   }
 }
 
@@ -173,12 +193,11 @@ __device__ __forceinline__ void LoadKvTile(const DecodeParams& p, const Piece& p
 // tile is query j = r / group of head h * group + r % group; rows past M are zero.
 template <int D, typename CT>
 __device__ __forceinline__ void LoadQ(const DecodeParams& p, const Piece& piece, char* qsmem, int q_rows) {
-  const int b = piece.unit % p.batch, h = piece.unit / p.batch;
   for (int id = threadIdx.x; id < q_rows * (D / 8); id += kDecodeThreads) {
     const int r = id / (D / 8), chunk = id % (D / 8);
     float x[8] = {0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f};
     if (r < p.rows) {
-      const int row = b * p.q_len + r / p.group, head = h * p.group + r % p.group;
+      const int row = piece.b * p.q_len + r / p.group, head = piece.h * p.group + r % p.group;
       const int64_t off = row * p.q_stride_row + head * p.q_stride_head + chunk * 8;
       if (p.q_dtype == DType::kF8E4M3) {
         const float scale = p.q_scale[static_cast<int64_t>(row) * p.num_q_heads + head];
@@ -201,11 +220,21 @@ __device__ __forceinline__ void LoadQ(const DecodeParams& p, const Piece& piece,
   }
 }
 
-// Per-warp online-softmax state for its 16 rows (this thread: rows g and g + 8).
+__device__ __forceinline__ float FastExp2(float x) {  // ex2.approx.ftz: exp2(-inf) = 0
+  float y;
+  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+  return y;
+}
+
+// Per-warp online-softmax state for its 16 rows (this thread: rows g and g + 8), and the warp's Q fragments:
+// kept in registers across the piece's tiles for head_dim <= 128 (256 would not fit next to O), else reloaded
+// from shared memory per tile.
 template <int D>
 struct WarpState {
+  static constexpr bool kQInRegs = D <= 128;
   float o[D / 8][4];
   float m[2], l[2];
+  uint32_t q[kQInRegs ? D / 16 : 1][4];
   __device__ __forceinline__ void Reset() {
 #pragma unroll
     for (int i = 0; i < D / 8; ++i) o[i][0] = o[i][1] = o[i][2] = o[i][3] = 0.f;
@@ -214,106 +243,143 @@ struct WarpState {
   }
 };
 
+template <int D>
+__device__ __forceinline__ uint32_t QFragAddr(uint32_t qsmem, int wm, int ks) {
+  const int lane = threadIdx.x % 32;
+  return qsmem + QChunk<D>(16 * wm + (lane % 16), 2 * ks + lane / 16);
+}
+
+// Token positions (thread constants) for causal masking: this thread's two rows r see the tokens
+// [0, len - q_len + r / group]; q_pos holds r / group (clamped to the last row).
+struct RowPos {
+  int q_pos[2];
+};
+
 template <int D, int MT, typename KV, typename CT>
-__device__ __forceinline__ void ComputeTile(const DecodeParams& p, const Piece& piece, int tile, const char* stage,
-                                            const char* qsmem, WarpState<D>& st, float s_scale) {
+__device__ __forceinline__ void ComputeTile(const DecodeParams& p, const Piece& piece, int tile, uint32_t stage,
+                                            uint32_t qsmem, WarpState<D>& st, const RowPos& pos, float s_scale) {
   using S = DecodeShape<D, MT, KV, CT>;
   constexpr int TW = S::kTokensPerWarp;
-  constexpr int NB = TW / 8;  // n8 blocks of S per warp
+  constexpr int NB = TW / 8;           // n8 blocks of S per warp
+  constexpr bool kSplitK = NB < 4;     // two accumulator sets: shorter dependent MMA chains
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int wm = warp / S::kWarpsN, wn = warp % S::kWarpsN;
   const int g = lane / 4, qd = lane % 4;
-  const char* ktile = stage;
-  const char* vtile = stage + S::kTileBytes;
+  const uint32_t ktile = stage;
+  const uint32_t vtile = stage + S::kTileBytes;
 
-  float s[NB][4];
+  float s[kSplitK ? 2 : 1][NB][4];
 #pragma unroll
-  for (int i = 0; i < NB; ++i) s[i][0] = s[i][1] = s[i][2] = s[i][3] = 0.f;
+  for (int k = 0; k < (kSplitK ? 2 : 1); ++k)
+#pragma unroll
+    for (int i = 0; i < NB; ++i) s[k][i][0] = s[k][i][1] = s[k][i][2] = s[k][i][3] = 0.f;
 #pragma unroll
   for (int ks = 0; ks < D / 16; ++ks) {
-    uint32_t a[4];
-    LdMatrixX4(a, qsmem + QChunk<D>(16 * wm + (lane % 16), 2 * ks + lane / 16));
+    float(&acc)[NB][4] = s[kSplitK ? ks % 2 : 0];
+    uint32_t qreg[4];
+    if constexpr (!WarpState<D>::kQInRegs) LdMatrixX4(qreg, QFragAddr<D>(qsmem, wm, ks));
+    const uint32_t(&a)[4] = WarpState<D>::kQInRegs ? st.q[WarpState<D>::kQInRegs ? ks : 0] : qreg;
     if constexpr (!S::kFp8) {
 #pragma unroll
       for (int np = 0; np < NB / 2; ++np) {
         uint32_t bf[4];
         const int tok = wn * TW + np * 16 + (lane % 8) + (lane / 16) * 8;
         LdMatrixX4(bf, ktile + SwizzledChunk<S>(tok, 2 * ks + (lane / 8) % 2));
-        Mma16816<CT>(s[2 * np], a, bf[0], bf[1]);
-        Mma16816<CT>(s[2 * np + 1], a, bf[2], bf[3]);
+        Mma16816<CT>(acc[2 * np], a, bf[0], bf[1]);
+        Mma16816<CT>(acc[2 * np + 1], a, bf[2], bf[3]);
       }
     } else {
 #pragma unroll
       for (int nb = 0; nb < NB; ++nb) {
         const int tok = wn * TW + nb * 8 + g;
         const int byte0 = ks * 16 + 2 * qd;  // d = 16 ks + 2 qd (+8)
-        const char* row = ktile + tok * S::kRowBytes;
         const int c0 = (byte0 >> 4) ^ (tok & S::kSwizzleMask);
-        const uint16_t lo = *reinterpret_cast<const uint16_t*>(row + (c0 << 4) + (byte0 & 15));
-        const uint16_t hi = *reinterpret_cast<const uint16_t*>(row + (c0 << 4) + ((byte0 + 8) & 15));
-        Mma16816<CT>(s[nb], a, E4M3x2ToHalf2(lo), E4M3x2ToHalf2(hi));
+        const uint32_t row = ktile + tok * S::kRowBytes + (c0 << 4);
+        uint16_t lo, hi;
+        asm volatile("ld.shared.u16 %0, [%1];" : "=h"(lo) : "r"(row + (byte0 & 15)));
+        asm volatile("ld.shared.u16 %0, [%1];" : "=h"(hi) : "r"(row + ((byte0 + 8) & 15)));
+        Mma16816<CT>(acc[nb], a, E4M3x2ToHalf2(lo), E4M3x2ToHalf2(hi));
       }
     }
   }
-
-  // scale into the log2 domain and mask: tokens past the sequence, and causal among the q_len new tokens
-  const int b = piece.unit % p.batch;
-  const int len = p.seq_lens[b];
-  const int row0 = 16 * wm + g;
-  int last_visible[2];
+  if constexpr (kSplitK) {
 #pragma unroll
-  for (int half = 0; half < 2; ++half) {
-    const int r = min(row0 + 8 * half, p.rows - 1);
-    last_visible[half] = len - p.q_len + r / p.group;
+    for (int i = 0; i < NB; ++i)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) s[0][i][e] += s[1][i][e];
   }
+  float(&sc)[NB][4] = s[0];
+
+  // scale into the log2 domain; mask (tokens past the sequence, causal among the q_len new tokens) only in a
+  // tile that reaches past the first row's last visible token
+  const int tok_base = tile * kTileTokens + wn * TW + 2 * qd;  // token of sc[nb][e] = tok_base + 8 nb + (e & 1)
+  const bool need_mask = tile * kTileTokens + kTileTokens - 1 > piece.len - p.q_len;
+  int lim[2];  // sc[nb][e] is visible iff 8 nb + (e & 1) <= lim[half]
+#pragma unroll
+  for (int half = 0; half < 2; ++half) lim[half] = piece.len - p.q_len + pos.q_pos[half] - tok_base;
+  constexpr int H = S::kHalves;
   float tile_max[2] = {-INFINITY, -INFINITY};
 #pragma unroll
   for (int nb = 0; nb < NB; ++nb) {
 #pragma unroll
-    for (int e = 0; e < 4; ++e) {
-      const int tok = tile * kTileTokens + wn * TW + nb * 8 + 2 * qd + (e & 1);
+    for (int e = 0; e < 2 * H; ++e) {
       const int half = e / 2;
-      const float v = tok <= last_visible[half] ? s[nb][e] * s_scale : -INFINITY;
-      s[nb][e] = v;
+      float v = sc[nb][e] * s_scale;
+      if (need_mask && 8 * nb + (e & 1) > lim[half]) v = -INFINITY;
+      sc[nb][e] = v;
       tile_max[half] = fmaxf(tile_max[half], v);
     }
   }
-  float alpha[2];
+  // Lazy rescaling: the running maximum m only moves when a row's tile maximum exceeds it by more than
+  // kRescaleSlack (log2 units), so P <= 2^kRescaleSlack (exact in fp32, same relative precision in the 16-bit
+  // P fragments) and O, l are rescaled a few times per piece instead of on every tile that raises a maximum.
+  constexpr float kRescaleSlack = 8.f;
+  bool grow = false;
 #pragma unroll
-  for (int half = 0; half < 2; ++half) {
+  for (int half = 0; half < H; ++half) {
     tile_max[half] = fmaxf(tile_max[half], __shfl_xor_sync(0xffffffffu, tile_max[half], 1));
     tile_max[half] = fmaxf(tile_max[half], __shfl_xor_sync(0xffffffffu, tile_max[half], 2));
-    const float m_new = fmaxf(st.m[half], tile_max[half]);
-    alpha[half] = m_new == -INFINITY ? 1.f : exp2f(st.m[half] - m_new);
-    st.m[half] = m_new;
+    grow |= tile_max[half] > st.m[half] + kRescaleSlack;  // m = -inf: any finite maximum
   }
+  if (__any_sync(0xffffffffu, grow)) {
+    float alpha[2];
+#pragma unroll
+    for (int half = 0; half < H; ++half) {
+      const float m_new = fmaxf(st.m[half], tile_max[half]);
+      alpha[half] = m_new == -INFINITY ? 1.f : FastExp2(st.m[half] - m_new);
+      st.m[half] = m_new;
+      st.l[half] *= alpha[half];
+    }
+#pragma unroll
+    for (int i = 0; i < D / 8; ++i) {
+      st.o[i][0] *= alpha[0], st.o[i][1] *= alpha[0];
+      if constexpr (H == 2) st.o[i][2] *= alpha[1], st.o[i][3] *= alpha[1];
+    }
+  }
+  float m_use[2];
+#pragma unroll
+  for (int half = 0; half < H; ++half) m_use[half] = st.m[half] == -INFINITY ? 0.f : st.m[half];  // no -inf - -inf
   float row_sum[2] = {0.f, 0.f};
 #pragma unroll
   for (int nb = 0; nb < NB; ++nb) {
 #pragma unroll
-    for (int e = 0; e < 4; ++e) {
-      const int half = e / 2;
-      const float pr = s[nb][e] == -INFINITY ? 0.f : exp2f(s[nb][e] - st.m[half]);
-      s[nb][e] = pr;
-      row_sum[half] += pr;
+    for (int e = 0; e < 2 * H; ++e) {
+      const float pr = FastExp2(sc[nb][e] - m_use[e / 2]);
+      sc[nb][e] = pr;
+      row_sum[e / 2] += pr;
     }
   }
 #pragma unroll
-  for (int half = 0; half < 2; ++half) st.l[half] = st.l[half] * alpha[half] + row_sum[half];
-#pragma unroll
-  for (int i = 0; i < D / 8; ++i) {
-    st.o[i][0] *= alpha[0], st.o[i][1] *= alpha[0];
-    st.o[i][2] *= alpha[1], st.o[i][3] *= alpha[1];
-  }
+  for (int half = 0; half < H; ++half) st.l[half] += row_sum[half];
 
   // O += P V over the warp's tokens
 #pragma unroll
   for (int kk = 0; kk < TW / 16; ++kk) {
     uint32_t a[4];
-    a[0] = PackPair<CT>(s[2 * kk][0], s[2 * kk][1]);
-    a[1] = PackPair<CT>(s[2 * kk][2], s[2 * kk][3]);
-    a[2] = PackPair<CT>(s[2 * kk + 1][0], s[2 * kk + 1][1]);
-    a[3] = PackPair<CT>(s[2 * kk + 1][2], s[2 * kk + 1][3]);
+    a[0] = PackPair<CT>(sc[2 * kk][0], sc[2 * kk][1]);
+    a[1] = H == 2 ? PackPair<CT>(sc[2 * kk][2], sc[2 * kk][3]) : 0u;  // rows 8-15: zero when not live
+    a[2] = PackPair<CT>(sc[2 * kk + 1][0], sc[2 * kk + 1][1]);
+    a[3] = H == 2 ? PackPair<CT>(sc[2 * kk + 1][2], sc[2 * kk + 1][3]) : 0u;
     const int tok0 = wn * TW + kk * 16;
     if constexpr (!S::kFp8) {
 #pragma unroll
@@ -329,13 +395,14 @@ __device__ __forceinline__ void ComputeTile(const DecodeParams& p, const Piece& 
 #pragma unroll
       for (int nb = 0; nb < D / 8; ++nb) {
         const int d = nb * 8 + g;
-        uint8_t v[4];
+        uint32_t v[4];
         const int toks[4] = {t0, t0 + 1, t0 + 8, t0 + 9};
 #pragma unroll
         for (int i = 0; i < 4; ++i) {
           const int t = toks[i];
-          v[i] = *reinterpret_cast<const uint8_t*>(vtile + t * S::kRowBytes +
-                                                   (((d >> 4) ^ (t & S::kSwizzleMask)) << 4) + (d & 15));
+          asm volatile("ld.shared.u8 %0, [%1];"
+                       : "=r"(v[i])
+                       : "r"(vtile + t * S::kRowBytes + (((d >> 4) ^ (t & S::kSwizzleMask)) << 4) + (d & 15)));
         }
         const uint32_t b0 = E4M3x2ToHalf2(static_cast<uint16_t>(v[0] | (v[1] << 8)));
         const uint32_t b1 = E4M3x2ToHalf2(static_cast<uint16_t>(v[2] | (v[3] << 8)));
@@ -368,10 +435,10 @@ __device__ __forceinline__ void FinishPiece(const DecodeParams& p, const Piece& 
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int wm = warp / S::kWarpsN, wn = warp % S::kWarpsN;
   const int g = lane / 4, qd = lane % 4;
-  const int b = piece.unit % p.batch, h = piece.unit / p.batch;
+  const int b = piece.b, h = piece.h;
   const float v_scale = p.v_scale ? *p.v_scale : 1.f;
 #pragma unroll
-  for (int half = 0; half < 2; ++half) {
+  for (int half = 0; half < S::kHalves; ++half) {
     st.l[half] += __shfl_xor_sync(0xffffffffu, st.l[half], 1);
     st.l[half] += __shfl_xor_sync(0xffffffffu, st.l[half], 2);
   }
@@ -379,7 +446,7 @@ __device__ __forceinline__ void FinishPiece(const DecodeParams& p, const Piece& 
   float* partial_lse = p.workspace + p.num_slots * p.rows * D;
   if constexpr (S::kWarpsN == 1) {
 #pragma unroll
-    for (int half = 0; half < 2; ++half) {
+    for (int half = 0; half < S::kHalves; ++half) {
       const int r = 16 * wm + g + 8 * half;
       if (r >= p.rows) continue;
       const float inv = st.l[half] > 0.f ? v_scale / st.l[half] : 0.f;
@@ -408,7 +475,7 @@ __device__ __forceinline__ void FinishPiece(const DecodeParams& p, const Piece& 
     float* ml = reinterpret_cast<float*>(ml_smem);  // [WN][R][2]
     if (qd == 0) {
 #pragma unroll
-      for (int half = 0; half < 2; ++half) {
+      for (int half = 0; half < S::kHalves; ++half) {
         const int r = 16 * wm + g + 8 * half;
         ml[(wn * R + r) * 2] = st.m[half];
         ml[(wn * R + r) * 2 + 1] = st.l[half];
@@ -417,7 +484,7 @@ __device__ __forceinline__ void FinishPiece(const DecodeParams& p, const Piece& 
     __syncthreads();
     float factor[2];
 #pragma unroll
-    for (int half = 0; half < 2; ++half) {
+    for (int half = 0; half < S::kHalves; ++half) {
       const int r = 16 * wm + g + 8 * half;
       float mx = -INFINITY;
 #pragma unroll
@@ -434,7 +501,7 @@ __device__ __forceinline__ void FinishPiece(const DecodeParams& p, const Piece& 
     for (int w = 0; w < S::kWarpsN; ++w) {  // fixed order: bitwise reproducible
       if (wn == w) {
 #pragma unroll
-        for (int half = 0; half < 2; ++half) {
+        for (int half = 0; half < S::kHalves; ++half) {
           const int r = 16 * wm + g + 8 * half;
 #pragma unroll
           for (int nb = 0; nb < D / 8; ++nb) {
@@ -480,54 +547,74 @@ __global__ void __launch_bounds__(kDecodeThreads) DecodeAttentionKernel(const __
   // The persistent grid is fully resident, so the combine kernel may be scheduled now (it waits for us in
   // PdlWait). A static grid can have several waves: let it finish first.
   if (p.dynamic) PdlLaunchDependents();
-  if (p.dynamic && static_cast<int>(blockIdx.x) >= p.plan[kFieldNumCtas]) return;
+  // (CTAs past the plan's num_ctas find an empty range in start[] and return below: no header read needed.)
   const float k_scale = p.k_scale ? *p.k_scale : 1.f;
   const float s_scale = p.sm_scale * kLog2e * k_scale;
+
+  const int lane = threadIdx.x % 32, wm = (threadIdx.x / 32) / S::kWarpsN;
+  RowPos pos;
+#pragma unroll
+  for (int half = 0; half < 2; ++half) pos.q_pos[half] = min(16 * wm + lane / 4 + 8 * half, p.rows - 1) / p.group;
+  const uint32_t stages_addr = SmemAddr(stages), qsmem_addr = SmemAddr(qsmem);
 
   TileStream load, comp;
   load.Init(p);
   comp = load;
   if (!comp.valid) return;
-  // ids: block ids of the `load` tile, fetched one copy ahead
-  int32_t ids[kChunksPerThread<S>];
-  if (p.prefetch_ids && load.valid && !load.Empty()) FetchTileIds<S>(p, load.piece, load.tile, ids);
-  auto copy_next = [&](int to_stage) {
-    if (!load.valid || load.Empty()) return;
-    if (!p.prefetch_ids) FetchTileIds<S>(p, load.piece, load.tile, ids);  // A/B: HPC_XLA_DECODE_PREFETCH=0
-    LoadKvTile<S, D>(p, load.piece, load.tile, ids, stages + to_stage * S::kStageBytes);
-    load.Advance(p);
-    if (p.prefetch_ids && load.valid && !load.Empty()) FetchTileIds<S>(p, load.piece, load.tile, ids);
-  };
-#pragma unroll
-  for (int s = 0; s < S::kStages - 1; ++s) {
-    copy_next(s);
-    CpAsyncCommit();
-  }
-  WarpState<D> st;
-  bool new_piece = true;
-  int stage = 0;
-  while (comp.valid) {
-    if (new_piece) {
-      st.Reset();
-      LoadQ<D, CT>(p, comp.piece, qsmem, S::kQRows);
-      __syncthreads();
-      new_piece = false;
-    }
-    if (!comp.Empty()) {
-      copy_next((stage + S::kStages - 1) % S::kStages);
+  // Copies run kStages - 1 tiles ahead of the compute; the block ids of the next `load` tile are fetched one
+  // copy ahead of that. Page size 64 (one page per tile) takes the single-id path.
+  auto run = [&](auto one_page) {
+    constexpr bool kOnePage = decltype(one_page)::value;
+    TileIds<S, kOnePage> ids;
+    if (load.valid && !load.Empty()) ids.Fetch(p, load.piece, load.tile);
+    auto copy_next = [&](int to_stage) {
+      if (!load.valid || load.Empty()) return;
+      LoadKvTile<S, kOnePage>(p, load.piece, load.tile, ids, stages_addr + to_stage * S::kStageBytes);
+      load.Advance(p);
+      if (load.valid && !load.Empty()) ids.Fetch(p, load.piece, load.tile);
+    };
+#pragma unroll 1
+    for (int s = 0; s < S::kStages - 1; ++s) {  // not unrolled: one copy of the copy code keeps the loop in cache
+      copy_next(s);
       CpAsyncCommit();
-      CpAsyncWait<S::kStages - 1>();
-      __syncthreads();
-      ComputeTile<D, MT, KV, CT>(p, comp.piece, comp.tile, stages + stage * S::kStageBytes, qsmem, st, s_scale);
-      __syncthreads();  // the stage is refilled by a later load
-      stage = (stage + 1) % S::kStages;
     }
-    if (comp.Empty() || comp.tile + 1 >= comp.piece.tile_end) {
-      const Piece done = comp.piece;
-      FinishPiece<D, MT, KV, CT>(p, done, st, ml_smem, obuf, lse_smem);
-      new_piece = true;
+    WarpState<D> st;
+    bool new_piece = true;
+    int stage = 0;
+    while (comp.valid) {
+      if (new_piece) {
+        st.Reset();
+        LoadQ<D, CT>(p, comp.piece, qsmem, S::kQRows);
+        __syncthreads();
+        if constexpr (WarpState<D>::kQInRegs) {
+#pragma unroll
+          for (int ks = 0; ks < D / 16; ++ks) LdMatrixX4(st.q[ks], QFragAddr<D>(qsmem_addr, wm, ks));
+          __syncthreads();  // the next piece's LoadQ may follow without a tile barrier in between
+        }
+        new_piece = false;
+      }
+      if (!comp.Empty()) {
+        copy_next((stage + S::kStages - 1) % S::kStages);
+        CpAsyncCommit();
+        CpAsyncWait<S::kStages - 1>();
+        __syncthreads();
+        ComputeTile<D, MT, KV, CT>(p, comp.piece, comp.tile, stages_addr + stage * S::kStageBytes, qsmem_addr, st,
+                                   pos, s_scale);
+        __syncthreads();  // the stage is refilled by a later load
+        stage = (stage + 1) % S::kStages;
+      }
+      if (comp.Empty() || comp.tile + 1 >= comp.piece.tile_end) {
+        const Piece done = comp.piece;
+        FinishPiece<D, MT, KV, CT>(p, done, st, ml_smem, obuf, lse_smem);
+        new_piece = true;
+      }
+      comp.Advance(p);
     }
-    comp.Advance(p);
+  };
+  if (p.page_shift >= 6) {
+    run(std::true_type{});
+  } else {
+    run(std::false_type{});
   }
   CpAsyncWait<0>();
 }

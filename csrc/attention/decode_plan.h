@@ -105,6 +105,8 @@ HPC_PLAN_HD int PartialSlot(int cta, bool first_piece_of_cta) { return 2 * cta +
 // ------------------------------------------------------------------------------------------ walking a plan
 struct Piece {
   int unit;        // h * batch + b
+  int b, h;        // sequence and kv head of the unit
+  int len;         // seq_lens[b] as read when the piece was formed
   int tile_begin;  // [tile_begin, tile_end) of the unit's tiles
   int tile_end;
   bool whole;      // the unit's only piece: writes the output directly
@@ -115,16 +117,19 @@ struct Piece {
 // only ever shrinks ranges (tiles past a sequence's end are skipped), never reads outside it.
 struct PieceCursor {
   int cta;
+  int batch;
   int unit, tile;          // next position
   int end_unit, end_tile;  // exclusive end
   bool first;
 };
 
-HPC_PLAN_HD PieceCursor CtaPieces(const int32_t* plan, int cta) {
-  const int batch = plan[kFieldBatch];
+// `batch` is the plan's (the callers know it: on the GPU, reading it from the header first would put one more
+// dependent memory round trip in front of every CTA's first copy).
+HPC_PLAN_HD PieceCursor CtaPieces(const int32_t* plan, int batch, int cta) {
   const int32_t* start = PlanStart(plan, batch);
   PieceCursor c;
   c.cta = cta;
+  c.batch = batch;
   c.unit = start[2 * cta];
   c.tile = start[2 * cta + 1];
   c.end_unit = start[2 * cta + 2];
@@ -133,10 +138,12 @@ HPC_PLAN_HD PieceCursor CtaPieces(const int32_t* plan, int cta) {
   return c;
 }
 
-HPC_PLAN_HD bool NextPiece(PieceCursor& c, const int32_t* plan, const int32_t* seq_lens, Piece* piece) {
-  const int batch = plan[kFieldBatch];
+HPC_PLAN_HD bool NextPiece(PieceCursor& c, const int32_t* seq_lens, Piece* piece) {
+  const int batch = c.batch;
   while (c.unit < c.end_unit || (c.unit == c.end_unit && c.tile < c.end_tile)) {
-    const int n = TilesOf(seq_lens[c.unit % batch]);
+    const int b = c.unit % batch;
+    const int len = seq_lens[b];
+    const int n = TilesOf(len);
     const int end = c.unit < c.end_unit ? n : (c.end_tile < n ? c.end_tile : n);
     const int begin = c.tile;
     const int unit = c.unit;
@@ -144,6 +151,9 @@ HPC_PLAN_HD bool NextPiece(PieceCursor& c, const int32_t* plan, const int32_t* s
     c.tile = 0;
     if (end <= begin) continue;
     piece->unit = unit;
+    piece->b = b;
+    piece->h = unit / batch;
+    piece->len = len;
     piece->tile_begin = begin;
     piece->tile_end = end;
     piece->whole = begin == 0 && end == n;

@@ -16,23 +16,30 @@ __device__ __forceinline__ uint32_t SmemAddr(const void* p) {
 }
 
 // 16-byte async copy global -> shared; `valid == false` writes 16 zero bytes and reads nothing.
+// (The uint32_t overloads take a shared-state-space address: hot loops keep those instead of converting.)
+__device__ __forceinline__ void CpAsync16(uint32_t smem, const void* gmem, bool valid) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem), "l"(gmem), "r"(valid ? 16 : 0));
+}
 __device__ __forceinline__ void CpAsync16(void* smem, const void* gmem, bool valid) {
-  const int src_bytes = valid ? 16 : 0;
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(SmemAddr(smem)), "l"(gmem), "r"(src_bytes));
+  CpAsync16(SmemAddr(smem), gmem, valid);
 }
 __device__ __forceinline__ void CpAsyncCommit() { asm volatile("cp.async.commit_group;\n" ::); }
 template <int N>
 __device__ __forceinline__ void CpAsyncWait() { asm volatile("cp.async.wait_group %0;\n" ::"n"(N)); }
 
-__device__ __forceinline__ void LdMatrixX4(uint32_t (&r)[4], const void* smem) {
+__device__ __forceinline__ void LdMatrixX4(uint32_t (&r)[4], uint32_t smem) {
   asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
                : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-               : "r"(SmemAddr(smem)));
+               : "r"(smem));
 }
-__device__ __forceinline__ void LdMatrixX4Trans(uint32_t (&r)[4], const void* smem) {
+__device__ __forceinline__ void LdMatrixX4Trans(uint32_t (&r)[4], uint32_t smem) {
   asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
                : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-               : "r"(SmemAddr(smem)));
+               : "r"(smem));
+}
+__device__ __forceinline__ void LdMatrixX4(uint32_t (&r)[4], const void* smem) { LdMatrixX4(r, SmemAddr(smem)); }
+__device__ __forceinline__ void LdMatrixX4Trans(uint32_t (&r)[4], const void* smem) {
+  LdMatrixX4Trans(r, SmemAddr(smem));
 }
 
 // D[16x8] += A[16x16] * B[16x8], fp32 accumulate. T = __nv_bfloat16 or __half.

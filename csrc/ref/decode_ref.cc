@@ -221,14 +221,13 @@ Status DecodeAttentionCpu(const DecodeAttentionArgs& a) {
     const int num_ctas = plan[attention::kFieldNumCtas];
     const Partials parts{a.workspace.ptr<float>(), 2 * static_cast<int64_t>(plan[attention::kFieldMaxCtas]), rows, dim};
     for (int cta = 0; cta < num_ctas; ++cta) {
-      attention::PieceCursor cur = attention::CtaPieces(plan, cta);
+      attention::PieceCursor cur = attention::CtaPieces(plan, batch, cta);
       attention::Piece piece;
-      while (attention::NextPiece(cur, plan, lens, &piece)) {
-        const int b = piece.unit % batch, h = piece.unit / batch;
-        PieceState st = RunPiece(a, cfg, b, h, piece.tile_begin, piece.tile_end);
+      while (attention::NextPiece(cur, lens, &piece)) {
+        PieceState st = RunPiece(a, cfg, piece.b, piece.h, piece.tile_begin, piece.tile_end);
         if (piece.whole) {
           Normalize(st, v_scale);
-          WriteOutput(a, cfg, b, h, st.o.data(), rows);
+          WriteOutput(a, cfg, piece.b, piece.h, st.o.data(), rows);
         } else {
           StorePartial(parts, piece.slot, st, v_scale);
         }

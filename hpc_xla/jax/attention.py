@@ -47,7 +47,9 @@ def decode_plan(seq_lens, *, num_kv_heads, num_q_heads, head_dim, page_size, q_l
     Args:
       num_kv_heads, num_q_heads, head_dim, page_size, q_len: the attention the plan is for.
       kv_dtype / q_dtype: the cache and query dtypes (they select the kernel, hence the grid size).
-      max_ctas: persistent-grid size; default: SMs x resident CTAs from the occupancy API on the GPU.
+      max_ctas: persistent-grid size; default: SMs x resident CTAs from the occupancy API on the GPU. The default
+        follows jax's default backend (under jit the plan's size is fixed before jax knows where the call runs):
+        pass it when planning for another platform, e.g. a CPU computation on a machine with a GPU.
     Returns a DecodePlan to pass to decode_attention (valid for every layer of the step).
     """
     q_dtype = kv_dtype if q_dtype is None else q_dtype
