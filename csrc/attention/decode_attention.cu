@@ -203,6 +203,9 @@ Status DecodeAttentionCuda(const DecodeAttentionArgs& a, cudaStream_t stream) {
   if (a.q.device != DeviceKind::kCuda) return Status::Internal("decode_attention: CUDA path called with CPU tensors");
   HPC_RETURN_IF_ERROR(CheckHopper(a.q.device_id));
   if (DeviceChecksEnabled()) HPC_RETURN_IF_ERROR(CheckOnDevice(a, cfg, stream));
+  if (reinterpret_cast<uintptr_t>(a.workspace.data) % 16 != 0) {  // the combine reads partials as float4
+    return ArgCheck("decode_attention").Fail("workspace must start on a 16-byte boundary (got a view at an offset)");
+  }
   const KernelChoice kernel = ChooseKernel(cfg);
   int per_sm = 0;
   HPC_RETURN_IF_ERROR(PrepareKernel(kernel, a.q.device_id, &per_sm));
