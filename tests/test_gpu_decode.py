@@ -103,3 +103,18 @@ except ValueError as e:
     print("ERROR", e)
 """, HPC_XLA_CHECK="1")
     assert "block_table[3, 1] = -2 is outside" in out, out
+
+
+def test_misaligned_workspace_is_refused():
+    # the combine kernel reads the fp32 partials as float4: a workspace view at a 4-byte offset gets a clear error
+    import torch
+
+    import hpc_xla.torch as ht
+    inp = make_inputs(DecodeCase())
+    t = {k: to_torch(v, "cuda") for k, v in inp.items()}
+    plan = ht.decode_plan(t["seq_lens"], num_kv_heads=t["k_cache"].shape[2], num_q_heads=t["q"].shape[1],
+                          head_dim=t["q"].shape[2], page_size=t["k_cache"].shape[1])
+    shifted = torch.empty(4 * plan.workspace.numel() + 1, dtype=torch.float32, device="cuda")[1:]
+    with pytest.raises(ValueError, match="workspace must start on a 16-byte boundary"):
+        ht.decode_attention(t["q"], t["k_cache"], t["v_cache"], t["block_table"], t["seq_lens"], schedule="static",
+                            workspace=shifted)

@@ -220,7 +220,7 @@ __device__ __forceinline__ void LoadQ(const DecodeParams& p, const Piece& piece,
   }
 }
 
-__device__ __forceinline__ float FastExp2(float x) {  // ex2.approx.ftz: exp2(-inf) = 0
+__device__ __forceinline__ float Exp2Approx(float x) {  // ex2.approx.ftz: exp2(-inf) = 0
   float y;
   asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
   return y;
@@ -346,7 +346,7 @@ __device__ __forceinline__ void ComputeTile(const DecodeParams& p, const Piece& 
 #pragma unroll
     for (int half = 0; half < H; ++half) {
       const float m_new = fmaxf(st.m[half], tile_max[half]);
-      alpha[half] = m_new == -INFINITY ? 1.f : FastExp2(st.m[half] - m_new);
+      alpha[half] = m_new == -INFINITY ? 1.f : Exp2Approx(st.m[half] - m_new);
       st.m[half] = m_new;
       st.l[half] *= alpha[half];
     }
@@ -364,7 +364,7 @@ __device__ __forceinline__ void ComputeTile(const DecodeParams& p, const Piece& 
   for (int nb = 0; nb < NB; ++nb) {
 #pragma unroll
     for (int e = 0; e < 2 * H; ++e) {
-      const float pr = FastExp2(sc[nb][e] - m_use[e / 2]);
+      const float pr = Exp2Approx(sc[nb][e] - m_use[e / 2]);
       sc[nb][e] = pr;
       row_sum[e / 2] += pr;
     }
@@ -391,23 +391,45 @@ __device__ __forceinline__ void ComputeTile(const DecodeParams& p, const Piece& 
         Mma16816<CT>(st.o[2 * np + 1], a, vf[2], vf[3]);
       }
     } else {
-      const int t0 = tok0 + 2 * qd;
+      // fp8 V: ldmatrix.trans over byte pairs. For 8 tokens x one 16-byte chunk c it hands thread (g, qd) the
+      // bytes V[t][16c + 2g], V[t][16c + 2g + 1], V[t + 1][16c + 2g], V[t + 1][16c + 2g + 1] (t = 2qd, or
+      // 2qd + 8 from the second matrix); bytes 0/2 and 1/3 are the B fragments of d column 16c + 2g and
+      // 16c + 2g + 1. So o[2c] accumulates the even columns of the chunk and o[2c + 1] the odd ones: this
+      // thread's o[2c] holds d = 16c + 4qd (+2), o[2c + 1] holds d = 16c + 4qd + 1 (+3) (ForEachColumnPair).
+      // (Was four ld.shared.u8 per MMA: ~350 instructions per warp and tile for the V side alone.)
 #pragma unroll
-      for (int nb = 0; nb < D / 8; ++nb) {
-        const int d = nb * 8 + g;
-        uint32_t v[4];
-        const int toks[4] = {t0, t0 + 1, t0 + 8, t0 + 9};
+      for (int jj = 0; jj < D / 32; ++jj) {
+        uint32_t vf[4];
+        const int tok = tok0 + (lane % 8) + ((lane / 8) % 2) * 8;
+        LdMatrixX4Trans(vf, vtile + SwizzledChunk<S>(tok, 2 * jj + lane / 16));
 #pragma unroll
-        for (int i = 0; i < 4; ++i) {
-          const int t = toks[i];
-          asm volatile("ld.shared.u8 %0, [%1];"
-                       : "=r"(v[i])
-                       : "r"(vtile + t * S::kRowBytes + (((d >> 4) ^ (t & S::kSwizzleMask)) << 4) + (d & 15)));
+        for (int part = 0; part < 2; ++part) {  // chunk 2 jj + part: vf[2 part] tokens 0-7, vf[2 part + 1] 8-15
+          const uint32_t lo = vf[2 * part], hi = vf[2 * part + 1];
+          const int c = 2 * jj + part;
+          Mma16816<CT>(st.o[2 * c], a, E4M3x2ToHalf2(static_cast<uint16_t>(__byte_perm(lo, 0, 0x0020))),
+                       E4M3x2ToHalf2(static_cast<uint16_t>(__byte_perm(hi, 0, 0x0020))));
+          Mma16816<CT>(st.o[2 * c + 1], a, E4M3x2ToHalf2(static_cast<uint16_t>(__byte_perm(lo, 0, 0x0031))),
+                       E4M3x2ToHalf2(static_cast<uint16_t>(__byte_perm(hi, 0, 0x0031))));
         }
-        const uint32_t b0 = E4M3x2ToHalf2(static_cast<uint16_t>(v[0] | (v[1] << 8)));
-        const uint32_t b1 = E4M3x2ToHalf2(static_cast<uint16_t>(v[2] | (v[3] << 8)));
-        Mma16816<CT>(st.o[nb], a, b0, b1);
       }
+    }
+  }
+}
+
+// The output columns this thread holds for one row half, as pairs: f(d, x[d], x[d + 1]). 16-bit K/V: o[2c]
+// holds d = 16c + 2qd (+1) and o[2c + 1] holds d = 16c + 8 + 2qd (+1); fp8 K/V: see the fp8 branch of ComputeTile.
+template <bool kFp8, int D, class F>
+__device__ __forceinline__ void ForEachColumnPair(const WarpState<D>& st, int half, int qd, F&& f) {
+#pragma unroll
+  for (int c = 0; c < D / 16; ++c) {
+    const float* even = st.o[2 * c] + 2 * half;
+    const float* odd = st.o[2 * c + 1] + 2 * half;
+    if constexpr (kFp8) {
+      f(16 * c + 4 * qd, even[0], odd[0]);
+      f(16 * c + 4 * qd + 2, even[1], odd[1]);
+    } else {
+      f(16 * c + 2 * qd, even[0], even[1]);
+      f(16 * c + 8 + 2 * qd, odd[0], odd[1]);
     }
   }
 }
@@ -452,17 +474,14 @@ __device__ __forceinline__ void FinishPiece(const DecodeParams& p, const Piece& 
       const float inv = st.l[half] > 0.f ? v_scale / st.l[half] : 0.f;
       if (piece.whole) {
         const int64_t base = OutOffset(p, b, h, r);
-#pragma unroll
-        for (int nb = 0; nb < D / 8; ++nb) {
-          StoreOut2(p, base + nb * 8 + 2 * qd, st.o[nb][2 * half] * inv, st.o[nb][2 * half + 1] * inv);
-        }
+        ForEachColumnPair<S::kFp8>(st, half, qd, [&](int d, float x0, float x1) {
+          StoreOut2(p, base + d, x0 * inv, x1 * inv);
+        });
       } else {
         float* dst = partial_o + (static_cast<int64_t>(piece.slot) * p.rows + r) * D;
-#pragma unroll
-        for (int nb = 0; nb < D / 8; ++nb) {
-          *reinterpret_cast<float2*>(dst + nb * 8 + 2 * qd) =
-              make_float2(st.o[nb][2 * half] * inv, st.o[nb][2 * half + 1] * inv);
-        }
+        ForEachColumnPair<S::kFp8>(st, half, qd, [&](int d, float x0, float x1) {
+          *reinterpret_cast<float2*>(dst + d) = make_float2(x0 * inv, x1 * inv);
+        });
         if (qd == 0) {
           partial_lse[static_cast<int64_t>(piece.slot) * p.rows + r] =
               st.l[half] > 0.f ? st.m[half] + __log2f(st.l[half]) : -INFINITY;
@@ -503,17 +522,16 @@ __device__ __forceinline__ void FinishPiece(const DecodeParams& p, const Piece& 
 #pragma unroll
         for (int half = 0; half < S::kHalves; ++half) {
           const int r = 16 * wm + g + 8 * half;
-#pragma unroll
-          for (int nb = 0; nb < D / 8; ++nb) {
-            float2* dst = reinterpret_cast<float2*>(obuf + r * D + nb * 8 + 2 * qd);
-            const float2 add = make_float2(st.o[nb][2 * half] * factor[half], st.o[nb][2 * half + 1] * factor[half]);
+          ForEachColumnPair<S::kFp8>(st, half, qd, [&](int d, float x0, float x1) {
+            float2* dst = reinterpret_cast<float2*>(obuf + r * D + d);
+            const float2 add = make_float2(x0 * factor[half], x1 * factor[half]);
             if (w == 0) {
               *dst = add;
             } else {
               const float2 cur = *dst;
               *dst = make_float2(cur.x + add.x, cur.y + add.y);
             }
-          }
+          });
         }
       }
       __syncthreads();
