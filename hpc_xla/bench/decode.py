@@ -13,8 +13,10 @@ HEADS = ((8, 1, 128), (64, 8, 128), (32, 8, 128))
 PAGE = 64
 
 
-def workloads(gen):
-    rand = torch.randint(64, 16384, (128,), generator=gen).tolist()
+def workloads():
+    """The benchmark's batches. The random one is drawn from its own seeded generator, so every run, filtered
+    (--heads/--kv/--q-len) or not, and every (kv, heads, q_len) group measures the same lengths."""
+    rand = torch.randint(64, 16384, (128,), generator=torch.Generator().manual_seed(0)).tolist()
     zipf = [min(32768, max(16, int(64 * (1.0 / (i + 1)) ** 1.0 * 512))) for i in range(256)]
     return {
         "64x512": [512] * 64,
@@ -82,7 +84,6 @@ def flashinfer_us(kv, seq_lens, sets, hq, hkv, d, q_len):
 
 
 def run(args):
-    gen = torch.Generator(device="cpu").manual_seed(0)
     cgen = torch.Generator(device="cuda").manual_seed(0)
     ceiling = timing.copy_ceiling_tbps()
     l2 = timing.l2_bytes()
@@ -101,7 +102,7 @@ def run(args):
                     continue
                 if only_q_len is not None and q_len not in only_q_len:
                     continue
-                for name, lens in workloads(gen).items():
+                for name, lens in workloads().items():
                     kv_bytes = sum(lens) * hkv * d * 2 * (1 if kv_name == "fp8" else 2)
                     sets = max(1, min(8, math.ceil(3 * l2 / kv_bytes)))
                     kv, k_cache, v_cache, seq_lens, sets_, scales = _problem(lens, hq, hkv, d, kv_dtype, q_len,
@@ -150,17 +151,10 @@ def run(args):
 
 
 def _skews(records):
-    """max / mean seq_len of each record's workload. Replays run()'s CPU generator: workloads() is its only user,
-    one draw per (kv, heads, q_len) group, groups in record order."""
-    gen = torch.Generator(device="cpu").manual_seed(0)
-    skews, key, lens_by_name = [], None, None
-    for r in records:
-        k = (r["kv"], tuple(r["heads"]), r["q_len"])
-        if k != key:
-            key, lens_by_name = k, workloads(gen)
-        lens = lens_by_name[r["workload"]]
-        skews.append(max(lens) * len(lens) / sum(lens))
-    return skews
+    """max / mean seq_len of each record's workload."""
+    lens_by_name = workloads()
+    return [max(lens_by_name[r["workload"]]) * len(lens_by_name[r["workload"]]) / sum(lens_by_name[r["workload"]])
+            for r in records]
 
 
 def plot(path, records):
