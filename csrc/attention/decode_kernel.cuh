@@ -190,8 +190,10 @@ __device__ __forceinline__ void LoadKvTile(const DecodeParams& p, const Piece& p
 }
 
 // q rows of the piece -> shared memory in the compute type (fp8 q dequantized with its scale). Row r of the
-// tile is query j = r / group of head h * group + r % group; rows past M are zero.
-template <int D, typename CT>
+// tile is query j = r / group of head h * group + r % group; rows past M are zero. kPermuteD (fp8 K/V): inside
+// every 16-wide d block, position 2m + i holds d = 4m + i and position 8 + 2m + i holds d = 4m + 2 + i (the
+// order the fp8 K fragments come in, see ComputeTile).
+template <int D, typename CT, bool kPermuteD>
 __device__ __forceinline__ void LoadQ(const DecodeParams& p, const Piece& piece, char* qsmem, int q_rows) {
   for (int id = threadIdx.x; id < q_rows * (D / 8); id += kDecodeThreads) {
     const int r = id / (D / 8), chunk = id % (D / 8);
@@ -216,7 +218,15 @@ __device__ __forceinline__ void LoadQ(const DecodeParams& p, const Piece& piece,
     packed.y = PackPair<CT>(x[2], x[3]);
     packed.z = PackPair<CT>(x[4], x[5]);
     packed.w = PackPair<CT>(x[6], x[7]);
-    *reinterpret_cast<uint4*>(qsmem + QChunk<D>(r, chunk)) = packed;
+    if constexpr (kPermuteD) {
+      // pairs (d 0-1, 2-3, 4-5, 6-7) of this 8-wide chunk: d 4m + (0, 1) go to the block's first 16-byte chunk,
+      // 4m + (2, 3) to its second, each at word 2 (chunk % 2) + m
+      const int block = chunk / 2, word = 8 * (chunk % 2);
+      *reinterpret_cast<uint2*>(qsmem + QChunk<D>(r, 2 * block) + word) = make_uint2(packed.x, packed.z);
+      *reinterpret_cast<uint2*>(qsmem + QChunk<D>(r, 2 * block + 1) + word) = make_uint2(packed.y, packed.w);
+    } else {
+      *reinterpret_cast<uint4*>(qsmem + QChunk<D>(r, chunk)) = packed;
+    }
   }
 }
 
@@ -273,6 +283,7 @@ __device__ __forceinline__ void ComputeTile(const DecodeParams& p, const Piece& 
   for (int k = 0; k < (kSplitK ? 2 : 1); ++k)
 #pragma unroll
     for (int i = 0; i < NB; ++i) s[k][i][0] = s[k][i][1] = s[k][i][2] = s[k][i][3] = 0.f;
+  uint32_t kf[S::kFp8 ? NB / 2 : 1][4];  // fp8 K fragments of two ks steps
 #pragma unroll
   for (int ks = 0; ks < D / 16; ++ks) {
     float(&acc)[NB][4] = s[kSplitK ? ks % 2 : 0];
@@ -289,16 +300,22 @@ __device__ __forceinline__ void ComputeTile(const DecodeParams& p, const Piece& 
         Mma16816<CT>(acc[2 * np + 1], a, bf[2], bf[3]);
       }
     } else {
+      // fp8 K: ldmatrix of 8 tokens x one 16-byte chunk hands thread (g, qd) K[g][16 ks + 4qd .. 4qd + 3]. Its
+      // low and high byte pairs are the B fragments for a d order permuted inside the chunk (position 2qd + i
+      // holds d = 4qd + i, position 8 + 2qd + i holds d = 4qd + 2 + i); LoadQ stores q in the same order, so S
+      // is unchanged. One x4 load covers 16 tokens x 2 chunks (two ks steps). (Was two ld.shared.u16 per MMA.)
 #pragma unroll
-      for (int nb = 0; nb < NB; ++nb) {
-        const int tok = wn * TW + nb * 8 + g;
-        const int byte0 = ks * 16 + 2 * qd;  // d = 16 ks + 2 qd (+8)
-        const int c0 = (byte0 >> 4) ^ (tok & S::kSwizzleMask);
-        const uint32_t row = ktile + tok * S::kRowBytes + (c0 << 4);
-        uint16_t lo, hi;
-        asm volatile("ld.shared.u16 %0, [%1];" : "=h"(lo) : "r"(row + (byte0 & 15)));
-        asm volatile("ld.shared.u16 %0, [%1];" : "=h"(hi) : "r"(row + ((byte0 + 8) & 15)));
-        Mma16816<CT>(acc[nb], a, E4M3x2ToHalf2(lo), E4M3x2ToHalf2(hi));
+      for (int np = 0; np < NB / 2; ++np) {
+        if (ks % 2 == 0) {
+          const int tok = wn * TW + np * 16 + (lane % 8) + ((lane / 8) % 2) * 8;
+          LdMatrixX4(kf[np], ktile + SwizzledChunk<S>(tok, ks + lane / 16));
+        }
+#pragma unroll
+        for (int part = 0; part < 2; ++part) {  // tokens 0-7 / 8-15 of the 16
+          const uint32_t w = kf[np][2 * (ks % 2) + part];
+          Mma16816<CT>(acc[2 * np + part], a, E4M3x2ToHalf2(static_cast<uint16_t>(w)),
+                       E4M3x2ToHalf2(static_cast<uint16_t>(w >> 16)));
+        }
       }
     }
   }
@@ -602,7 +619,7 @@ __global__ void __launch_bounds__(kDecodeThreads) DecodeAttentionKernel(const __
     while (comp.valid) {
       if (new_piece) {
         st.Reset();
-        LoadQ<D, CT>(p, comp.piece, qsmem, S::kQRows);
+        LoadQ<D, CT, S::kFp8>(p, comp.piece, qsmem, S::kQRows);
         __syncthreads();
         if constexpr (WarpState<D>::kQInRegs) {
 #pragma unroll
