@@ -27,6 +27,12 @@ else
   python3 tools/nvcc_build.py > "$OUT/build.log" 2>&1 || { cat "$OUT/build.log"; exit 1; }
   note "binary: built here with nvcc in $(( $(date +%s) - t0 ))s"
 fi
+# benchmark peers carried as wheels (tools/fetch_peer_wheels.sh -> .whl/, pass `.whl` in carry): FlashInfer
+if ls .whl/*.whl > /dev/null 2>&1; then
+  python3 -m pip install -q --no-index --no-deps --target /tmp/peer_site .whl/*.whl > "$OUT/peer_install.log" 2>&1 \
+    && export PYTHONPATH="$PYTHONPATH:/tmp/peer_site" && note "peers: installed $(ls .whl | tr '\n' ' ')" \
+    || note "peers: install failed (see peer_install.log)"
+fi
 { nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv,noheader
   python3 -c 'import torch, jax, hpc_xla; print("torch", torch.__version__, "jax", jax.__version__, jax.devices()); print(hpc_xla.build_info())'
 } 2>&1 | tee "$OUT/env.txt"
