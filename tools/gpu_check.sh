@@ -71,7 +71,7 @@ if has_stage sanitize; then
   done
   wait
   for j in "${jobs_started[@]}"; do
-    note "compute-sanitizer ${j}: rc=$(cat "$OUT/sanitizer_$j.rc"), $(grep -h 'ERROR SUMMARY' "$OUT/sanitizer_$j.log" | tail -n 1), $(tail -n 1 "$OUT/sanitizer_${j}_pytest.log")"
+    note "compute-sanitizer ${j}: rc=$(cat "$OUT/sanitizer_$j.rc"), $(grep -hE 'ERROR SUMMARY|RACECHECK SUMMARY' "$OUT/sanitizer_$j.log" | tail -n 1), $(tail -n 1 "$OUT/sanitizer_${j}_pytest.log")"
   done
 fi
 
