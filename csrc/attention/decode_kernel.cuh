@@ -88,6 +88,12 @@ template <class S>
 __device__ __forceinline__ int SwizzledChunk(int row, int chunk) {
   return row * S::kRowBytes + ((chunk ^ (row & S::kSwizzleMask)) << 4);
 }
+// ldmatrix.x4 over 16 tokens x 2 chunks of a swizzled K/V tile, matrices in the order (tokens 0-7, chunk0),
+// (8-15, chunk0), (0-7, chunk0 + 1), (8-15, chunk0 + 1): this lane's row address.
+template <class S>
+__device__ __forceinline__ uint32_t TokensByChunksX4(uint32_t tile, int tok0, int chunk0, int lane) {
+  return tile + SwizzledChunk<S>(tok0 + (lane % 8) + ((lane / 8) % 2) * 8, chunk0 + lane / 16);
+}
 // Q tile: rows of D 16-bit elements
 template <int D>
 __device__ __forceinline__ int QChunk(int row, int chunk) {
@@ -274,7 +280,7 @@ __device__ __forceinline__ void ComputeTile(const DecodeParams& p, const Piece& 
   constexpr bool kSplitK = NB < 4;     // two accumulator sets: shorter dependent MMA chains
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int wm = warp / S::kWarpsN, wn = warp % S::kWarpsN;
-  const int g = lane / 4, qd = lane % 4;
+  const int qd = lane % 4;  // (g = lane / 4 in the comments below)
   const uint32_t ktile = stage;
   const uint32_t vtile = stage + S::kTileBytes;
 
@@ -307,8 +313,7 @@ __device__ __forceinline__ void ComputeTile(const DecodeParams& p, const Piece& 
 #pragma unroll
       for (int np = 0; np < NB / 2; ++np) {
         if (ks % 2 == 0) {
-          const int tok = wn * TW + np * 16 + (lane % 8) + ((lane / 8) % 2) * 8;
-          LdMatrixX4(kf[np], ktile + SwizzledChunk<S>(tok, ks + lane / 16));
+          LdMatrixX4(kf[np], TokensByChunksX4<S>(ktile, wn * TW + np * 16, ks, lane));
         }
 #pragma unroll
         for (int part = 0; part < 2; ++part) {  // tokens 0-7 / 8-15 of the 16
@@ -402,8 +407,7 @@ __device__ __forceinline__ void ComputeTile(const DecodeParams& p, const Piece& 
 #pragma unroll
       for (int np = 0; np < D / 16; ++np) {
         uint32_t vf[4];
-        const int tok = tok0 + (lane % 8) + ((lane / 8) % 2) * 8;
-        LdMatrixX4Trans(vf, vtile + SwizzledChunk<S>(tok, 2 * np + lane / 16));
+        LdMatrixX4Trans(vf, TokensByChunksX4<S>(vtile, tok0, 2 * np, lane));
         Mma16816<CT>(st.o[2 * np], a, vf[0], vf[1]);
         Mma16816<CT>(st.o[2 * np + 1], a, vf[2], vf[3]);
       }
@@ -417,8 +421,7 @@ __device__ __forceinline__ void ComputeTile(const DecodeParams& p, const Piece& 
 #pragma unroll
       for (int jj = 0; jj < D / 32; ++jj) {
         uint32_t vf[4];
-        const int tok = tok0 + (lane % 8) + ((lane / 8) % 2) * 8;
-        LdMatrixX4Trans(vf, vtile + SwizzledChunk<S>(tok, 2 * jj + lane / 16));
+        LdMatrixX4Trans(vf, TokensByChunksX4<S>(vtile, tok0, 2 * jj, lane));
 #pragma unroll
         for (int part = 0; part < 2; ++part) {  // chunk 2 jj + part: vf[2 part] tokens 0-7, vf[2 part + 1] 8-15
           const uint32_t lo = vf[2 * part], hi = vf[2 * part + 1];
