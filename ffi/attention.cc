@@ -96,6 +96,7 @@ auto BindDecodeAttentionOperands(Binding binding) {
 
 XLA_FFI_DEFINE_HANDLER_SYMBOL(HpcXlaDecodePlanCuda,
                               [](cudaStream_t stream, int32_t device_id, auto... operands) {
+                                NoteHandlerStream(stream);
                                 return DecodePlan(DeviceKind::kCuda, stream, device_id, operands...);
                               },
                               BindDecodePlanOperands(CudaBinding()), {ffi::Traits::kCmdBufferCompatible});
@@ -104,6 +105,7 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(HpcXlaDecodePlanCpu,
                               BindDecodePlanOperands(ffi::Ffi::Bind()));
 XLA_FFI_DEFINE_HANDLER_SYMBOL(HpcXlaDecodeAttentionCuda,
                               [](cudaStream_t stream, int32_t device_id, auto... operands) {
+                                NoteHandlerStream(stream);
                                 return DecodeAttention(DeviceKind::kCuda, stream, device_id, operands...);
                               },
                               BindDecodeAttentionOperands(CudaBinding()), {ffi::Traits::kCmdBufferCompatible});

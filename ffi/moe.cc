@@ -103,6 +103,7 @@ auto BindMoeRouteOperands(Binding binding) {
 
 XLA_FFI_DEFINE_HANDLER_SYMBOL(HpcXlaFusedMoeCuda,
                               [](cudaStream_t stream, int32_t device_id, auto... operands) {
+                                NoteHandlerStream(stream);
                                 return FusedMoe(DeviceKind::kCuda, stream, device_id, operands...);
                               },
                               BindFusedMoeOperands(CudaBinding()), {ffi::Traits::kCmdBufferCompatible});
@@ -111,6 +112,7 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(HpcXlaFusedMoeCpu,
                               BindFusedMoeOperands(ffi::Ffi::Bind()));
 XLA_FFI_DEFINE_HANDLER_SYMBOL(HpcXlaMoeRouteCuda,
                               [](cudaStream_t stream, int32_t device_id, auto... operands) {
+                                NoteHandlerStream(stream);
                                 return MoeRoute(DeviceKind::kCuda, stream, device_id, operands...);
                               },
                               BindMoeRouteOperands(CudaBinding()),

@@ -97,6 +97,7 @@ auto BindRopeNormOperands(Binding binding) {
 
 XLA_FFI_DEFINE_HANDLER_SYMBOL(HpcXlaRopeNormCuda,
                               [](cudaStream_t stream, int32_t device_id, auto... operands) {
+                                NoteHandlerStream(stream);
                                 return RopeNorm(DeviceKind::kCuda, stream, device_id, operands...);
                               },
                               BindRopeNormOperands(CudaBinding()),

@@ -5,6 +5,8 @@
 
 #include "xla/ffi/api/c_api.h"
 
+typedef struct CUstream_st* cudaStream_t;
+
 namespace hpc::ffi_glue {
 
 struct FfiTarget {
@@ -14,6 +16,16 @@ struct FfiTarget {
 };
 
 const std::vector<FfiTarget>& FfiTargets();
+
+// Diagnostics for the "does XLA put our custom calls into command buffers" question: with
+// HPC_XLA_COUNT_CAPTURED=1 every CUDA handler asks whether its stream is being captured (XLA records FFI
+// calls of a command buffer by stream capture) and counts the calls that were. Off by default: the hot path
+// then makes no stream query at all (DESIGN.md: kCmdBufferCompatible handlers never query the stream).
+struct CaptureCounts {
+  long long calls = 0, captured = 0;
+};
+void NoteHandlerStream(cudaStream_t stream);
+CaptureCounts HandlerCaptureCounts();
 
 extern "C" XLA_FFI_Error* HpcXlaRopeNormCuda(XLA_FFI_CallFrame* call_frame);
 extern "C" XLA_FFI_Error* HpcXlaRopeNormCpu(XLA_FFI_CallFrame* call_frame);

@@ -60,6 +60,10 @@ NB_MODULE(_hpc_xla, m) {
   m.doc() = "hpc_xla: Hopper attention/MoE kernels for JAX (XLA FFI) and torch (DLPack). Use hpc_xla.jax / hpc_xla.torch.";
   m.def("ffi_targets", &hpc::bridge::FfiTargets, "XLA FFI handler capsules: {target: {platform: capsule}}.");
   m.def("build_info", &hpc::bridge::BuildInfo);
+  m.def("handler_capture_counts", [] {
+    const auto c = hpc::ffi_glue::HandlerCaptureCounts();
+    return nb::make_tuple(c.calls, c.captured);
+  }, "(calls, captured): XLA FFI CUDA handler calls and how many ran under stream capture (HPC_XLA_COUNT_CAPTURED=1).");
   m.def("bridge_probe", &hpc::bridge::BridgeProbe, "Convert the tensors and fetch the stream; launch nothing.");
   hpc::bridge::BindRopeNorm(m);
   hpc::bridge::BindAttention(m);
