@@ -167,7 +167,8 @@ def test_misaligned_view_is_rejected():
 
 
 # Large batches: more rows per lane group (RowsPerGroup picks 4 once the grid fills the GPU twice: the 64/8
-# case), the general kernel (rotary_dim 100), lanes outside the rotary part, D 64 and 256.
+# case), the few-head 8/1 shape at T=16383, the general kernel (rotary_dim 100), lanes outside the rotary part,
+# D 64 and 256.
 LARGE = dict(num_q_heads=16, num_kv_heads=4, page_size=16)
 LARGE_CASES = [
     Case(tokens=2048, num_blocks=136, **LARGE),
@@ -178,6 +179,8 @@ LARGE_CASES = [
     Case(tokens=2048, num_blocks=136, rotary_dim=64, k_norm=False, skip_every=2, **LARGE),  # lanes outside rotary
     Case(tokens=4096, num_blocks=264, head_dim=64, **LARGE),
     Case(tokens=1024, num_blocks=72, head_dim=256, cache_fp8=True, **LARGE),
+    # 8/1 heads at a benchmark-sized odd T (one row per group, kind-major tiles of 4 tokens), fp8 cache and q
+    Case(tokens=16383, num_blocks=1030, num_q_heads=8, num_kv_heads=1, page_size=16, cache_fp8=True, q_fp8=True),
 ]
 
 
