@@ -156,13 +156,21 @@ QUANT_CODE = {None: 0, "fp8_tensor": 1, "fp8_block128": 2}
 
 
 def _plan(tokens, top_k, experts, hidden, inter, quant):
-    """Python model of csrc/moe/fused_moe_plan.h (checked against the binary's byte count)."""
+    """Python model of csrc/moe/fused_moe_plan.h (checked against the binary's byte count). M tile 128 is the
+    grouped (CUTLASS) path: unpadded rows, no tile list (max_tiles None)."""
     avg = -(-tokens * top_k // max(experts, 1))
-    bm = 16 if avg <= 16 else (32 if avg <= 32 else 64)
+    bm = 16 if avg <= 16 else (32 if avg <= 32 else (64 if avg <= 64 else 128))
     pairs = tokens * top_k
-    max_tiles = min(pairs, (pairs + experts * (bm - 1)) // bm)
     up = lambda b: -(-b // 256) * 256  # noqa: E731
     fp8, block = quant is not None, quant == "fp8_block128"
+    if bm == 128:
+        args_per_expert, gemm_ws = 512, 1024 * 256  # kGroupedGemmArgsBytesPerExpert, kGroupedGemmWorkspaceBytes
+        total = (up(64 * 4) + 2 * up(experts * 4) + 2 * up(pairs * 4) + up(2 * experts * args_per_expert)
+                 + up(gemm_ws) + up(pairs * hidden * 2) + up(pairs * hidden // 128 * 4 if block else 0)
+                 + up(pairs * 2 * inter * 2) + up(pairs * inter * (1 if fp8 else 2))
+                 + up(pairs * inter // 128 * 4 if block else 0))
+        return bm, None, total
+    max_tiles = min(pairs, (pairs + experts * (bm - 1)) // bm)
     total = (up(64 * 4) + up(max_tiles * 4) + up(max_tiles * bm * 4) + up(tokens * hidden if fp8 else 0)
              + up(tokens * hidden // 128 * 4 if block else 0) + up(max_tiles * bm * inter * (1 if fp8 else 2))
              + up(max_tiles * bm * inter // 128 * 4 if block else 0) + up(pairs * hidden * 4))
@@ -191,7 +199,10 @@ def test_workspace_size_and_tile_bound(tokens, top_k, experts, quant, skew, seed
     else:
         ids = np.arange(local) % experts
     counts = np.bincount(ids, minlength=experts)
-    assert int(np.sum(-(-counts // bm))) <= max_tiles
+    if max_tiles is None:  # grouped path: unpadded rows, at most T*k of them
+        assert int(counts.sum()) <= pairs
+    else:
+        assert int(np.sum(-(-counts // bm))) <= max_tiles
 
 
 def _align_emulation(ids, experts, offset, bm, warps=32):

@@ -1,7 +1,9 @@
-"""fused_moe CUDA pipeline (align -> quant -> gate-up GEMM -> down GEMM -> reduce) on a Hopper GPU: against the
-float64 oracle with the quantization emulated (same tolerances as the CPU tests), against the CPU reference,
-bitwise determinism, poisoned outputs/workspace, CUDA-graph capture/replay, JAX jit, id handling and errors.
-Every test here is marked `gpu` (skipped without an sm_90 GPU)."""
+"""fused_moe CUDA pipeline on a Hopper GPU, both paths: the tiled mma.sync path (M tile 16/32/64: align -> quant
+-> gate-up GEMM -> down GEMM -> reduce) and the grouped CUTLASS path (M tile 128, T*k/E > 64: align -> setup ->
+gather+quant -> GEMM1 -> act+quant -> GEMM2 -> reduce). Against the float64 oracle with the quantization
+emulated (same tolerances as the CPU tests), against the CPU reference, bitwise determinism, poisoned
+outputs/workspace, CUDA-graph capture/replay, JAX jit, id handling, errors, and v1 vs grouped on the same problem
+(HPC_XLA_MOE_PATH). Every test here is marked `gpu` (skipped without an sm_90 GPU)."""
 
 import os
 import subprocess
@@ -11,16 +13,30 @@ import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from test_fused_moe import BF16, make_problem, reference_out, run_torch
+from test_fused_moe import BF16, QUANT_CODE, make_problem, reference_out, run_torch
 
 from hpc_xla import reference
 from hpc_xla._arrays import from_torch, to_torch
 
 pytestmark = pytest.mark.gpu
+GROUPED_TILE = 128  # fused_moe_tile_m of the grouped (CUTLASS) path
 
 
 def _tol(p):
     return 5e-2 if p["quant"] else 1e-2
+
+
+def _tile_m(p):
+    from hpc_xla._ext import ext
+
+    return ext().fused_moe_tile_m(p["x"].shape[0], p["topk_ids"].shape[1], p["w13"].shape[0], QUANT_CODE[p["quant"]])
+
+
+def _cpu_bound(p):
+    """Bound on the relative error vs the CPU reference. The tiled path rounds where the reference does (half the
+    oracle tolerance); the grouped path also rounds the gate/up and down rows to bf16 between its kernels (as
+    vLLM's Triton fused_moe does), ~0.4% (bf16) / ~1.5% (fp8) from the reference: the oracle tolerance."""
+    return _tol(p) / 2 if _tile_m(p) < GROUPED_TILE else _tol(p)
 
 
 def _cuda_inputs(p):
@@ -61,6 +77,14 @@ def _check_oracle(p, out):
     assert err < _tol(p), "relative error %g vs the float64 oracle" % err
 
 
+def _check_oracle_and_cpu(p, out):
+    _check_oracle(p, out)
+    cpu = run_torch(p)
+    if np.abs(cpu.astype(np.float64)).max() > 0:
+        err = reference.relative_error(out, cpu.astype(np.float64))
+        assert err < _cpu_bound(p), "relative error %g vs the CPU reference" % err
+
+
 QUANTS = [None, "fp8_tensor", "fp8_block128"]
 # (tokens, experts, top_k, hidden, inter, offset, extra, shared, x_fp8, one_expert)
 CASES = [
@@ -84,21 +108,17 @@ def test_cuda_vs_oracle_and_cpu(case, quant):
     top_k = min(top_k, experts + offset + extra)
     p = make_problem(tokens, experts, hidden, inter, top_k, quant, offset, extra, shared, x_fp8 and quant is not None,
                      seed=tokens * 7 + experts, one_expert=one)
-    out = run_cuda(p)
-    _check_oracle(p, out)
-    cpu = run_torch(p)
-    if np.abs(cpu.astype(np.float64)).max() > 0:
-        err = reference.relative_error(out, cpu.astype(np.float64))
-        assert err < _tol(p) / 2, "relative error %g vs the CPU reference" % err
+    _check_oracle_and_cpu(p, run_cuda(p))
 
 
-@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(tokens=st.integers(1, 130), experts=st.integers(1, 12), top_k=st.integers(1, 8),
+@settings(max_examples=50, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(tokens=st.integers(1, 130) | st.integers(131, 700), experts=st.integers(1, 12), top_k=st.integers(1, 8),
        quant=st.sampled_from(QUANTS), hidden=st.sampled_from([128, 256, 512]), inter=st.sampled_from([128, 256]),
        offset=st.sampled_from([0, 3]), extra=st.sampled_from([0, 4]), shared=st.booleans(), x_fp8=st.booleans(),
        one_expert=st.booleans(), seed=st.integers(0, 2**31 - 1))
 def test_cuda_random_problems(tokens, experts, top_k, quant, hidden, inter, offset, extra, shared, x_fp8, one_expert,
                               seed):
+    """Both paths: T*k/E ranges from < 1 to ~5600 rows per expert (> 64: grouped)."""
     top_k = min(top_k, experts + offset + extra)
     p = make_problem(tokens, experts, hidden, inter, top_k, quant, offset, extra, shared, x_fp8 and quant is not None,
                      seed, one_expert)
@@ -138,6 +158,14 @@ def test_cuda_out_of_range_ids_contribute_zero():
     assert reference.relative_error(out, reference_out(want)) < 1e-2
 
 
+def _run_child(code, args=(), **env):
+    """Runs `code` in a fresh Python (from the repository root) with extra environment variables: the knobs are
+    read once per process."""
+    return subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True,
+                          env=dict(os.environ, **env), check=False,
+                          cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
 def test_cuda_device_check_reports_bad_id():
     code = r"""
 import numpy as np, torch, sys
@@ -151,9 +179,7 @@ try:
 except ValueError as e:
     print("ERR", e)
 """
-    env = dict(os.environ, HPC_XLA_CHECK="1")
-    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, check=False,
-                       cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    r = _run_child(code, HPC_XLA_CHECK="1")
     assert "topk_ids[1, 0] = 7 is outside [0, num_experts_global=2) (HPC_XLA_CHECK)" in r.stdout, r.stdout + r.stderr
 
 
@@ -173,19 +199,29 @@ def test_cuda_errors():
                      workspace=torch.empty(16, dtype=torch.uint8, device="cuda"))
 
 
+# (path, token counts, top_k, inter): one graph per T on the tiled path (avg <= 64 rows/expert with E=8) and on
+# the grouped path (avg > 64)
+GRAPH_REGIMES = [("tiled", (1, 7, 64), 4, 128), ("grouped", (300, 517, 1024), 2, 256)]
+
+
 @pytest.mark.parametrize("quant", QUANTS)
-def test_cuda_graph_per_token_count(quant):
-    """T is a shape: one graph per T. Capture with static buffers, refill inputs, replay == eager (bitwise)."""
+@pytest.mark.parametrize("regime", GRAPH_REGIMES, ids=lambda r: r[0])
+def test_cuda_graph_per_token_count(regime, quant):
+    """T is a shape: one graph per T. Capture with static buffers, refill inputs (new routing), replay == eager
+    (bitwise) and == the oracle (fp8_tensor: the captured static scales apply to the new x, saturating)."""
     import torch
 
     import hpc_xla.torch as ht
 
-    for tokens in (1, 7, 64):
-        p = make_problem(tokens, 8, 256, 128, 4, quant, seed=tokens)
+    path, token_counts, top_k, inter = regime
+    for tokens in token_counts:
+        p = make_problem(tokens, 8, 256, inter, top_k, quant, seed=tokens)
+        assert (_tile_m(p) == GROUPED_TILE) == (path == "grouped")
         t = _cuda_inputs(p)
         kw = dict(quant=quant, w13_scale=t["w13_scale"], w2_scale=t["w2_scale"], a13_scale=t["a13_scale"],
                   a2_scale=t["a2_scale"])
         out = torch.empty(tokens, 256, dtype=torch.bfloat16, device="cuda")
+
         def call(t=t, out=out, kw=kw):
             ht.fused_moe(t["x"], t["w13"], t["w2"], t["topk_weights"], t["topk_ids"], out=out, **kw)
 
@@ -197,30 +233,40 @@ def test_cuda_graph_per_token_count(quant):
         g = torch.cuda.CUDAGraph()
         with torch.cuda.graph(g):
             call()
-        q = make_problem(tokens, 8, 256, 128, 4, quant, seed=1000 + tokens)
+        q = make_problem(tokens, 8, 256, inter, top_k, quant, seed=1000 + tokens)
         for k in ("x", "topk_weights", "topk_ids"):
             t[k].copy_(to_torch(q[k], "cuda"))
         g.replay()
         torch.cuda.synchronize()
         graph_out = from_torch(out).copy()
-        eager = run_cuda(dict(q, w13=p["w13"], w2=p["w2"], w13_scale=p["w13_scale"], w2_scale=p["w2_scale"],
-                              a13_scale=p["a13_scale"], a2_scale=p["a2_scale"]), t=t)
+        qp = dict(q, w13=p["w13"], w2=p["w2"], w13_scale=p["w13_scale"], w2_scale=p["w2_scale"],
+                  a13_scale=p["a13_scale"], a2_scale=p["a2_scale"])
+        eager = run_cuda(qp, t=t)
         assert np.array_equal(graph_out.view(np.uint16), eager.view(np.uint16)), tokens
+        _check_oracle(qp, graph_out)
+
+
+# (path, T_max, token counts, inter): every T stays on T_max's path (E=8, top_k=2)
+PADDED_REGIMES = [("tiled", 96, (1, 5, 50, 96), 128), ("grouped", 1024, (260, 333, 700, 1024), 128)]
 
 
 @pytest.mark.parametrize("quant", [None, "fp8_block128"])
-def test_cuda_graph_max_tokens_padded(quant):
+@pytest.mark.parametrize("regime", PADDED_REGIMES, ids=lambda r: r[0])
+def test_cuda_graph_max_tokens_padded(regime, quant):
     """One graph captured at T_max; a batch of T < T_max runs with its rows padded (weight 0, any id). Rows < T
-    equal the eager T-token result: per-row results do not depend on the M tile or the other rows."""
+    equal the eager T-token result: per-row results depend on neither the M tile, a row's position in it, nor
+    the other rows."""
     import torch
 
     import hpc_xla.torch as ht
 
-    t_max, hidden = 96, 256
-    p = make_problem(t_max, 8, hidden, 128, 2, quant, seed=4)
+    path, t_max, token_counts, inter = regime
+    hidden = 256
+    p = make_problem(t_max, 8, hidden, inter, 2, quant, seed=4)
     t = _cuda_inputs(p)
     kw = dict(quant=quant, w13_scale=t["w13_scale"], w2_scale=t["w2_scale"])
     out = torch.empty(t_max, hidden, dtype=torch.bfloat16, device="cuda")
+
     def call():
         ht.fused_moe(t["x"], t["w13"], t["w2"], t["topk_weights"], t["topk_ids"], out=out, **kw)
 
@@ -229,8 +275,9 @@ def test_cuda_graph_max_tokens_padded(quant):
     g = torch.cuda.CUDAGraph()
     with torch.cuda.graph(g):
         call()
-    for tokens in (1, 5, 50, 96):
-        q = make_problem(tokens, 8, hidden, 128, 2, quant, seed=50 + tokens)
+    for tokens in token_counts:
+        q = make_problem(tokens, 8, hidden, inter, 2, quant, seed=50 + tokens)
+        assert (_tile_m(q) == GROUPED_TILE) == (path == "grouped")
         t["x"][:tokens].copy_(to_torch(q["x"], "cuda"))
         t["topk_ids"][:tokens].copy_(to_torch(q["topk_ids"], "cuda"))
         t["topk_weights"][:tokens].copy_(to_torch(q["topk_weights"], "cuda"))
@@ -242,13 +289,14 @@ def test_cuda_graph_max_tokens_padded(quant):
         assert np.array_equal(got.view(np.uint16), eager.view(np.uint16)), tokens
 
 
+@pytest.mark.parametrize("tokens", [37, 300])  # tiled path (avg 19 rows/expert), grouped path (avg 150)
 @pytest.mark.parametrize("quant", QUANTS)
-def test_jax_jit_on_gpu(quant):
+def test_jax_jit_on_gpu(quant, tokens):
     import jax
 
     import hpc_xla.jax as hj
 
-    p = make_problem(37, 6, 256, 256, 3, quant, 1, 2, shared=True, seed=9)
+    p = make_problem(tokens, 6, 256, 256, 3, quant, 1, 2, shared=True, seed=9)
     gpu = jax.devices("gpu")[0]
     a = {k: (jax.device_put(v, gpu) if isinstance(v, (np.ndarray, np.generic)) else v) for k, v in p.items()}
     f = jax.jit(lambda x, w13, w2, w, ids: hj.fused_moe(
@@ -274,3 +322,110 @@ def test_fused_routing_on_gpu():
     separate = ht.fused_moe(t["x"], t["w13"], t["w2"], w, ids)
     torch.cuda.synchronize()
     assert torch.equal(fused.view(torch.int16), separate.view(torch.int16))
+
+
+# ------------------------------------------------------------------ grouped (CUTLASS WGMMA) path, T*k/E > 64
+# (tokens, experts, top_k, hidden, inter, offset, extra, shared, x_fp8, one_expert, zero_experts)
+GROUPED_CASES = [
+    (512, 8, 2, 256, 256, 0, 0, False, False, False, False),     # avg 128 rows/expert: one M tile each
+    (1024, 16, 4, 1024, 512, 0, 0, True, False, False, False),   # 2 M tiles x 8 N tiles x 8 K tiles per expert,
+                                                                  # ~2 tiles per persistent CTA
+    (600, 16, 2, 256, 256, 0, 0, False, True, False, True),      # only even experts get rows: 0-row groups
+    (700, 6, 4, 256, 128, 5, 7, True, False, False, False),      # EP: local experts 5..10 of 18, other ids skip
+    (300, 4, 3, 384, 128, 0, 0, False, False, True, False),      # every token on the first local expert
+    (257, 3, 1, 128, 128, 2, 0, False, True, False, False),      # ragged last M tile in every group
+]
+# H or I a multiple of 64 only (bf16 / fp8_tensor): partial N tiles (H = 192) and K tails (I = 192, fp8 tile K
+# 128), the smallest dims (64)
+SMALL_DIM_CASES = [
+    (300, 4, 2, 192, 192, 0, 0, False, False, False, False),
+    (260, 2, 1, 64, 64, 0, 0, True, False, False, False),
+]
+
+
+def _grouped_problem(case, quant, seed):
+    tokens, experts, top_k, hidden, inter, offset, extra, shared, x_fp8, one, zero = case
+    p = make_problem(tokens, experts, hidden, inter, top_k, quant, offset, extra, shared, x_fp8 and quant is not None,
+                     seed=seed, one_expert=one)
+    if zero:  # duplicates within a token are fine: the layer sums them
+        p["topk_ids"] = (p["topk_ids"] // 2 * 2).astype(np.int32)
+    return p
+
+
+@pytest.mark.parametrize("quant", QUANTS)
+@pytest.mark.parametrize("case", GROUPED_CASES)
+def test_grouped_vs_oracle_and_cpu(case, quant):
+    p = _grouped_problem(case, quant, seed=case[0] + case[1])
+    assert _tile_m(p) == GROUPED_TILE
+    _check_oracle_and_cpu(p, run_cuda(p))
+
+
+@pytest.mark.parametrize("quant", [None, "fp8_tensor"])
+@pytest.mark.parametrize("case", SMALL_DIM_CASES)
+def test_grouped_dims_multiple_of_64(case, quant):
+    p = _grouped_problem(case, quant, seed=7)
+    assert _tile_m(p) == GROUPED_TILE
+    _check_oracle(p, run_cuda(p))
+
+
+@pytest.mark.parametrize("quant", QUANTS)
+def test_grouped_deterministic(quant):
+    p = make_problem(1024, 8, 512, 256, 4, quant, 1, 3, shared=True, seed=12)
+    assert _tile_m(p) == GROUPED_TILE
+    t = _cuda_inputs(p)
+    a, b = run_cuda(p, t=t), run_cuda(p, t=t)
+    assert np.array_equal(a.view(np.uint16), b.view(np.uint16))
+
+
+_PATH_CHILD = r"""
+import sys
+import numpy as np
+sys.path.insert(0, "tests")
+from test_fused_moe import make_problem
+from test_gpu_fused_moe import _tile_m, run_cuda
+args = %r
+p = make_problem(*args[:5], quant=args[5], expert_offset=args[6], extra_experts=args[7], shared=args[8], seed=args[9])
+np.save(sys.argv[1], run_cuda(p).view(np.uint16))
+print("TILE", _tile_m(p))
+"""
+
+
+def _run_path(path, args, tmp_path):
+    """Runs one problem in a child process with HPC_XLA_MOE_PATH=path (the knob is read once per process)."""
+    dst = str(tmp_path / ("out_%s.npy" % path))
+    r = _run_child(_PATH_CHILD % (args,), [dst], HPC_XLA_MOE_PATH=path)
+    assert r.returncode == 0, r.stdout + r.stderr
+    tile = int(r.stdout.split("TILE")[1].split()[0])
+    return np.load(dst).view(BF16), tile
+
+
+@pytest.mark.parametrize("quant", QUANTS)
+@pytest.mark.parametrize("tokens", [5, 96, 800])  # auto path: tiled, tiled, grouped
+def test_v1_and_grouped_paths_agree(tokens, quant, tmp_path):
+    """HPC_XLA_MOE_PATH=v1 and =grouped on the same problem: both within the oracle tolerance and within it of
+    each other (the grouped path forced onto tiny groups of 0-3 rows at T=5, v1 forced onto large T)."""
+    args = (tokens, 4, 256, 256, 2, quant, 1, 2, True, 31 + tokens)  # make_problem's (tokens, experts, H, I, k, ...)
+    v1, v1_tile = _run_path("v1", args, tmp_path)
+    grouped, grouped_tile = _run_path("grouped", args, tmp_path)
+    assert v1_tile < GROUPED_TILE and grouped_tile == GROUPED_TILE
+    p = make_problem(*args[:5], quant=args[5], expert_offset=args[6], extra_experts=args[7], shared=args[8],
+                     seed=args[9])
+    _check_oracle(p, v1)
+    _check_oracle(p, grouped)
+    err = reference.relative_error(grouped, v1.astype(np.float64))
+    assert err < _tol(p), "v1 vs grouped relative error %g" % err
+
+
+def test_moe_path_knob_rejects_unknown_values():
+    code = r"""
+import sys
+sys.path.insert(0, "tests")
+from test_fused_moe import make_problem
+from test_gpu_fused_moe import run_cuda
+try:
+    run_cuda(make_problem(3, 2, 128, 128, 2, None))
+except ValueError as e:
+    print("ERR", e)
+"""
+    r = _run_child(code, HPC_XLA_MOE_PATH="cutlass")
+    assert "HPC_XLA_MOE_PATH must be 'v1', 'grouped', 'auto' or unset; got 'cutlass'" in r.stdout, r.stdout + r.stderr

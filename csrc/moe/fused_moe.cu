@@ -1,20 +1,22 @@
-// fused_moe on sm_90a, version 1: five kernels chained with PDL (Launch() + PdlWait()), no host sync, no
-// allocation, launch configuration from shapes only (CUDA-graph / XLA command-buffer safe):
-//   1. align     (1 CTA)   counting pass over topk_ids -> tile list + pairs sorted by expert (stable by pair index)
+// fused_moe on sm_90a: kernels chained with PDL (Launch() + PdlWait()), no host sync, no allocation, launch
+// configuration from shapes only (CUDA-graph / XLA command-buffer safe). Two paths, picked by the M tile
+// (fused_moe_plan.h); both start with the same align kernel:
+//   1. align     (1 CTA)   counting pass over topk_ids -> pairs sorted by expert (stable by pair index) + the
+//                          tile list (tiled path) | per-expert counts/first rows and pair -> row (grouped path)
+// Tiled path (v1, this file, M tile 16/32/64):
 //   2. quant     (fp8 with bf16 x only) x -> e4m3 (static a13 | per token per 128 columns, scale = amax/448)
 //   3. gate-up   grouped GEMM (moe_gemm.cuh): gathered x rows x w13[e] gate and up -> silu(gate)*up -> the
 //                intermediate (bf16 | e4m3 + scales), rows in sorted order
 //   4. down      grouped GEMM: intermediate x w2[e] -> fp32 down row of each pair
 //   5. reduce    y[t] = sum_j (j order) w[t,j] * down[t*k+j] over local experts (+ shared_output) -> bf16
+// Grouped path (M tile 128): fused_moe_grouped.cu (CUTLASS WGMMA grouped GEMMs).
 // Workspace layout and the M tile: fused_moe_plan.h. The GEMM grids are (max_tiles, N / BN); CTAs past the
 // real tile count exit at once. Every kernel calls PdlWait() before anything else, so each one waits for the
 // complete previous kernel, transitively for all earlier ones (and for the previous op on the stream).
 #include <cuda_runtime.h>
 
 #include <cub/block/block_scan.cuh>
-#include <mutex>
 #include <string>
-#include <unordered_set>
 #include <vector>
 
 #include "csrc/common/arch.h"
@@ -22,7 +24,9 @@
 #include "csrc/common/launch.cuh"
 #include "csrc/common/vec.cuh"
 #include "csrc/moe/fused_moe.h"
+#include "csrc/moe/fused_moe_grouped.h"
 #include "csrc/moe/fused_moe_plan.h"
+#include "csrc/moe/moe_common.cuh"
 #include "csrc/moe/moe_gemm.cuh"
 
 namespace hpc {
@@ -38,15 +42,21 @@ constexpr int kAlignWarps = kAlignThreads / 32;
 
 struct AlignParams {
   const int32_t* ids;  // [T*k]
-  int32_t* header;     // [0] = tiles
-  int32_t* tile_expert;
+  int32_t* header;     // [0] = tiles (tiled) | local rows (grouped)
+  int32_t* tile_expert;  // tiled path: [max_tiles]
   int32_t* sorted_pairs;
+  // grouped path (tile_m = 1: no padding), else null
+  int32_t* expert_count;  // [E]
+  int32_t* expert_first;  // [E]
+  int32_t* pair_row;      // [T*k] sorted row of each pair, -1 if its expert is not local
   int pairs, experts, expert_offset, tile_m;
 };
 
 // Each warp owns a contiguous segment of pairs. Pass 1 counts per (warp, expert) in shared memory; those counts
 // become per-(warp, expert) cursors at base(expert) + pairs of earlier warps; pass 2 walks each segment in order,
 // 32 pairs at a time, ranking equal experts inside the 32 with match_any: a stable order by pair index.
+// The grouped path runs it with tile_m = 1 (no padding, tiles = rows) and writes counts/first rows instead of
+// a tile list, plus the inverse map pair -> row.
 __global__ void __launch_bounds__(kAlignThreads) MoeAlignKernel(const __grid_constant__ AlignParams p) {
   using BlockScan = cub::BlockScan<int32_t, kAlignThreads>;
   __shared__ typename BlockScan::TempStorage scan;
@@ -78,8 +88,13 @@ __global__ void __launch_bounds__(kAlignThreads) MoeAlignKernel(const __grid_con
   if (tid == 0) p.header[0] = total_tiles;
   if (tid < p.experts) {
     const int base = first_tile * p.tile_m;
-    for (int t = 0; t < tiles; ++t) p.tile_expert[first_tile + t] = tid;
-    for (int r = base + count; r < base + tiles * p.tile_m; ++r) p.sorted_pairs[r] = -1;  // padding
+    if (p.expert_count != nullptr) {
+      p.expert_count[tid] = count;
+      p.expert_first[tid] = base;
+    } else {
+      for (int t = 0; t < tiles; ++t) p.tile_expert[first_tile + t] = tid;
+      for (int r = base + count; r < base + tiles * p.tile_m; ++r) p.sorted_pairs[r] = -1;  // padding
+    }
     for (int w = 0; w < kAlignWarps; ++w) cursor[w * p.experts + tid] += base;
   }
   __syncthreads();
@@ -96,6 +111,7 @@ __global__ void __launch_bounds__(kAlignThreads) MoeAlignKernel(const __grid_con
       p.sorted_pairs[pos] = i;
       if (rank == 0) *cur += __popc(same);
     }
+    if (p.pair_row != nullptr && i < end) p.pair_row[i] = e >= 0 ? pos : -1;
     __syncwarp();
   }
 }
@@ -135,57 +151,8 @@ __global__ void __launch_bounds__(kQuantThreads) MoeQuantKernel(const __grid_con
   if (valid) StoreE4M3x8(p.xq + v * 8, x, scale);
 }
 
-// --------------------------------------------------------------------------------------------- 5. reduce
-struct ReduceParams {
-  const float* down;   // [T*k, H]
-  const float* weights;
-  const int32_t* ids;
-  const __nv_bfloat16* shared;
-  __nv_bfloat16* out;
-  int hidden, top_k, experts, expert_offset;
-};
-
-constexpr int kReduceThreads = 128;
-
-__global__ void __launch_bounds__(kReduceThreads) MoeReduceKernel(const __grid_constant__ ReduceParams p) {
-  PdlWait();
-  PdlLaunchDependents();
-  const int64_t t = blockIdx.x;
-  const int col = (blockIdx.y * kReduceThreads + threadIdx.x) * 8;
-  if (col >= p.hidden) return;
-  float y[8] = {0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f};
-  for (int j = 0; j < p.top_k; ++j) {
-    const int64_t pair = t * p.top_k + j;
-    const int e = p.ids[pair] - p.expert_offset;
-    if (e < 0 || e >= p.experts) continue;  // another rank's expert: contributes 0, its row was never computed
-    const float w = p.weights[pair];
-    const float4* src = reinterpret_cast<const float4*>(p.down + pair * p.hidden + col);
-    const float4 lo = src[0], hi = src[1];
-    const float d[8] = {lo.x, lo.y, lo.z, lo.w, hi.x, hi.y, hi.z, hi.w};
-#pragma unroll
-    for (int i = 0; i < 8; ++i) y[i] = __fadd_rn(y[i], __fmul_rn(w, d[i]));  // the reference's y += w * acc
-  }
-  if (p.shared) {
-    float s[8];
-    LoadVec8(p.shared + t * p.hidden + col, s);
-#pragma unroll
-    for (int i = 0; i < 8; ++i) y[i] = __fadd_rn(y[i], s[i]);
-  }
-  StoreVec8(p.out + t * p.hidden + col, y);
-}
-
 // ------------------------------------------------------------------------------------------- launcher
-// Raises a kernel's dynamic shared-memory limit once per kernel (never on the hot path after the first call).
-Status AllowSmem(const void* fn, int bytes) {
-  static std::mutex mu;
-  static std::unordered_set<const void*> done;
-  std::lock_guard<std::mutex> lock(mu);
-  if (done.count(fn)) return Status::Ok();
-  HPC_RETURN_IF_ERROR(CudaStatus(cudaFuncSetAttribute(fn, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes),
-                                 "fused_moe: shared memory attribute"));
-  done.insert(fn);
-  return Status::Ok();
-}
+using moe::AllowSmem;
 
 template <GemmKind KIND, MoeQuant Q, int BM>
 Status LaunchGemm(const GemmParams& gp, int64_t max_tiles, int n, cudaStream_t stream) {
@@ -259,10 +226,18 @@ Status FusedMoeCuda(const FusedMoeArgs& a, cudaStream_t stream) {
   ap.experts = static_cast<int>(experts);
   ap.expert_offset = static_cast<int>(a.expert_offset);
   ap.tile_m = plan.tile_m;
+  if (plan.grouped) {  // unpadded rows per expert: counts, first rows and pair -> row instead of a tile list
+    ap.tile_m = 1;
+    ap.tile_expert = nullptr;
+    ap.expert_count = reinterpret_cast<int32_t*>(ws + plan.expert_count);
+    ap.expert_first = reinterpret_cast<int32_t*>(ws + plan.expert_first);
+    ap.pair_row = reinterpret_cast<int32_t*>(ws + plan.pair_row);
+  }
   const int align_smem = static_cast<int>(kAlignWarps * experts * 4);
   HPC_RETURN_IF_ERROR(AllowSmem(reinterpret_cast<const void*>(&MoeAlignKernel), kAlignWarps * kMaxMoeCudaExperts * 4));
   HPC_RETURN_IF_ERROR(Launch("fused_moe align launch", MoeAlignKernel, dim3(1), dim3(kAlignThreads), align_smem,
                              stream, ap));
+  if (plan.grouped) return moe::RunGroupedMoe(a, plan, stream);
 
   // 2. activation quant (fp8 with bf16 x)
   const uint8_t* a_x = static_cast<const uint8_t*>(a.x.data);
@@ -329,7 +304,7 @@ Status FusedMoeCuda(const FusedMoeArgs& a, cudaStream_t stream) {
   }
 
   // 5. reduce
-  ReduceParams rp = {};
+  moe::ReduceParams<float> rp = {};
   rp.down = reinterpret_cast<const float*>(ws + plan.down);
   rp.weights = a.topk_weights.ptr<const float>();
   rp.ids = a.topk_ids.ptr<const int32_t>();
@@ -339,8 +314,7 @@ Status FusedMoeCuda(const FusedMoeArgs& a, cudaStream_t stream) {
   rp.top_k = static_cast<int>(top_k);
   rp.experts = static_cast<int>(experts);
   rp.expert_offset = static_cast<int>(a.expert_offset);
-  const dim3 grid(static_cast<unsigned>(tokens), static_cast<unsigned>((hidden / 8 + kReduceThreads - 1) / kReduceThreads));
-  return Launch("fused_moe reduce launch", MoeReduceKernel, grid, dim3(kReduceThreads), 0, stream, rp);
+  return moe::LaunchMoeReduce(rp, tokens, stream);
 }
 
 }  // namespace hpc

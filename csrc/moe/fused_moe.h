@@ -39,9 +39,10 @@ struct FusedMoeArgs {
   int64_t num_experts_global = 0;  // ids must be < this (0: E + expert_offset)
 };
 
-// The CUDA pipeline's M tile (rows of one expert per grouped-GEMM tile) and the scratch it needs. One source of
-// truth for both (see fused_moe_plan.h): pure functions of the shapes, so XLA / CUDA graphs can size the
-// workspace at trace time. `experts` = local experts E (w13.shape[0]).
+// The CUDA pipeline's M tile (rows of one expert per grouped-GEMM tile: 16/32/64 = the tiled mma.sync path,
+// 128 = the CUTLASS WGMMA grouped path) and the scratch it needs. One source of truth for both (see
+// fused_moe_plan.h): pure functions of the shapes (and of HPC_XLA_MOE_PATH, read once), so XLA / CUDA graphs
+// can size the workspace at trace time. `experts` = local experts E (w13.shape[0]).
 int FusedMoeTileM(int64_t tokens, int64_t top_k, int64_t experts, MoeQuant quant);
 int64_t FusedMoeWorkspaceBytes(int64_t tokens, int64_t top_k, int64_t experts, int64_t hidden, int64_t inter,
                                MoeQuant quant);

@@ -1,13 +1,18 @@
-// Host-side plan of the CUDA fused_moe pipeline: the M tile and the workspace layout, pure functions of the
-// shapes (one source of truth: FusedMoeWorkspaceBytes, the launcher and the bindings all call MakeMoePlan).
+// Host-side plan of the CUDA fused_moe pipeline: the M tile (which also picks the path) and the workspace
+// layout, pure functions of the shapes (one source of truth: FusedMoeWorkspaceBytes, the launcher and the
+// bindings all call MakeMoePlan).
 //
-// Sorted space: the T*k (token, slot) pairs whose expert is local are grouped by expert; each expert's group
-// is padded to a multiple of the M tile, so tile i always covers sorted rows [i*BM, (i+1)*BM) and the tile
-// list only has to name its expert. Padding slots hold pair -1.
+// Two paths, chosen by the M tile (TileM below):
+//   tiled (v1, M tile 16/32/64): hand-written mma.sync GEMMs over padded per-expert tiles (fused_moe.cu).
+//   grouped (M tile 128):        CUTLASS sm90 grouped GEMMs over unpadded per-expert row ranges
+//                                (fused_moe_grouped.cu, grouped_gemm_sm90.cu).
+//
+// Tiled path. Sorted space: the T*k (token, slot) pairs whose expert is local are grouped by expert; each
+// expert's group is padded to a multiple of the M tile, so tile i always covers sorted rows [i*BM, (i+1)*BM)
+// and the tile list only has to name its expert. Padding slots hold pair -1.
 //   tiles(counts) = sum_e ceil(c_e / BM) <= min(P, floor((P + E*(BM-1)) / BM)) =: max_tiles,  P = T*k
 // (sum c_e <= P, and every non-empty expert has >= 1 pair). The GEMM grids are sized by max_tiles; CTAs past
 // the real count (written by the align kernel) exit at once.
-//
 // Workspace (bytes, every section 256-aligned from the workspace base):
 //   header        int32[64]             [0] = number of tiles
 //   tile_expert   int32[max_tiles]      local expert of each tile
@@ -17,30 +22,66 @@
 //   inter         bf16|e4m3[max_rows, I] silu(gate)*up, rounded/quantized like the reference
 //   inter_scale   f32[max_rows, I/128]  fp8_block128 only
 //   down          f32[T*k, H]           expert output of each local pair (rows of other ranks' pairs unused)
+//
+// Grouped path. Sorted rows are the local pairs grouped by expert (stable by pair index), NOT padded: expert e
+// owns rows [expert_first[e], expert_first[e] + expert_count[e]), at most P rows in all.
+//   header        int32[64]             [0] = number of local rows
+//   expert_count  int32[E]
+//   expert_first  int32[E]
+//   sorted_pairs  int32[P]              pair of each sorted row
+//   pair_row      int32[P]              sorted row of each pair, -1 for another rank's expert (the reduce)
+//   gemm_args     2 x E x kGroupedGemmArgsBytesPerExpert   per-group arguments of GEMM1 and GEMM2
+//   gemm_ws       kGroupedGemmWorkspaceBytes               CUTLASS's TMA descriptors (the GEMMs run in turn)
+//   rows          e4m3|bf16[P, H] then bf16[P, H]   A of GEMM1 (x gathered + quantized), then D of GEMM2
+//                                       (down rows): A is dead once GEMM1 is done
+//   rows_scale    f32[P, H/128]         fp8_block128 only: A's scales (per row per 128 columns, K-major)
+//   gate_up       bf16[P, 2I]           D of GEMM1
+//   inter         bf16|e4m3[P, I]       silu(gate)*up, rounded/quantized like the reference (A of GEMM2)
+//   inter_scale   f32[P, I/128]         fp8_block128 only
 #pragma once
 
 #include <algorithm>
 #include <cstdint>
 
 #include "csrc/moe/fused_moe.h"
+#include "csrc/moe/grouped_gemm_sm90.h"
 
 namespace hpc::moe {
 
+// HPC_XLA_MOE_PATH=v1|grouped forces a path for A/B runs (read once; unset: by tile). Anything else is an
+// error reported by ValidateFusedMoeCuda.
+enum class MoePathChoice : int32_t { kAuto = 0, kV1 = 1, kGrouped = 2, kInvalid = 3 };
+MoePathChoice MoePathFromEnv();  // fused_moe_validate.cc
+
+constexpr int kGroupedTileM = 128;
+
 // The M tile: ONE function of the mean rows per local expert, avg = ceil(T*k / E):
-//   avg <= 16 -> 16,  <= 32 -> 32,  else 64.
+//   avg <= 16 -> 16,  <= 32 -> 32,  <= 64 -> 64 (tiled path),  else 128 (grouped path).
 // (64 is the largest tile whose gate-up CTA tile [64 x 2*128] with fp8_block128's per-block promotion keeps
-// its accumulators in registers with mma.sync; the WGMMA version will add 128.)
+// its accumulators in registers with mma.sync; 128 rows per expert and up is where WGMMA tiles fill.)
+// HPC_XLA_MOE_PATH overrides the path: v1 caps the tile at 64, grouped always takes 128.
 inline int TileM(int64_t tokens, int64_t top_k, int64_t experts) {
   const int64_t e = std::max<int64_t>(experts, 1);
   const int64_t avg = (tokens * top_k + e - 1) / e;
-  return avg <= 16 ? 16 : (avg <= 32 ? 32 : 64);
+  const int by_avg = avg <= 16 ? 16 : (avg <= 32 ? 32 : (avg <= 64 ? 64 : kGroupedTileM));
+  switch (MoePathFromEnv()) {
+    case MoePathChoice::kV1: return std::min(by_avg, 64);
+    case MoePathChoice::kGrouped: return kGroupedTileM;
+    default: return by_avg;
+  }
 }
 
 struct MoePlan {
   int tile_m = 16;
+  bool grouped = false;
   int64_t pairs = 0, max_tiles = 0, max_rows = 0;
-  int64_t header = 0, tile_expert = 0, sorted_pairs = 0, x_q = 0, x_q_scale = 0, inter = 0, inter_scale = 0,
-          down = 0, total = 0;
+  // both paths
+  int64_t header = 0, sorted_pairs = 0, inter = 0, inter_scale = 0, total = 0;
+  // tiled path
+  int64_t tile_expert = 0, x_q = 0, x_q_scale = 0, down = 0;
+  // grouped path
+  int64_t expert_count = 0, expert_first = 0, pair_row = 0, gemm_args = 0, gemm_ws = 0, rows = 0, rows_scale = 0,
+          gate_up = 0;
 };
 
 constexpr int kMoeHeaderInts = 64;
@@ -51,10 +92,8 @@ inline MoePlan MakeMoePlan(int64_t tokens, int64_t top_k, int64_t experts, int64
                            MoeQuant quant) {
   MoePlan p;
   p.tile_m = TileM(tokens, top_k, experts);
+  p.grouped = p.tile_m == kGroupedTileM;
   p.pairs = tokens * top_k;
-  const int64_t bm = p.tile_m;
-  p.max_tiles = std::min(p.pairs, (p.pairs + experts * (bm - 1)) / bm);
-  p.max_rows = p.max_tiles * bm;
   const bool fp8 = quant != MoeQuant::kNone, block = quant == MoeQuant::kFp8Block128;
   int64_t at = 0;
   auto take = [&at](int64_t bytes) {
@@ -63,13 +102,32 @@ inline MoePlan MakeMoePlan(int64_t tokens, int64_t top_k, int64_t experts, int64
     return off;
   };
   p.header = take(kMoeHeaderInts * 4);
-  p.tile_expert = take(p.max_tiles * 4);
-  p.sorted_pairs = take(p.max_rows * 4);
-  p.x_q = take(fp8 ? tokens * hidden : 0);
-  p.x_q_scale = take(block ? tokens * (hidden / kMoeBlock) * 4 : 0);
-  p.inter = take(p.max_rows * inter * (fp8 ? 1 : 2));
-  p.inter_scale = take(block ? p.max_rows * (inter / kMoeBlock) * 4 : 0);
-  p.down = take(p.pairs * hidden * 4);
+  if (p.grouped) {
+    p.max_rows = p.pairs;
+    p.expert_count = take(experts * 4);
+    p.expert_first = take(experts * 4);
+    p.sorted_pairs = take(p.pairs * 4);
+    p.pair_row = take(p.pairs * 4);
+    p.gemm_args = take(2 * experts * kGroupedGemmArgsBytesPerExpert);
+    p.gemm_ws = take(kGroupedGemmWorkspaceBytes);
+    p.rows = take(p.pairs * hidden * 2);  // bf16 down rows >= A rows (1 or 2 bytes)
+    p.rows_scale = take(block ? p.pairs * (hidden / kMoeBlock) * 4 : 0);
+    p.gate_up = take(p.pairs * 2 * inter * 2);
+    p.inter = take(p.pairs * inter * (fp8 ? 1 : 2));
+    p.inter_scale = take(block ? p.pairs * (inter / kMoeBlock) * 4 : 0);
+    p.down = p.rows;
+  } else {
+    const int64_t bm = p.tile_m;
+    p.max_tiles = std::min(p.pairs, (p.pairs + experts * (bm - 1)) / bm);
+    p.max_rows = p.max_tiles * bm;
+    p.tile_expert = take(p.max_tiles * 4);
+    p.sorted_pairs = take(p.max_rows * 4);
+    p.x_q = take(fp8 ? tokens * hidden : 0);
+    p.x_q_scale = take(block ? tokens * (hidden / kMoeBlock) * 4 : 0);
+    p.inter = take(p.max_rows * inter * (fp8 ? 1 : 2));
+    p.inter_scale = take(block ? p.max_rows * (inter / kMoeBlock) * 4 : 0);
+    p.down = take(p.pairs * hidden * 4);
+  }
   p.total = at;
   return p;
 }

@@ -1,4 +1,6 @@
 #include <cstdint>
+#include <cstdlib>
+#include <cstring>
 #include <string>
 
 #include "csrc/common/check.h"
@@ -29,7 +31,27 @@ Status Absent(const ArgCheck& c, const char* name, const TensorView& t, const ch
   return c.Fail(std::string(name) + " is not used with quant=" + scheme + "; pass None");
 }
 
+const char* MoePathEnvText() {
+  const char* v = std::getenv("HPC_XLA_MOE_PATH");
+  return v == nullptr ? "" : v;
+}
+
 }  // namespace
+
+namespace moe {
+
+MoePathChoice MoePathFromEnv() {
+  static const MoePathChoice choice = [] {
+    const char* v = MoePathEnvText();
+    if (*v == '\0' || std::strcmp(v, "auto") == 0) return MoePathChoice::kAuto;
+    if (std::strcmp(v, "v1") == 0) return MoePathChoice::kV1;
+    if (std::strcmp(v, "grouped") == 0) return MoePathChoice::kGrouped;
+    return MoePathChoice::kInvalid;
+  }();
+  return choice;
+}
+
+}  // namespace moe
 
 Status ValidateFusedMoe(const FusedMoeArgs& a) {
   ArgCheck c("fused_moe");
@@ -137,6 +159,10 @@ int64_t FusedMoeWorkspaceBytes(int64_t tokens, int64_t top_k, int64_t experts, i
 Status ValidateFusedMoeCuda(const FusedMoeArgs& a) {
   HPC_RETURN_IF_ERROR(ValidateFusedMoe(a));
   ArgCheck c("fused_moe");
+  if (moe::MoePathFromEnv() == moe::MoePathChoice::kInvalid) {
+    return c.Fail(std::string("HPC_XLA_MOE_PATH must be 'v1', 'grouped', 'auto' or unset; got '") + MoePathEnvText() +
+                  "'");
+  }
   const int64_t tokens = a.x.shape[0], hidden = a.x.shape[1], experts = a.w13.shape[0], inter = a.w13.shape[1] / 2;
   if (hidden % 64 != 0) return c.Fail("the CUDA path needs H (x.shape[1]) to be a multiple of 64; got " + std::to_string(hidden));
   if (inter % 64 != 0) {

@@ -1,0 +1,318 @@
+// fused_moe's large-T grouped GEMMs (see grouped_gemm_sm90.h) on CUTLASS sm90 ptr-array grouped kernels:
+//   bf16          128x128x64  cooperative, HGMMA
+//   fp8_tensor    128x128x128 cooperative, QGMMA, FP8 fast accumulation, per-group alpha = a_scale * w_scale[e]
+//   fp8_block128  128x128x128 cooperative, QGMMA, CUTLASS's blockwise-scaled mainloop: per 128-deep K block the
+//                 partial sums are promoted into fp32 with sfa[row, kb] * sfb[n/128, kb] (the reference's order
+//                 of rounding points, DeepGEMM-style)
+// ONE kernel type per quant mode; GEMM1 (gate-up) and GEMM2 (down) share it (shapes are runtime).
+// Cluster 1x1x1: groups are as small as one M tile, where a cluster's second CTA would often idle.
+//
+// Why our own entry kernel instead of GemmUniversalAdapter: (1) CUTLASS 4.2's ptr-array kernels never call
+// griddepcontrol.wait, so launching them with PDL would let them read the setup kernel's arguments too early;
+// GroupedGemmEntry waits first, then runs the CUTLASS kernel body. (2) The adapter calls cudaFuncSetAttribute
+// on every initialize(); we set the shared-memory limit once per kernel.
+//
+// Scale factors (fp8_block128): both K-major. Activations [rows, K/128] f32 (what the gather and act kernels
+// write), weights [E, N/128, K/128] f32 (the API's w13_scale / w2_scale as given). The mainloop derives each
+// group's scale layout from its problem shape (ScaleConfig::tile_atom_to_shape_SF*), so ptr_SFA[e] points at
+// the expert's first row and ptr_SFB[e] at the expert's weight scales.
+
+// CUTLASS's device-side asserts are calls to __assertfail, and a call inside the kernel makes ptxas serialize
+// the whole wgmma pipeline (warning C7510, a large slowdown). This file is compiled without them.
+#ifndef NDEBUG
+#define NDEBUG
+#endif
+
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include <string>
+
+#include "csrc/common/arch.h"
+#include "csrc/common/launch.cuh"
+#include "csrc/moe/grouped_gemm_sm90.h"
+#include "csrc/moe/moe_common.cuh"
+#include "cute/tensor.hpp"
+#include "cutlass/cutlass.h"
+#include "cutlass/detail/blockwise_scale_layout.hpp"
+#include "cutlass/epilogue/collective/collective_builder.hpp"
+#include "cutlass/gemm/collective/collective_builder.hpp"
+#include "cutlass/gemm/dispatch_policy.hpp"
+#include "cutlass/gemm/group_array_problem_shape.hpp"
+#include "cutlass/gemm/kernel/gemm_universal.hpp"
+
+namespace hpc::moe {
+namespace {
+
+using namespace cute;
+
+using ProblemShape = cutlass::gemm::GroupProblemShape<Shape<int, int, int>>;  // (M, N, K) per group
+using ElementD = cutlass::bfloat16_t;
+using LayoutA = cutlass::layout::RowMajor;     // A [rows, K]: K contiguous
+using LayoutB = cutlass::layout::ColumnMajor;  // B [N, K] per expert: K contiguous ("column-major K x N")
+using LayoutD = cutlass::layout::RowMajor;     // D [rows, N]
+using ClusterShape = Shape<_1, _1, _1>;
+constexpr int kClusterM = size<0>(ClusterShape{}), kClusterN = size<1>(ClusterShape{});
+constexpr int kAlignD = 16 / sizeof(ElementD);
+using ScaleConfig = cutlass::detail::Sm90BlockwiseScaleConfig<1, kMoeBlock, kMoeBlock, cute::GMMA::Major::K,
+                                                              cute::GMMA::Major::K>;
+using LayoutSFA = decltype(ScaleConfig::deduce_layoutSFA());
+using LayoutSFB = decltype(ScaleConfig::deduce_layoutSFB());
+
+// One CUTLASS grouped GEMM kernel type: element type, CTA tile, mainloop schedule, block-scaled or not.
+template <class Element, class TileShape, class MainloopSchedule, bool kBlockScaled>
+struct GroupedKernel {
+  static constexpr int kAlignAB = 16 / sizeof(Element);
+  using Epilogue = typename cutlass::epilogue::collective::CollectiveBuilder<
+      cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, TileShape, ClusterShape,
+      cutlass::epilogue::collective::EpilogueTileAuto, float, float, void, LayoutD*, kAlignD, ElementD, LayoutD*,
+      kAlignD, cutlass::epilogue::PtrArrayTmaWarpSpecializedCooperative,
+      cutlass::epilogue::fusion::LinearCombination<ElementD, float, void, float>>::CollectiveOp;
+  using ALayoutArg = std::conditional_t<kBlockScaled, cute::tuple<LayoutA*, LayoutSFA*>, LayoutA*>;
+  using BLayoutArg = std::conditional_t<kBlockScaled, cute::tuple<LayoutB*, LayoutSFB*>, LayoutB*>;
+  using Mainloop = typename cutlass::gemm::collective::CollectiveBuilder<
+      cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, Element, ALayoutArg, kAlignAB, Element, BLayoutArg,
+      kAlignAB, float, TileShape, ClusterShape,
+      cutlass::gemm::collective::StageCountAutoCarveout<static_cast<int>(sizeof(typename Epilogue::SharedStorage))>,
+      MainloopSchedule>::CollectiveOp;
+  using Kernel = cutlass::gemm::kernel::GemmUniversal<ProblemShape, Mainloop, Epilogue>;
+};
+
+using Bf16Kernel = GroupedKernel<cutlass::bfloat16_t, Shape<_128, _128, _64>,
+                                 cutlass::gemm::KernelPtrArrayTmaWarpSpecializedCooperative, false>::Kernel;
+using Fp8TensorKernel = GroupedKernel<cutlass::float_e4m3_t, Shape<_128, _128, _128>,
+                                      cutlass::gemm::KernelPtrArrayTmaWarpSpecializedCooperativeFP8FastAccum,
+                                      false>::Kernel;
+using Fp8BlockKernel = GroupedKernel<cutlass::float_e4m3_t, Shape<_128, _128, _128>,
+                                     cutlass::gemm::KernelPtrArrayTmaWarpSpecializedCooperativeFP8BlockScaledAccum,
+                                     true>::Kernel;
+
+// The CUTLASS kernel body behind a PDL wait (see the top of the file). No static shared memory here: the
+// kernel's SharedStorage must start at the dynamic shared-memory base (TMA swizzle alignment).
+template <class Kernel>
+__global__ void __launch_bounds__(Kernel::MaxThreadsPerBlock, Kernel::MinBlocksPerMultiprocessor)
+    GroupedGemmEntry(const __grid_constant__ typename Kernel::Params params) {
+  extern __shared__ char smem[];
+  PdlWait();
+  PdlLaunchDependents();
+  Kernel op;
+  op(params, smem);
+}
+
+// ------------------------------------------------------------------------------- per-group argument arrays
+// Structure of arrays, [E] entries each, every array 16-byte aligned, inside GroupedGemmProblem::args. The
+// same layout for every kernel type (the stride types are the same cute types; asserted below).
+using StrideA = typename Bf16Kernel::InternalStrideA;
+using StrideB = typename Bf16Kernel::InternalStrideB;
+using StrideD = typename Bf16Kernel::InternalStrideD;
+static_assert(std::is_same_v<StrideA, typename Fp8BlockKernel::InternalStrideA> &&
+                  std::is_same_v<StrideB, typename Fp8BlockKernel::InternalStrideB> &&
+                  std::is_same_v<StrideD, typename Fp8BlockKernel::InternalStrideD> &&
+                  std::is_same_v<StrideA, typename Fp8TensorKernel::InternalStrideA>,
+              "one argument layout for all kernel types");
+// Row pitch in mode 0, unit stride in mode 1 (K for A/B, N for D): what the setup kernel fills in.
+static_assert(cute::is_static_v<decltype(get<1>(StrideA{}))> && cute::is_static_v<decltype(get<1>(StrideB{}))> &&
+                  cute::is_static_v<decltype(get<1>(StrideD{}))>,
+              "unit stride along K (A, B) and N (D)");
+using Shape3 = ProblemShape::UnderlyingProblemShape;
+
+struct ArgArrays {
+  Shape3* shape;
+  const void** a;
+  const void** b;
+  void** d;
+  StrideA* stride_a;
+  StrideB* stride_b;
+  StrideD* stride_d;
+  float* alpha;
+  const float** sfa;
+  const float** sfb;
+  LayoutSFA* layout_sfa;
+  LayoutSFB* layout_sfb;
+};
+
+constexpr int kArgArrays = 12;
+constexpr int64_t kArgBytesPerExpert = sizeof(Shape3) + 3 * sizeof(void*) + sizeof(StrideA) + sizeof(StrideB) +
+                                       sizeof(StrideD) + sizeof(float) + 2 * sizeof(float*) + sizeof(LayoutSFA) +
+                                       sizeof(LayoutSFB);
+// Each array rounds up by < 16 bytes and E >= 1, so E * (bytes + 16 * arrays) bounds the total.
+static_assert(kArgBytesPerExpert + 16 * kArgArrays <= kGroupedGemmArgsBytesPerExpert,
+              "kGroupedGemmArgsBytesPerExpert too small for the grouped GEMM arguments");
+
+__host__ __device__ inline ArgArrays CarveArgs(void* base, int experts) {
+  char* at = static_cast<char*>(base);
+  auto take = [&at, experts](size_t elem) {
+    char* p = at;
+    at += (elem * experts + 15) / 16 * 16;
+    return static_cast<void*>(p);
+  };
+  ArgArrays r;
+  r.shape = static_cast<Shape3*>(take(sizeof(Shape3)));
+  r.a = static_cast<const void**>(take(sizeof(void*)));
+  r.b = static_cast<const void**>(take(sizeof(void*)));
+  r.d = static_cast<void**>(take(sizeof(void*)));
+  r.stride_a = static_cast<StrideA*>(take(sizeof(StrideA)));
+  r.stride_b = static_cast<StrideB*>(take(sizeof(StrideB)));
+  r.stride_d = static_cast<StrideD*>(take(sizeof(StrideD)));
+  r.alpha = static_cast<float*>(take(sizeof(float)));
+  r.sfa = static_cast<const float**>(take(sizeof(float*)));
+  r.sfb = static_cast<const float**>(take(sizeof(float*)));
+  r.layout_sfa = static_cast<LayoutSFA*>(take(sizeof(LayoutSFA)));
+  r.layout_sfb = static_cast<LayoutSFB*>(take(sizeof(LayoutSFB)));
+  return r;
+}
+
+// ------------------------------------------------------------------------------------------ setup kernel
+struct SetupParams {
+  GroupedGemmProblem gemm[2];  // gate-up, down
+  const int32_t* expert_count;
+  const int32_t* expert_first;
+  int experts;
+  int elem_bytes;  // A/B element size: 1 (e4m3) | 2 (bf16)
+  MoeQuant quant;
+};
+
+constexpr int kSetupThreads = 1024;  // >= kMaxMoeCudaExperts: one thread per expert
+
+__device__ void WriteGroupArgs(const GroupedGemmProblem& p, int e, int rows, int first, int elem_bytes,
+                               MoeQuant quant, int experts) {
+  const ArgArrays w = CarveArgs(p.args, experts);
+  const int n = static_cast<int>(p.n), k = static_cast<int>(p.k);
+  w.shape[e] = Shape3{rows, n, k};
+  w.a[e] = static_cast<const char*>(p.a) + static_cast<int64_t>(first) * k * elem_bytes;
+  w.b[e] = static_cast<const char*>(p.b) + static_cast<int64_t>(e) * n * k * elem_bytes;
+  w.d[e] = static_cast<ElementD*>(p.d) + static_cast<int64_t>(first) * n;
+  StrideA sa{};
+  get<0>(sa) = k;
+  w.stride_a[e] = sa;
+  StrideB sb{};
+  get<0>(sb) = k;
+  w.stride_b[e] = sb;
+  StrideD sd{};
+  get<0>(sd) = n;
+  w.stride_d[e] = sd;
+  // fp8_tensor: D = (a_scale * w_scale[e]) * acc, the reference's acc *= a_scale * w_scale (product first)
+  w.alpha[e] = quant == MoeQuant::kFp8Tensor ? __fmul_rn(*p.a_tensor_scale, p.b_scale[e]) : 1.f;
+  if (quant == MoeQuant::kFp8Block128) {
+    const int64_t kb = k / kMoeBlock, nb = n / kMoeBlock;
+    w.sfa[e] = p.a_scale + static_cast<int64_t>(first) * kb;
+    w.sfb[e] = p.b_scale + static_cast<int64_t>(e) * nb * kb;
+    w.layout_sfa[e] = ScaleConfig::tile_atom_to_shape_SFA(make_shape(rows, n, k, 1));
+    w.layout_sfb[e] = ScaleConfig::tile_atom_to_shape_SFB(make_shape(rows, n, k, 1));
+  }
+}
+
+__global__ void __launch_bounds__(kSetupThreads) GroupedGemmSetupKernel(const __grid_constant__ SetupParams p) {
+  PdlWait();
+  PdlLaunchDependents();
+  const int e = threadIdx.x;
+  if (e >= p.experts) return;
+  const int rows = p.expert_count[e], first = p.expert_first[e];
+  WriteGroupArgs(p.gemm[0], e, rows, first, p.elem_bytes, p.quant, p.experts);
+  WriteGroupArgs(p.gemm[1], e, rows, first, p.elem_bytes, p.quant, p.experts);
+}
+
+// ------------------------------------------------------------------------------------------- launchers
+template <class Kernel>
+typename Kernel::Arguments MakeArguments(const GroupedGemmGroups& g, const GroupedGemmProblem& p, int sms) {
+  using ElementAB = typename Kernel::ElementA;
+  const ArgArrays w = CarveArgs(p.args, g.experts);
+  typename Kernel::Arguments args{};
+  args.mode = cutlass::gemm::GemmUniversalMode::kGrouped;
+  args.problem_shape = ProblemShape{g.experts, w.shape, nullptr};  // sizes only on the device
+  if constexpr (std::is_same_v<Kernel, Fp8BlockKernel>) {
+    args.mainloop = {reinterpret_cast<const ElementAB**>(w.a), w.stride_a, reinterpret_cast<const ElementAB**>(w.b),
+                     w.stride_b, w.sfa, w.layout_sfa, w.sfb, w.layout_sfb};
+  } else {
+    args.mainloop = {reinterpret_cast<const ElementAB**>(w.a), w.stride_a, reinterpret_cast<const ElementAB**>(w.b),
+                     w.stride_b};
+  }
+  auto& fusion = args.epilogue.thread;
+  fusion.beta = 0.f;
+  if (g.quant == MoeQuant::kFp8Tensor) {
+    fusion.alpha_ptr = w.alpha;                // alpha[group]: batch stride 1
+    fusion.dAlpha = {cute::_0{}, cute::_0{}, 1};
+  } else {
+    fusion.alpha = 1.f;
+  }
+  args.epilogue.ptr_C = nullptr;
+  args.epilogue.ptr_D = reinterpret_cast<ElementD**>(w.d);
+  args.epilogue.dD = w.stride_d;
+  args.hw_info.device_id = g.device;
+  args.hw_info.sm_count = sms;
+  return args;
+}
+
+template <class Kernel>
+Status RunKernel(const GroupedGemmGroups& g, const GroupedGemmProblem& p, cudaStream_t stream) {
+  const int sms = MultiprocessorCount(g.device);
+  if (sms <= 0 || sms > kGroupedGemmMaxSms) {
+    return Status::Internal("fused_moe grouped GEMM: the workspace is sized for at most " +
+                            std::to_string(kGroupedGemmMaxSms) + " SMs; this device has " + std::to_string(sms));
+  }
+  typename Kernel::Arguments args = MakeArguments<Kernel>(g, p, sms);
+  const size_t need = Kernel::get_workspace_size(args);
+  if (need > static_cast<size_t>(kGroupedGemmWorkspaceBytes)) {
+    return Status::Internal("fused_moe grouped GEMM: CUTLASS needs " + std::to_string(need) +
+                            " workspace bytes, more than the planned " + std::to_string(kGroupedGemmWorkspaceBytes));
+  }
+  if (!Kernel::can_implement(args)) return Status::Internal("fused_moe grouped GEMM: CUTLASS can_implement failed");
+  const typename Kernel::Params params = Kernel::to_underlying_arguments(args, g.workspace);
+  auto* fn = &GroupedGemmEntry<Kernel>;
+  const int smem = static_cast<int>(Kernel::SharedStorageSize);
+  HPC_RETURN_IF_ERROR(AllowSmem(reinterpret_cast<const void*>(fn), smem));
+  const dim3 grid = Kernel::get_grid_shape(params);
+  const dim3 block = Kernel::get_block_shape();
+  cudaLaunchConfig_t config = {};
+  config.gridDim = grid;
+  config.blockDim = block;
+  config.dynamicSmemBytes = smem;
+  config.stream = stream;
+  cudaLaunchAttribute attr[2];
+  int n_attr = 0;
+  if (PdlEnabled()) {
+    attr[n_attr].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attr[n_attr].val.programmaticStreamSerializationAllowed = 1;
+    ++n_attr;
+  }
+  if constexpr (kClusterM * kClusterN > 1) {
+    attr[n_attr].id = cudaLaunchAttributeClusterDimension;
+    attr[n_attr].val.clusterDim.x = kClusterM;
+    attr[n_attr].val.clusterDim.y = kClusterN;
+    attr[n_attr].val.clusterDim.z = 1;
+    ++n_attr;
+  }
+  config.attrs = attr;
+  config.numAttrs = n_attr;
+  return CudaStatus(cudaLaunchKernelEx(&config, fn, params), "fused_moe grouped GEMM launch");
+}
+
+}  // namespace
+
+Status LaunchGroupedGemmSetup(const GroupedGemmGroups& g, const GroupedGemmProblem& gate_up,
+                              const GroupedGemmProblem& down, cudaStream_t stream) {
+  if (g.experts < 1 || g.experts > kSetupThreads) {
+    return Status::Internal("fused_moe grouped GEMM setup: " + std::to_string(g.experts) + " experts");
+  }
+  SetupParams sp = {};
+  sp.gemm[0] = gate_up;
+  sp.gemm[1] = down;
+  sp.expert_count = g.expert_count;
+  sp.expert_first = g.expert_first;
+  sp.experts = g.experts;
+  sp.elem_bytes = g.quant == MoeQuant::kNone ? 2 : 1;
+  sp.quant = g.quant;
+  const int threads = (g.experts + 31) / 32 * 32;
+  return Launch("fused_moe grouped GEMM setup launch", GroupedGemmSetupKernel, dim3(1), dim3(threads), 0, stream, sp);
+}
+
+Status LaunchGroupedGemm(const GroupedGemmGroups& g, const GroupedGemmProblem& p, cudaStream_t stream) {
+  switch (g.quant) {
+    case MoeQuant::kNone: return RunKernel<Bf16Kernel>(g, p, stream);
+    case MoeQuant::kFp8Tensor: return RunKernel<Fp8TensorKernel>(g, p, stream);
+    case MoeQuant::kFp8Block128: return RunKernel<Fp8BlockKernel>(g, p, stream);
+  }
+  return Status::Internal("fused_moe grouped GEMM: unknown quant");
+}
+
+}  // namespace hpc::moe

@@ -1,0 +1,59 @@
+// Grouped GEMMs of fused_moe's large-T path on sm_90a, built on CUTLASS 3.x/4.x warp-specialized persistent
+// kernels (TMA + WGMMA: QGMMA for fp8, HGMMA for bf16). One grouped GEMM computes, for every local expert e,
+//   D[rows_e, N] (bf16) = alpha_e * A[rows_e, K] x B[e]^T        (fp8_block128: per 128-block scales instead)
+// where rows_e are the expert's sorted rows (contiguous, first row expert_first[e], expert_count[e] of them:
+// no padding, a group with 0 rows is skipped) and B[e] = w[e] is [N, K] K-major (w13 [E, 2I, H] | w2 [E, H, I],
+// i.e. CUTLASS's "TN" layout). Every argument the kernel reads per group (problem sizes, pointers, strides,
+// alphas, scale layouts) is written ON THE GPU by a setup kernel from the align kernel's per-expert counts, so
+// nothing here syncs, allocates or depends on the data: CUDA-graph / XLA command-buffer safe.
+// Framework-free: views in, Status out (this header does not include CUTLASS).
+#pragma once
+
+#include <cstdint>
+
+#include "csrc/common/status.h"
+#include "csrc/moe/fused_moe.h"
+
+typedef struct CUstream_st* cudaStream_t;
+
+namespace hpc::moe {
+
+// Device bytes of the per-group argument arrays of ONE grouped GEMM, per local expert (problem size, A/B/D
+// pointers and strides, alpha, scale pointers and layouts; checked against the real sizes with static_assert).
+constexpr int64_t kGroupedGemmArgsBytesPerExpert = 512;
+// CUTLASS's own workspace (TMA descriptors per SM and tensor: 4 x 128 B per SM), bounded for up to
+// kGroupedGemmMaxSms SMs so the workspace stays a pure function of the shapes (checked at run time).
+constexpr int kGroupedGemmMaxSms = 256;
+constexpr int64_t kGroupedGemmWorkspaceBytes = int64_t{1024} * kGroupedGemmMaxSms;
+
+// One grouped GEMM over the local experts.
+struct GroupedGemmProblem {
+  const void* a = nullptr;           // [rows, K] e4m3 | bf16, rows sorted by expert
+  const float* a_scale = nullptr;    // fp8_block128: [rows, K/128] f32 (row-major: K-major scale factors)
+  const float* a_tensor_scale = nullptr;  // fp8_tensor: the A operand's static scale (f32 scalar)
+  const void* b = nullptr;           // [E, N, K] e4m3 | bf16
+  const float* b_scale = nullptr;    // fp8_tensor: [E]; fp8_block128: [E, N/128, K/128]
+  void* d = nullptr;                 // [rows, N] bf16
+  int64_t n = 0, k = 0;
+  void* args = nullptr;              // device scratch, kGroupedGemmArgsBytesPerExpert * E bytes, 256-aligned
+};
+
+// What both grouped GEMMs of one layer share.
+struct GroupedGemmGroups {
+  MoeQuant quant = MoeQuant::kNone;
+  int experts = 0;                        // local experts E (groups), <= kMaxMoeCudaExperts
+  const int32_t* expert_count = nullptr;  // [E] rows per expert (device, from the align kernel)
+  const int32_t* expert_first = nullptr;  // [E] first sorted row of each expert
+  void* workspace = nullptr;              // kGroupedGemmWorkspaceBytes, 256-aligned (shared: the GEMMs run in turn)
+  int device = 0;
+};
+
+// One tiny kernel (one thread per expert) that writes the per-group arguments of both GEMMs. Launched with PDL
+// after the align kernel (it waits for it).
+Status LaunchGroupedGemmSetup(const GroupedGemmGroups& groups, const GroupedGemmProblem& gate_up,
+                              const GroupedGemmProblem& down, cudaStream_t stream);
+// The grouped GEMM itself (persistent grid of one CTA per SM). Waits for all earlier kernels of the stream
+// (PDL wait before its first global read), so the setup kernel and the producers of A must precede it.
+Status LaunchGroupedGemm(const GroupedGemmGroups& groups, const GroupedGemmProblem& problem, cudaStream_t stream);
+
+}  // namespace hpc::moe
