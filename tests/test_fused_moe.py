@@ -157,12 +157,17 @@ QUANT_CODE = {None: 0, "fp8_tensor": 1, "fp8_block128": 2}
 
 def _plan(tokens, top_k, experts, hidden, inter, quant):
     """Python model of csrc/moe/fused_moe_plan.h (checked against the binary's byte count). M tile 128 is the
-    grouped (CUTLASS) path: unpadded rows, no tile list (max_tiles None)."""
+    grouped (CUTLASS) path: unpadded rows, no tile list (max_tiles None); M tile 8 the stream path (P <= 8
+    pairs, not fp8_block128): only the per-pair intermediate."""
     avg = -(-tokens * top_k // max(experts, 1))
-    bm = 16 if avg <= 16 else (32 if avg <= 32 else (64 if avg <= 64 else 128))
     pairs = tokens * top_k
+    bm = 16 if avg <= 16 else (32 if avg <= 32 else (64 if avg <= 64 else 128))
+    if pairs <= 8 and quant != "fp8_block128":
+        bm = 8
     up = lambda b: -(-b // 256) * 256  # noqa: E731
     fp8, block = quant is not None, quant == "fp8_block128"
+    if bm == 8:
+        return bm, None, up(64 * 4) + up(pairs * inter * (4 if block else (1 if fp8 else 2)))
     if bm == 128:
         args_per_expert, gemm_ws = 512, 1024 * 256  # kGroupedGemmArgsBytesPerExpert, kGroupedGemmWorkspaceBytes
         total = (up(64 * 4) + 2 * up(experts * 4) + 2 * up(pairs * 4) + up(2 * experts * args_per_expert)

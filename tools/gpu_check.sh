@@ -50,7 +50,7 @@ sanitizer_subset() {
   case "$1" in
     rope_norm) echo "cuda and torch and (named or strided) or bad_indices or graph or misaligned or rows_per_group or (large_batch and (fp811 or D256 or rot100 or H64))" ;;
     decode) echo "cuda and torch and named and (mixed or one_long or fp8_kv or q_len or many_splits or d256) or graph or device_plan" ;;
-    fused_moe) echo "(oracle and (case0 or case3 or case6)) or deterministic or out_of_range or graph_per_token or (grouped_vs_oracle and case0)" ;;
+    fused_moe) echo "(oracle and (case0 or case3 or case6)) or deterministic or out_of_range or graph_per_token or (grouped_vs_oracle and case0) or stream_path" ;;
     *) echo "cuda and torch" ;;
   esac
 }

@@ -10,6 +10,7 @@
 //   4. down      grouped GEMM: intermediate x w2[e] -> fp32 down row of each pair
 //   5. reduce    y[t] = sum_j (j order) w[t,j] * down[t*k+j] over local experts (+ shared_output) -> bf16
 // Grouped path (M tile 128): fused_moe_grouped.cu (CUTLASS WGMMA grouped GEMMs).
+// Stream path (M tile 8, decode regime): fused_moe_stream.cu (two kernels, no align).
 // Workspace layout and the M tile: fused_moe_plan.h. The GEMM grids are (max_tiles, N / BN); CTAs past the
 // real tile count exit at once. Every kernel calls PdlWait() before anything else, so each one waits for the
 // complete previous kernel, transitively for all earlier ones (and for the previous op on the stream).
@@ -26,6 +27,7 @@
 #include "csrc/moe/fused_moe.h"
 #include "csrc/moe/fused_moe_grouped.h"
 #include "csrc/moe/fused_moe_plan.h"
+#include "csrc/moe/fused_moe_stream.h"
 #include "csrc/moe/moe_common.cuh"
 #include "csrc/moe/moe_gemm.cuh"
 
@@ -209,6 +211,7 @@ Status FusedMoeCuda(const FusedMoeArgs& a, cudaStream_t stream) {
   const int64_t global = a.num_experts_global > 0 ? a.num_experts_global : experts + a.expert_offset;
   if (DeviceChecksEnabled()) HPC_RETURN_IF_ERROR(CheckIdsOnDevice(a, global, stream));
   const moe::MoePlan plan = moe::MakeMoePlan(tokens, top_k, experts, hidden, inter, a.quant);
+  if (plan.stream) return moe::RunStreamMoe(a, plan, stream);
   uint8_t* ws = a.workspace.ptr<uint8_t>();
   int32_t* header = reinterpret_cast<int32_t*>(ws + plan.header);
   int32_t* tile_expert = reinterpret_cast<int32_t*>(ws + plan.tile_expert);

@@ -2,7 +2,9 @@
 // layout, pure functions of the shapes (one source of truth: FusedMoeWorkspaceBytes, the launcher and the
 // bindings all call MakeMoePlan).
 //
-// Two paths, chosen by the M tile (TileM below):
+// Three paths, chosen by the M tile (TileM below):
+//   stream (M tile 8, T*k <= 8): two kernels that stream each hit expert's weights once against its few
+//                                tokens, routing/quant/reduce folded in (fused_moe_stream.cu).
 //   tiled (v1, M tile 16/32/64): hand-written mma.sync GEMMs over padded per-expert tiles (fused_moe.cu).
 //   grouped (M tile 128):        CUTLASS sm90 grouped GEMMs over unpadded per-expert row ranges
 //                                (fused_moe_grouped.cu, grouped_gemm_sm90.cu).
@@ -38,6 +40,11 @@
 //   gate_up       bf16[P, 2I]           D of GEMM1
 //   inter         bf16|e4m3[P, I]       silu(gate)*up, rounded/quantized like the reference (A of GEMM2)
 //   inter_scale   f32[P, I/128]         fp8_block128 only
+//
+// Stream path. No align, no sorted rows: each kernel finds the hit experts and their pairs from topk_ids itself.
+//   header        int32[64]             (unused)
+//   inter         [P, I] per pair:      e4m3 (fp8_tensor, quantized with a2) | bf16 (none) | f32 (fp8_block128:
+//                                       the down kernel quantizes it per 128 columns, as the reference does)
 #pragma once
 
 #include <algorithm>
@@ -48,32 +55,55 @@
 
 namespace hpc::moe {
 
-// HPC_XLA_MOE_PATH=v1|grouped forces a path for A/B runs (read once; unset: by tile). Anything else is an
+// HPC_XLA_MOE_PATH=v1|grouped|stream forces a path for A/B runs (read once; unset: by tile). Anything else is an
 // error reported by ValidateFusedMoeCuda.
-enum class MoePathChoice : int32_t { kAuto = 0, kV1 = 1, kGrouped = 2, kInvalid = 3 };
+enum class MoePathChoice : int32_t { kAuto = 0, kV1 = 1, kGrouped = 2, kStream = 3, kInvalid = 4 };
 MoePathChoice MoePathFromEnv();  // fused_moe_validate.cc
 
 constexpr int kGroupedTileM = 128;
+constexpr int kStreamTileM = 8;        // the stream path's marker: token columns per MMA (n8)
+constexpr int kStreamMaxPairs = 512;   // T*k it can take: each CTA holds the ids and its per-pair partials on chip
+constexpr int kStreamAutoPairs = 8;    // T*k it takes by default (T = 1 at top-8): where it measured faster than
+                                       // the tiled path on the H200 (bench/NOTES.md, fused_moe v4)
 
-// The M tile: ONE function of the mean rows per local expert, avg = ceil(T*k / E):
+// The M tile: ONE function of the pairs P = T*k, the mean rows per local expert avg = ceil(P / E) and the quant:
+//   P <= 8, not fp8_block128 -> 8 (stream path: the decode regime, two kernels instead of five),
 //   avg <= 16 -> 16,  <= 32 -> 32,  <= 64 -> 64 (tiled path),  else 128 (grouped path).
 // (64 is the largest tile whose gate-up CTA tile [64 x 2*128] with fp8_block128's per-block promotion keeps
 // its accumulators in registers with mma.sync; 128 rows per expert and up is where WGMMA tiles fill.)
-// HPC_XLA_MOE_PATH overrides the path: v1 caps the tile at 64, grouped always takes 128.
-inline int TileM(int64_t tokens, int64_t top_k, int64_t experts) {
+// The stream path measured slower than the tiled one at P >= 32 (its fp8 fragments cost ~5x the instructions per
+// byte) and on fp8_block128 (DeepSeek-V3 EP8), so the default keeps it to single-token top-8 decode.
+// HPC_XLA_MOE_PATH overrides the path: v1 caps the tile at 64 (never stream), grouped always takes 128, stream
+// takes 8 whenever P <= 512 (else the default choice).
+inline int TileM(int64_t tokens, int64_t top_k, int64_t experts, MoeQuant quant) {
   const int64_t e = std::max<int64_t>(experts, 1);
-  const int64_t avg = (tokens * top_k + e - 1) / e;
-  const int by_avg = avg <= 16 ? 16 : (avg <= 32 ? 32 : (avg <= 64 ? 64 : kGroupedTileM));
+  const int64_t pairs = tokens * top_k;
+  const int64_t avg = (pairs + e - 1) / e;
+  const int tiled = avg <= 16 ? 16 : (avg <= 32 ? 32 : (avg <= 64 ? 64 : kGroupedTileM));
   switch (MoePathFromEnv()) {
-    case MoePathChoice::kV1: return std::min(by_avg, 64);
+    case MoePathChoice::kV1: return std::min(tiled, 64);
     case MoePathChoice::kGrouped: return kGroupedTileM;
-    default: return by_avg;
+    case MoePathChoice::kStream: return pairs <= kStreamMaxPairs ? kStreamTileM : tiled;
+    default: return pairs <= kStreamAutoPairs && quant != MoeQuant::kFp8Block128 ? kStreamTileM : tiled;
   }
+}
+
+// Stream path, down kernel: K splits per (expert, 16 output rows) task, a pure function of the shapes (so a
+// token's result never depends on the other tokens). More splits only while the tasks (at most min(P, E) hit
+// experts x splits) would leave the CTA's 8 warps idle, while the per-pair partials [splits, P, 16] f32 fit in
+// 32 KB, and while every split keeps a 128-column group of I.
+inline int StreamDownSplits(int64_t pairs, int64_t experts, int64_t inter) {
+  const int64_t hits = std::max<int64_t>(1, std::min(pairs, experts));
+  const int64_t groups = (inter + 127) / 128;
+  int kp = 1;
+  while (kp < 8 && 2 * kp * hits <= 8 && 2 * kp * pairs <= kStreamMaxPairs && 2 * kp <= groups) kp *= 2;
+  return kp;
 }
 
 struct MoePlan {
   int tile_m = 16;
   bool grouped = false;
+  bool stream = false;
   int64_t pairs = 0, max_tiles = 0, max_rows = 0;
   // both paths
   int64_t header = 0, sorted_pairs = 0, inter = 0, inter_scale = 0, total = 0;
@@ -91,8 +121,9 @@ inline int64_t AlignUp256(int64_t b) { return (b + 255) / 256 * 256; }
 inline MoePlan MakeMoePlan(int64_t tokens, int64_t top_k, int64_t experts, int64_t hidden, int64_t inter,
                            MoeQuant quant) {
   MoePlan p;
-  p.tile_m = TileM(tokens, top_k, experts);
+  p.tile_m = TileM(tokens, top_k, experts, quant);
   p.grouped = p.tile_m == kGroupedTileM;
+  p.stream = p.tile_m == kStreamTileM;
   p.pairs = tokens * top_k;
   const bool fp8 = quant != MoeQuant::kNone, block = quant == MoeQuant::kFp8Block128;
   int64_t at = 0;
@@ -102,7 +133,9 @@ inline MoePlan MakeMoePlan(int64_t tokens, int64_t top_k, int64_t experts, int64
     return off;
   };
   p.header = take(kMoeHeaderInts * 4);
-  if (p.grouped) {
+  if (p.stream) {
+    p.inter = take(p.pairs * inter * (block ? 4 : (fp8 ? 1 : 2)));
+  } else if (p.grouped) {
     p.max_rows = p.pairs;
     p.expert_count = take(experts * 4);
     p.expert_first = take(experts * 4);

@@ -46,6 +46,7 @@ MoePathChoice MoePathFromEnv() {
     if (*v == '\0' || std::strcmp(v, "auto") == 0) return MoePathChoice::kAuto;
     if (std::strcmp(v, "v1") == 0) return MoePathChoice::kV1;
     if (std::strcmp(v, "grouped") == 0) return MoePathChoice::kGrouped;
+    if (std::strcmp(v, "stream") == 0) return MoePathChoice::kStream;
     return MoePathChoice::kInvalid;
   }();
   return choice;
@@ -147,8 +148,7 @@ Status ValidateFusedMoe(const FusedMoeArgs& a) {
 }
 
 int FusedMoeTileM(int64_t tokens, int64_t top_k, int64_t experts, MoeQuant quant) {
-  (void)quant;
-  return moe::TileM(tokens, top_k, experts);
+  return moe::TileM(tokens, top_k, experts, quant);
 }
 
 int64_t FusedMoeWorkspaceBytes(int64_t tokens, int64_t top_k, int64_t experts, int64_t hidden, int64_t inter,
@@ -160,7 +160,7 @@ Status ValidateFusedMoeCuda(const FusedMoeArgs& a) {
   HPC_RETURN_IF_ERROR(ValidateFusedMoe(a));
   ArgCheck c("fused_moe");
   if (moe::MoePathFromEnv() == moe::MoePathChoice::kInvalid) {
-    return c.Fail(std::string("HPC_XLA_MOE_PATH must be 'v1', 'grouped', 'auto' or unset; got '") + MoePathEnvText() +
+    return c.Fail(std::string("HPC_XLA_MOE_PATH must be 'v1', 'grouped', 'stream', 'auto' or unset; got '") + MoePathEnvText() +
                   "'");
   }
   const int64_t tokens = a.x.shape[0], hidden = a.x.shape[1], experts = a.w13.shape[0], inter = a.w13.shape[1] / 2;

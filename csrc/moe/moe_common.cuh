@@ -1,5 +1,5 @@
-// Pieces both fused_moe paths share (included by fused_moe.cu and fused_moe_grouped.cu / grouped_gemm_sm90.cu):
-// the once-per-kernel shared-memory attribute and the final weighted reduce.
+// Pieces the fused_moe paths share (included by fused_moe.cu, fused_moe_grouped.cu / grouped_gemm_sm90.cu and
+// fused_moe_stream.cu): the once-per-kernel shared-memory attribute, the activation and the final weighted reduce.
 #pragma once
 
 #include <cuda_bf16.h>
@@ -26,6 +26,9 @@ inline Status AllowSmem(const void* fn, int bytes) {
   done.insert(fn);
   return Status::Ok();
 }
+
+// silu(g) in fp32, as the reference computes it.
+__device__ __forceinline__ float Silu(float g) { return g / (1.f + expf(-g)); }
 
 __device__ __forceinline__ void LoadRow8(const float* src, float (&d)[8]) {
   const float4 lo = reinterpret_cast<const float4*>(src)[0], hi = reinterpret_cast<const float4*>(src)[1];

@@ -35,6 +35,7 @@
 #include "csrc/common/mma.cuh"
 #include "csrc/common/numeric.h"
 #include "csrc/moe/fused_moe.h"
+#include "csrc/moe/moe_common.cuh"
 
 namespace hpc::moe {
 
@@ -89,8 +90,6 @@ struct GemmShape {
 };
 
 __device__ __forceinline__ int Swz(int row, int chunk) { return row * kLineBytes + ((chunk ^ (row & 7)) << 4); }
-
-__device__ __forceinline__ float Silu(float g) { return g / (1.f + expf(-g)); }
 
 template <GemmKind KIND, MoeQuant Q, int BM>
 __global__ void __launch_bounds__(kGemmThreads, (GemmShape<KIND, Q, BM>::kMinBlocks))

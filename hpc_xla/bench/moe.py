@@ -352,8 +352,9 @@ def run(args):
     l2 = timing.l2_bytes()
     tokens_list = [int(t) for t in args.tokens.split(",")] if args.tokens else TOKENS
     rows, records = [], []
-    peer = triton_peer()
-    print("triton peer: %s" % _TRITON["why"], flush=True)
+    peers = os.environ.get("HPC_BENCH_PEERS", "1") != "0"  # 0: ours only (A/B runs of HPC_XLA_MOE_PATH)
+    peer = triton_peer() if peers else None
+    print("triton peer: %s" % (_TRITON["why"] if peers else "off (HPC_BENCH_PEERS=0)"), flush=True)
     if peer is not None and os.environ.get("HPC_TRITON_PRECOMPILE", "1") != "0":
         t0 = time.time()
         jobs = [list(shape) + [t] for shape in SHAPES for t in tokens_list]
@@ -388,23 +389,24 @@ def run(args):
             big = flops > 2e12
             replays = 5 if big else 20
             ours = timing.graph_time_us([_ours(w, s, quant, offset, e_global, ws) for s in sets], replays=replays)
-            theirs, peer_kind = _peer_time(w, sets, quant, offset, e_local, replays)
+            theirs, peer_kind = _peer_time(w, sets, quant, offset, e_local, replays) if peers else (None, "off")
             tri, tri_err = _triton_time(peer, w, sets, quant, e_global, emap, replays)
             tbps = hit_bytes / (ours * 1e-6) / 1e12
             tflops = flops / (ours * 1e-6) / 1e12
             rec = dict(shape=name, quant=quant or "bf16", experts=[e_local, e_global], hidden=h, inter=i,
                        top_k=top_k, tokens=tokens, local_pairs=pairs, experts_hit=hit, weight_bytes_hit=hit_bytes,
                        us=ours, tbps=tbps, tflops=tflops, torch_us=theirs, torch_kind=peer_kind,
-                       speedup_vs_torch=theirs / ours, triton_us=tri,
+                       speedup_vs_torch=None if theirs is None else theirs / ours, triton_us=tri,
                        speedup_vs_triton=None if tri is None else tri / ours, triton_rel_err=tri_err,
                        triton_config=None if tri is None else peer.config_for(w["w13"], w["w2"], top_k, tokens,
                                                                               quant),
                        triton_config_tuned=tuned, rotating_sets=sets_n,
-                       tile_m=ext().fused_moe_tile_m(tokens, top_k, e_local, 0))
+                       tile_m=ext().fused_moe_tile_m(tokens, top_k, e_local, 0),
+                       path=os.environ.get("HPC_XLA_MOE_PATH", "auto"))
             records.append(rec)
             rows.append([name, quant or "bf16", tokens, "%.1f" % ours, "%.2f" % tbps, "%.1f" % tflops,
-                         "%.1f" % theirs + ("" if peer_kind == "grouped" else " (loop)"),
-                         "%.2fx" % rec["speedup_vs_torch"], _fmt(tri, "%.1f"),
+                         _fmt(theirs, "%.1f") + ("" if peer_kind in ("grouped", "off") else " (loop)"),
+                         _fmt(rec["speedup_vs_torch"], "%.2fx"), _fmt(tri, "%.1f"),
                          _fmt(rec["speedup_vs_triton"], "%.2fx"), _fmt(tri_err, "%.1e")])
             print("  " + "  ".join(str(x) for x in rows[-1]), flush=True)
             for s in sets:
@@ -417,9 +419,9 @@ def run(args):
                        "layer)" % torch.cuda.get_device_name(0),
                        ["shape", "quant", "T", "us", "TB/s(w hit)", "TFLOP/s", "torch us", "speedup", "triton us",
                         "vs triton", "tri err"], rows)
-    print("triton peer: %s; moe suite took %.0f s" % (_TRITON["why"], time.time() - started))
+    print("triton peer: %s; moe suite took %.0f s" % (_TRITON.get("why", "off"), time.time() - started))
     report.write_json(args.out, dict(suite="moe", device=torch.cuda.get_device_name(0), rows=records,
-                                     torch=torch.__version__, triton_peer=_TRITON["why"],
+                                     torch=torch.__version__, triton_peer=_TRITON.get("why", "off"),
                                      seconds=time.time() - started))
     plot(report.plot_path(args.out), records)
     return records
