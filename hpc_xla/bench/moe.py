@@ -33,6 +33,7 @@ from pathlib import Path
 import torch
 
 import hpc_xla.torch as ht
+from hpc_xla import _options
 from hpc_xla._ext import ext
 from hpc_xla.bench import report, timing
 from hpc_xla.torch.moe import fused_moe_workspace_size
@@ -401,7 +402,7 @@ def run(args):
                        triton_config=None if tri is None else peer.config_for(w["w13"], w["w2"], top_k, tokens,
                                                                               quant),
                        triton_config_tuned=tuned, rotating_sets=sets_n,
-                       tile_m=ext().fused_moe_tile_m(tokens, top_k, e_local, 0),
+                       tile_m=ext().fused_moe_tile_m(tokens, top_k, e_local, _options.moe_quant_code(quant)),
                        path=os.environ.get("HPC_XLA_MOE_PATH", "auto"))
             records.append(rec)
             rows.append([name, quant or "bf16", tokens, "%.1f" % ours, "%.2f" % tbps, "%.1f" % tflops,
