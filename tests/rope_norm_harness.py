@@ -125,13 +125,23 @@ def check(case, inputs, q_out, q_scale, k_cache, v_cache):
 
 
 # --------------------------------------------------------------------------------------------- runners
-def run_torch(case, inputs, device="cpu", strided_cache=False):
-    """Runs hpc_xla.torch.rope_norm; returns numpy (q_out, q_scale, k_cache, v_cache)."""
+def run_torch(case, inputs, device="cpu", strided_cache=False, input_layout="contiguous"):
+    """Runs hpc_xla.torch.rope_norm; returns numpy (q_out, q_scale, k_cache, v_cache). input_layout: "qkv" passes
+    q, k, v as vLLM's views of one [T, (Hq + 2 Hkv) D] tensor; "head_strided" as views with a row stride of 2 D."""
     import torch
 
     import hpc_xla.torch as ht
 
     t = {k: to_torch(v, device) for k, v in inputs.items()}
+    if input_layout == "qkv":
+        qkv = torch.cat([t[n].flatten(1) for n in ("q", "k", "v")], dim=1)
+        sizes = [t[n].shape[1] * case.head_dim for n in ("q", "k", "v")]
+        t["q"], t["k"], t["v"] = (x.view(t[n].shape) for x, n in zip(qkv.split(sizes, dim=1), ("q", "k", "v")))
+    elif input_layout == "head_strided":
+        for n in ("q", "k", "v"):
+            wide = torch.zeros(*t[n].shape[:2], 2 * case.head_dim, dtype=t[n].dtype, device=device)
+            wide[..., :case.head_dim] = t[n]
+            t[n] = wide[..., :case.head_dim]
     k_cache, v_cache = t["k_cache"], t["v_cache"]
     if strided_cache:  # vLLM's layout: one [NB, Hkv, P, 2D] tensor, K/V as strided views
         kv = torch.cat([k_cache.transpose(1, 2), v_cache.transpose(1, 2)], dim=-1).contiguous()

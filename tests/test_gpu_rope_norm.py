@@ -218,3 +218,25 @@ print("OK", len(cases))
     for rows in ("1", "2", "4"):
         out = _run_python(code, HPC_XLA_ROPE_ROWS=rows)
         assert "OK 7" in out, (rows, out)
+
+
+
+LAYOUT_CASES = [
+    Case(tokens=37, num_q_heads=6, num_kv_heads=3, page_size=8, num_blocks=6),
+    Case(tokens=37, num_q_heads=5, num_kv_heads=1, page_size=8, num_blocks=6, rope_style="gptj", rotary_dim=48),
+    Case(tokens=37, num_q_heads=12, num_kv_heads=4, page_size=8, num_blocks=6, cache_fp8=True, q_fp8=True,
+         head_dim=64, dtype="float16"),
+    Case(tokens=37, num_q_heads=4, num_kv_heads=2, page_size=8, num_blocks=6, head_dim=96),  # general kernel
+    Case(tokens=3001, num_q_heads=8, num_kv_heads=1, page_size=64, num_blocks=48, index_dtype="int64"),
+]
+
+
+@pytest.mark.parametrize("layout", ["qkv", "head_strided"])
+@pytest.mark.parametrize("case", LAYOUT_CASES, ids=lambda c: "T%d_H%d_%d_D%d" % (
+    c.tokens, c.num_q_heads, c.num_kv_heads, c.head_dim))
+def test_input_layouts(case, layout):
+    """q, k, v as vLLM passes them (views of one [T, (Hq + 2 Hkv) D] qkv tensor) and as head-strided views."""
+    from rope_norm_harness import run_torch
+
+    inputs = make_inputs(case)
+    check(case, inputs, *run_torch(case, inputs, device="cuda", input_layout=layout))

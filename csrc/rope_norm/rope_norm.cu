@@ -31,23 +31,21 @@ __global__ void RopeNormIndexCheckKernel(RopeNormParams p, unsigned long long* f
 }
 
 // Rows per lane group (paired kernel). Several rows per thread amortize the token's index, cos/sin and weight
-// loads but serialize the rows' math: a small batch (too few threads to fill the GPU twice) takes 1 row per
-// group. Otherwise the most of {4, 2} that leaves at most 1/8 of the groups' row slots idle (64/8 heads: 16 q
-// groups + 2 k + 2 v of 4; 8/1: 2 rows would leave 2 of 12 slots idle -> 1). HPC_XLA_ROPE_ROWS=1|2|4 forces
-// one for A/B runs.
+// loads and keep more bytes in flight per thread, but serialize the rows' math: a small batch (too few threads
+// to fill the GPU twice with 4-row blocks) takes 1 row per group, a large one 4. Measured on the H200 at
+// T=16384 (bench/NOTES.md, session 7): 8/1/128 30.3 us at 4 rows against 35.9 at 1 -- its k and v groups hold
+// 1 row of 4, and those idle slots cost less than the per-row cos/sin and index loads they save; 64/8 and 32/4
+// were already best at 4. HPC_XLA_ROPE_ROWS=1|2|4 forces one for A/B runs.
 int RowsPerGroup(int64_t tokens, int q_heads, int kv_heads, int group_lanes, int sms) {
   static const int forced = [] {
     const int r = EnvInt("HPC_XLA_ROPE_ROWS", 0);
     return r == 1 || r == 2 || r == 4 ? r : 0;
   }();
   if (forced != 0) return forced;
-  const int rows = q_heads + 2 * kv_heads;
-  for (int r : {4, 2}) {
-    const int64_t groups = (q_heads + r - 1) / r + 2 * ((kv_heads + r - 1) / r);
-    const bool fills = tokens * groups * group_lanes >= 2 * static_cast<int64_t>(sms) * 2048;
-    if (fills && 8 * (groups * r - rows) <= rows) return r;
-  }
-  return 1;
+  // "fills": at least two waves of the 4-row kernel's resident blocks
+  const int64_t groups = (q_heads + 3) / 4 + 2 * ((kv_heads + 3) / 4);
+  const int64_t wave = static_cast<int64_t>(sms) * kPairedThreads * kPairedMinBlocks<4>;
+  return tokens * groups * group_lanes >= 2 * wave ? 4 : 1;
 }
 
 template <int G, int R, typename T, bool kFp8Cache, bool kFp8Q>

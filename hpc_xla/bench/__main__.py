@@ -9,8 +9,8 @@ def main(argv=None):
     ap.add_argument("suite", choices=["rope_norm", "decode", "moe"])
     ap.add_argument("--out", default=None, help="write the full results as JSON here")
     ap.add_argument("--tokens", default=None, help="comma-separated token counts (default: the suite's)")
-    ap.add_argument("--heads", default=None, help="decode: only these Hq/Hkv/D, e.g. 64/8/128,8/1/128")
-    ap.add_argument("--kv", default=None, help="decode: only this KV dtype (bf16 or fp8)")
+    ap.add_argument("--heads", default=None, help="decode, rope_norm: only these Hq/Hkv/D, e.g. 64/8/128,8/1/128")
+    ap.add_argument("--kv", default=None, help="decode: only this KV dtype; rope_norm: only this variant (bf16 or fp8)")
     ap.add_argument("--q-len", default=None, help="decode: only these q_len values, e.g. 1")
     args = ap.parse_args(argv)
     import torch

@@ -3,9 +3,16 @@ RoPE, cache scatter, fp8 quant as separate torch ops), both under CUDA-graph rep
 
 Bytes counted (the fewest a correct implementation must move): q, k, v read; q (or fp8 q + scales) written;
 K/V written into the cache (2 or 1 bytes/element); positions, slot_mapping and the tokens' cos/sin rows read.
+
+Index layouts (HPC_BENCH_ROPE_LAYOUT): "serving" (default) is what vLLM hands the kernel: the batch is a few
+sequences (chunks of 64..2048 tokens), positions run consecutively inside each from a random start, and each
+sequence fills whole pages taken in random order from the block allocator (slots consecutive within a page).
+"random" draws every position and every slot independently (a random permutation of the cache's slots): the
+worst case for DRAM locality, kept to show what scattered 1-page-row writes cost.
 """
 
 import math
+import os
 import time
 
 import torch
@@ -21,18 +28,43 @@ PAGE = 64
 EPS = 1e-6
 
 
-def _problem(tokens, hq, hkv, d, variant, sets, gen):
+def _indices(layout, tokens, sets, num_blocks, max_pos, gen):
+    """positions [sets, tokens] and slots [sets, tokens] (int64, cuda) for the index layout (module docstring)."""
+    dev = "cuda"
+    if layout == "random":
+        slots = torch.randperm(num_blocks * PAGE, device=dev, generator=gen)[: sets * tokens]
+        pos = torch.randint(0, max_pos, (sets * tokens,), device=dev, dtype=torch.int64, generator=gen)
+        return pos.view(sets, tokens), slots.view(sets, tokens)
+    cpu = torch.Generator().manual_seed(tokens * 131 + sets)
+    pages = torch.randperm(num_blocks, generator=cpu).tolist()
+    pos, slots, page_i = [], [], 0
+    for _ in range(sets):
+        left = tokens
+        while left > 0:  # one sequence chunk: consecutive positions, its own pages
+            n = min(left, int(torch.randint(64, 2049, (1,), generator=cpu)))
+            start = int(torch.randint(0, max_pos - n + 1, (1,), generator=cpu))
+            pos.append(torch.arange(start, start + n))
+            npages = -(-n // PAGE)
+            seq_pages = torch.tensor(pages[page_i:page_i + npages])
+            page_i += npages
+            slots.append((seq_pages[:, None] * PAGE + torch.arange(PAGE)[None]).flatten()[:n])
+            left -= n
+    return (torch.cat(pos).view(sets, tokens).to(dev), torch.cat(slots).view(sets, tokens).to(dev))
+
+
+def _problem(tokens, hq, hkv, d, variant, sets, gen, layout="serving"):
     """`sets` rotating input sets sharing one cache (each set writes its own slots)."""
     dev = "cuda"
     max_pos = 32768
     inv = 1.0 / (10000.0 ** (torch.arange(0, d, 2, device=dev, dtype=torch.float32) / d))
     freqs = torch.arange(max_pos, device=dev, dtype=torch.float32)[:, None] * inv[None]
     cos_sin = torch.cat([freqs.cos(), freqs.sin()], dim=-1)
-    num_blocks = math.ceil(sets * tokens / PAGE) + 1
+    # serving layout: a set has at most ceil(tokens / PAGE) + 1 sequence chunks, each may leave a partial page
+    num_blocks = sets * (2 * math.ceil(tokens / PAGE) + 1) + 1
     cache_dtype = torch.float8_e4m3fn if variant == "fp8" else torch.bfloat16
     k_cache = torch.randn(num_blocks, PAGE, hkv, d, device=dev).to(cache_dtype)
     v_cache = torch.randn(num_blocks, PAGE, hkv, d, device=dev).to(cache_dtype)
-    slots_all = torch.randperm(num_blocks * PAGE, device=dev, generator=gen)[: sets * tokens]
+    positions, slots = _indices(layout, tokens, sets, num_blocks, max_pos, gen)
     common = dict(cos_sin=cos_sin, k_cache=k_cache, v_cache=v_cache,
                   qw=torch.rand(d, device=dev) + 0.5, kw=torch.rand(d, device=dev) + 0.5,
                   k_scale=torch.tensor(0.05, device=dev) if variant == "fp8" else None,
@@ -42,8 +74,7 @@ def _problem(tokens, hq, hkv, d, variant, sets, gen):
         qkv = torch.randn(tokens, (hq + 2 * hkv) * d, device=dev, dtype=torch.bfloat16)
         q, k, v = qkv.split([hq * d, hkv * d, hkv * d], dim=-1)  # vLLM's strided views of one qkv tensor
         out.append(dict(common, q=q.view(tokens, hq, d), k=k.view(tokens, hkv, d), v=v.view(tokens, hkv, d),
-                        positions=torch.randint(0, max_pos, (tokens,), device=dev, dtype=torch.int64),
-                        slots=slots_all[i * tokens:(i + 1) * tokens].contiguous(),
+                        positions=positions[i].contiguous(), slots=slots[i].contiguous(),
                         q_out=torch.empty(tokens, hq, d, device=dev,
                                           dtype=torch.float8_e4m3fn if variant == "fp8" else torch.bfloat16),
                         q_scale=torch.empty(tokens, hq, device=dev) if variant == "fp8" else None))
@@ -125,28 +156,32 @@ def run(args):
     gen = torch.Generator(device="cuda").manual_seed(0)
     ceiling = timing.copy_ceiling_tbps()
     l2 = timing.l2_bytes()
+    layout = os.environ.get("HPC_BENCH_ROPE_LAYOUT", "serving")
+    if layout not in ("serving", "random"):
+        raise ValueError("HPC_BENCH_ROPE_LAYOUT must be 'serving' or 'random', got %r" % layout)
     rows, records = [], []
     tokens_list = [int(t) for t in args.tokens.split(",")] if args.tokens else TOKENS
-    for variant in VARIANTS:
-        for hq, hkv, d in HEADS:
+    heads_list = [tuple(int(x) for x in h.split("/")) for h in args.heads.split(",")] if args.heads else HEADS
+    for variant in ([args.kv] if args.kv else VARIANTS):
+        for hq, hkv, d in heads_list:
             for tokens in tokens_list:
                 nbytes = _bytes(tokens, hq, hkv, d, variant)
                 sets = max(1, min(64, math.ceil(4 * l2 / nbytes)))
-                probs = _problem(tokens, hq, hkv, d, variant, sets, gen)
+                probs = _problem(tokens, hq, hkv, d, variant, sets, gen, layout)
                 ours = timing.graph_time_us([_fused(p, variant) for p in probs])
                 theirs = timing.graph_time_us([_unfused(p, variant) for p in probs])
                 tbps = nbytes / (ours * 1e-6) / 1e12
                 rec = dict(variant=variant, heads=[hq, hkv, d], tokens=tokens, bytes=nbytes, us=ours,
                            tbps=tbps, pct_ceiling=100 * tbps / ceiling, unfused_us=theirs,
-                           speedup_vs_unfused=theirs / ours, rotating_sets=sets)
+                           speedup_vs_unfused=theirs / ours, rotating_sets=sets, index_layout=layout)
                 records.append(rec)
                 rows.append([variant, "%d/%d/%d" % (hq, hkv, d), tokens, "%.1f" % ours, "%.2f" % tbps,
                              "%.0f%%" % rec["pct_ceiling"], "%.1f" % theirs, "%.2fx" % rec["speedup_vs_unfused"]])
                 print("  " + "  ".join(str(x) for x in rows[-1]), flush=True)
                 del probs
     overhead = host_overhead_us()
-    report.print_table("rope_norm on %s (copy ceiling %.2f TB/s, CUDA-graph replay, median)" % (
-        torch.cuda.get_device_name(0), ceiling),
+    report.print_table("rope_norm on %s (copy ceiling %.2f TB/s, CUDA-graph replay, median, %s indices)" % (
+        torch.cuda.get_device_name(0), ceiling, layout),
         ["variant", "Hq/Hkv/D", "T", "us", "TB/s", "%ceil", "unfused us", "speedup"], rows)
     print("host overhead per call (no graph): bridge 4 tensors %.2f us, rope_norm via torch.ops %.2f us" % (
         overhead["bridge_4_tensors_us"], overhead["rope_norm_call_us"]))
