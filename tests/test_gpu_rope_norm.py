@@ -220,7 +220,6 @@ print("OK", len(cases))
         assert "OK 7" in out, (rows, out)
 
 
-
 LAYOUT_CASES = [
     Case(tokens=37, num_q_heads=6, num_kv_heads=3, page_size=8, num_blocks=6),
     Case(tokens=37, num_q_heads=5, num_kv_heads=1, page_size=8, num_blocks=6, rope_style="gptj", rotary_dim=48),
