@@ -4,15 +4,14 @@
 #include <cuda_runtime.h>
 #include <cub/block/block_scan.cuh>
 
-#include <mutex>
 #include <string>
-#include <unordered_map>
 #include <vector>
 
 #include "csrc/attention/decode.h"
 #include "csrc/attention/decode_kernel.cuh"
 #include "csrc/common/arch.h"
 #include "csrc/common/check.h"
+#include "csrc/common/occupancy.h"
 
 namespace hpc {
 namespace {
@@ -57,24 +56,9 @@ KernelChoice ChooseKernel(const DecodeConfig& cfg) {
 }
 
 // Raises the kernel's dynamic shared-memory limit once (not on the hot path) and returns resident CTAs/SM.
-Status PrepareKernel(const KernelChoice& k, int device, int* ctas_per_sm) {
-  static std::mutex mu;
-  static std::unordered_map<const void*, int> occupancy;  // per kernel; all our GPUs are the same arch
-  std::lock_guard<std::mutex> lock(mu);
-  auto it = occupancy.find(k.fn);
-  if (it == occupancy.end()) {
-    HPC_RETURN_IF_ERROR(CudaStatus(cudaFuncSetAttribute(k.fn, cudaFuncAttributeMaxDynamicSharedMemorySize, k.smem),
-                                   "decode_attention: shared memory attribute"));
-    int n = 0;
-    HPC_RETURN_IF_ERROR(CudaStatus(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, k.fn, attention::kDecodeThreads,
-                                                                                k.smem),
-                                   "decode_attention: occupancy"));
-    if (n < 1) return Status::Internal("decode_attention: kernel does not fit on an SM");
-    it = occupancy.emplace(k.fn, n).first;
-  }
-  (void)device;
-  *ctas_per_sm = it->second;
-  return Status::Ok();
+Status PrepareKernel(const KernelChoice& k, int* ctas_per_sm) {
+  HPC_RETURN_IF_ERROR(AllowDynamicSmem(k.fn, k.smem, "decode_attention: shared memory attribute"));
+  return ResidentCtasPerSm(k.fn, attention::kDecodeThreads, k.smem, "decode_attention: occupancy", ctas_per_sm);
 }
 
 constexpr int kPlanSmemPrefix = 4096;  // batch sizes below this search a shared-memory copy of the prefix
@@ -183,7 +167,7 @@ int Log2(int x) {
 Status DecodeMaxCtas(const DecodeConfig& cfg, int device, int* max_ctas) {
   HPC_RETURN_IF_ERROR(CheckHopper(device));
   int per_sm = 0;
-  HPC_RETURN_IF_ERROR(PrepareKernel(ChooseKernel(cfg), device, &per_sm));
+  HPC_RETURN_IF_ERROR(PrepareKernel(ChooseKernel(cfg), &per_sm));
   *max_ctas = per_sm * MultiprocessorCount(device);
   return Status::Ok();
 }
@@ -208,7 +192,7 @@ Status DecodeAttentionCuda(const DecodeAttentionArgs& a, cudaStream_t stream) {
   }
   const KernelChoice kernel = ChooseKernel(cfg);
   int per_sm = 0;
-  HPC_RETURN_IF_ERROR(PrepareKernel(kernel, a.q.device_id, &per_sm));
+  HPC_RETURN_IF_ERROR(PrepareKernel(kernel, &per_sm));
 
   const int batch = static_cast<int>(a.seq_lens.shape[0]);
   DecodeParams p = {};

@@ -27,9 +27,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <cub/block/block_scan.cuh>
-#include <mutex>
 #include <type_traits>
-#include <unordered_map>
 
 #include "csrc/common/arch.h"
 #include "csrc/common/launch.cuh"
@@ -627,22 +625,6 @@ __global__ void __launch_bounds__(kDownThreads) MoeStreamDownKernel(const __grid
 }
 
 // ------------------------------------------------------------------------------------------------ launch
-// Resident CTAs of `fn` per SM (occupancy API, once per kernel).
-Status ResidentPerSm(const void* fn, int threads, int smem, int* per_sm) {
-  static std::mutex mu;
-  static std::unordered_map<const void*, int> cache;
-  std::lock_guard<std::mutex> lock(mu);
-  auto it = cache.find(fn);
-  if (it == cache.end()) {
-    int n = 0;
-    HPC_RETURN_IF_ERROR(CudaStatus(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, fn, threads, smem),
-                                   "fused_moe: stream gate-up occupancy"));
-    it = cache.emplace(fn, std::max(n, 1)).first;
-  }
-  *per_sm = it->second;
-  return Status::Ok();
-}
-
 template <MoeQuant Q, Col CUp, Col CDown>
 Status LaunchStream(const StreamParams& sp, int device, cudaStream_t stream) {
   constexpr bool kFp8 = Q != MoeQuant::kNone;
@@ -656,7 +638,8 @@ Status LaunchStream(const StreamParams& sp, int device, cudaStream_t stream) {
   HPC_RETURN_IF_ERROR(AllowSmem(reinterpret_cast<const void*>(down), kDownRings + kDownRedBytes));
   // warp-persistent gate-up grid: one wave, and no more warps than the most units any routing can give
   int per_sm = 0;
-  HPC_RETURN_IF_ERROR(ResidentPerSm(reinterpret_cast<const void*>(up), kUpThreads, kUpSmem, &per_sm));
+  HPC_RETURN_IF_ERROR(ResidentCtasPerSm(reinterpret_cast<const void*>(up), kUpThreads, kUpSmem,
+                                        "fused_moe: stream gate-up occupancy", &per_sm));
   // Few units (the routing's upper bound min(P, E) x I/8 under 4 per resident warp, e.g. T = 1, or EP where most
   // pairs are remote): the CTA's warps split H of each unit, so every resident warp streams. A function of the
   // shapes only, so no token's result depends on the other tokens.

@@ -6,10 +6,9 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
-#include <mutex>
-#include <unordered_set>
 
 #include "csrc/common/launch.cuh"
+#include "csrc/common/occupancy.h"
 #include "csrc/common/status.h"
 #include "csrc/common/vec.cuh"
 
@@ -17,14 +16,7 @@ namespace hpc::moe {
 
 // Raises a kernel's dynamic shared-memory limit once per kernel (never on the hot path after the first call).
 inline Status AllowSmem(const void* fn, int bytes) {
-  static std::mutex mu;
-  static std::unordered_set<const void*> done;
-  std::lock_guard<std::mutex> lock(mu);
-  if (done.count(fn)) return Status::Ok();
-  HPC_RETURN_IF_ERROR(CudaStatus(cudaFuncSetAttribute(fn, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes),
-                                 "fused_moe: shared memory attribute"));
-  done.insert(fn);
-  return Status::Ok();
+  return AllowDynamicSmem(fn, bytes, "fused_moe: shared memory attribute");
 }
 
 // silu(g) in fp32, as the reference computes it.

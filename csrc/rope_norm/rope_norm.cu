@@ -4,6 +4,7 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <algorithm>
 #include <cstdlib>
 #include <mutex>
 
@@ -11,6 +12,7 @@
 #include "csrc/common/check.h"
 #include "csrc/common/launch.cuh"
 #include "csrc/common/numeric.h"
+#include "csrc/common/occupancy.h"
 #include "csrc/common/vec.cuh"
 #include "csrc/rope_norm/rope_norm.h"
 #include "csrc/rope_norm/rope_norm_general.cuh"
@@ -90,6 +92,21 @@ int GroupLanes(int head_dim) {
   int g = 2;
   while (g * kVec < head_dim) g *= 2;
   return g;
+}
+
+// The paired kernel's cos/sin prefetch distance, in lane groups (RopeNormParams::prefetch_groups): 3/4 of a
+// wave of resident blocks. Measured on the H200 at T=16384 (bench/NOTES.md session 8), 1/4 to a whole wave:
+// 3/4 was best or near it on every shape. HPC_XLA_ROPE_PREFETCH_PCT sets it in percent of a wave for A/B runs
+// (0 = no prefetch).
+Status SetPrefetch(const void* kernel, int lanes, int device, RopeNormParams& p) {
+  static const int pct = EnvInt("HPC_XLA_ROPE_PREFETCH_PCT", 75);
+  p.prefetch_groups = 0;
+  if (pct <= 0) return Status::Ok();
+  int per_sm = 0;
+  HPC_RETURN_IF_ERROR(ResidentCtasPerSm(kernel, kPairedThreads, 0, "rope_norm: occupancy", &per_sm));
+  const int64_t wave = static_cast<int64_t>(per_sm) * MultiprocessorCount(device) * (kPairedThreads / lanes);
+  p.prefetch_groups = static_cast<int>(std::min<int64_t>(wave * pct / 100, INT32_MAX / 2));
+  return Status::Ok();
 }
 
 bool Aligned16(const void* ptr) { return reinterpret_cast<uintptr_t>(ptr) % 16 == 0; }
@@ -224,6 +241,7 @@ Status RopeNormCuda(const RopeNormArgs& a, cudaStream_t stream) {
       case 8: kernel = PickPaired<8>(rows, a.q.dtype, fp8_cache, fp8_q); break;
       default: kernel = PickPaired<16>(rows, a.q.dtype, fp8_cache, fp8_q); break;
     }
+    HPC_RETURN_IF_ERROR(SetPrefetch(kernel, lanes, a.q.device_id, p));
   } else {
     lanes = GroupLanes(p.head_dim);
     groups_per_token = p.groups_per_token = p.num_q_heads + 2 * p.num_kv_heads;  // one row per group

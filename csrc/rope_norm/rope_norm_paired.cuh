@@ -218,19 +218,68 @@ __device__ __forceinline__ void StoreRow16(void* base, int64_t off, const LaneCh
   }
 }
 
+// What one lane group works on: a kind, a token and its first head (rows first_head + i * head_step, i < R).
+struct GroupUnit {
+  RowKind kind;
+  int token, first_head;
+};
+
+__device__ __forceinline__ GroupUnit UnitOfGroup(const RopeNormParams& p, int group) {
+  int tile = 0, r = 0;
+  p.tile_div(tile, r, group);
+  const int q_span = p.q_groups << p.tile_shift, kv_span = p.kv_groups << p.tile_shift;
+  const RowKind kind = r < q_span ? RowKind::kQ : (r < q_span + kv_span ? RowKind::kK : RowKind::kV);
+  r -= kind == RowKind::kQ ? 0 : (kind == RowKind::kK ? q_span : q_span + kv_span);
+  // the token's index within the tile is the low bits, the group's index within its kind the high ones
+  return {kind, (tile << p.tile_shift) + (r & ((1 << p.tile_shift) - 1)), r >> p.tile_shift};
+}
+
+template <typename T>
+__device__ __forceinline__ const T* SourceRow(const RopeNormParams& p, RowKind kind, int token, int head) {
+  const T* src = static_cast<const T*>(kind == RowKind::kQ ? p.q : (kind == RowKind::kK ? p.k : p.v));
+  const int64_t src_t = kind == RowKind::kQ ? p.q_stride_t : (kind == RowKind::kK ? p.k_stride_t : p.v_stride_t);
+  const int64_t src_h = kind == RowKind::kQ ? p.q_stride_h : (kind == RowKind::kK ? p.k_stride_h : p.v_stride_h);
+  return src + token * src_t + head * src_h;
+}
+
+// cos/sin rows go into L2 ahead of use. A group's cos/sin load waits on its position, and in a stream of
+// 16384 tokens the row is rarely still in L2, so every group paid a DRAM latency twice in a row (rows, then
+// cos/sin) before its math: cos/sin was ~20% of the time at ~9% of the bytes (bench/NOTES.md session 7). Now
+// the group p.prefetch_groups ahead -- most of a wave of resident blocks, i.e. a group that starts about when
+// this one's block ends -- is looked up, and when it is a token's first q group, lane 0 loads that token's
+// position here and prefetches its cos/sin row as soon as it has issued its own (PrefetchCosSin), fire-and-forget.
+// Measured: prefetching the q/k/v rows the same way was slower, and a distance of a whole wave was too far.
+// Returns the position to prefetch, or -1.
+template <int G>
+__device__ __forceinline__ int CosSinAheadPosition(const RopeNormParams& p, int group, int lane) {
+  if (p.prefetch_groups == 0 || lane != 0) return -1;
+  const int64_t ahead = static_cast<int64_t>(group) + p.prefetch_groups;
+  if (ahead >= static_cast<int64_t>(gridDim.x) * (kPairedThreads / G)) return -1;
+  const GroupUnit u = UnitOfGroup(p, static_cast<int>(ahead));
+  if (u.token >= p.tokens || u.kind != RowKind::kQ || u.first_head != 0) return -1;
+  // int: a position below max_pos (checked before use) is far below 2^31; one register, not two
+  return static_cast<int>(LoadIndex(p.positions, p.positions_i64, u.token));
+}
+
+__device__ __forceinline__ void PrefetchCosSin(const RopeNormParams& p, int pos) {
+  if (pos < 0 || pos >= p.max_pos) return;
+  asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(__cvta_generic_to_global(
+                   static_cast<const float*>(p.cos_sin) + pos * p.cos_sin_stride)),
+               "r"(p.rotary_dim * 4)
+               : "memory");
+}
+
 template <int G, int R, typename T, bool kFp8Cache, bool kFp8Q>
 __global__ void __launch_bounds__(kPairedThreads, kPairedMinBlocks<R>)
     RopeNormPairedKernel(const __grid_constant__ RopeNormParams p) {
   constexpr bool kBf16 = std::is_same_v<T, __nv_bfloat16>;
   const int lane = threadIdx.x % G;
-  int tile = 0, r = 0;
-  p.tile_div(tile, r, static_cast<int>(blockIdx.x * (kPairedThreads / G) + threadIdx.x / G));
-  const int q_span = p.q_groups << p.tile_shift, kv_span = p.kv_groups << p.tile_shift;
-  const RowKind kind = r < q_span ? RowKind::kQ : (r < q_span + kv_span ? RowKind::kK : RowKind::kV);
-  r -= kind == RowKind::kQ ? 0 : (kind == RowKind::kK ? q_span : q_span + kv_span);
-  const int token = (tile << p.tile_shift) + (r & ((1 << p.tile_shift) - 1));
-  const int first_head = r >> p.tile_shift;  // the group's index within its kind
+  const int group = static_cast<int>(blockIdx.x * (kPairedThreads / G) + threadIdx.x / G);
+  const GroupUnit unit = UnitOfGroup(p, group);
+  const RowKind kind = unit.kind;
+  const int token = unit.token, first_head = unit.first_head;
   PdlWait();  // inputs may come from the previous kernel in the stream
+  const int ahead_pos = CosSinAheadPosition<G>(p, group, lane);
   if (token >= p.tokens) return;  // whole groups leave together (one token per group)
   const uint32_t mask = GroupLanesMask<G>();
   const int heads = kind == RowKind::kQ ? p.num_q_heads : p.num_kv_heads;
@@ -238,15 +287,12 @@ __global__ void __launch_bounds__(kPairedThreads, kPairedMinBlocks<R>)
   const LaneChunks ch = PairedChunks(lane, G, p.rotary_dim, p.neox);
 
   // Every load first: the row chunks, the indices, then cos/sin and weights.
-  const T* src = static_cast<const T*>(kind == RowKind::kQ ? p.q : (kind == RowKind::kK ? p.k : p.v));
-  const int64_t src_t = kind == RowKind::kQ ? p.q_stride_t : (kind == RowKind::kK ? p.k_stride_t : p.v_stride_t);
-  const int64_t src_h = kind == RowKind::kQ ? p.q_stride_h : (kind == RowKind::kK ? p.k_stride_h : p.v_stride_h);
   uint4 ra[R], rb[R];
 #pragma unroll
   for (int i = 0; i < R; ++i) {
     const int head = first_head + i * head_step;
     if (head >= heads) break;
-    const T* row = src + token * src_t + head * src_h;
+    const T* row = SourceRow<T>(p, kind, token, head);
     ra[i] = Load16(row + ch.a * kVec);
     rb[i] = Load16(row + ch.b * kVec);
   }
@@ -272,6 +318,7 @@ __global__ void __launch_bounds__(kPairedThreads, kPairedMinBlocks<R>)
         StoreGlobal16(static_cast<T*>(p.v_cache) + off + ch.b * kVec, rb[i]);
       }
     }
+    PrefetchCosSin(p, ahead_pos);
     return;
   }
 
@@ -285,6 +332,7 @@ __global__ void __launch_bounds__(kPairedThreads, kPairedMinBlocks<R>)
   PairedCoeffs coeffs;
   float c[8] = {}, s[8] = {}, w[16];
   if (pos_ok && ch.rot_a) LoadPairedCosSin(p, pos, ch, c, s);
+  PrefetchCosSin(p, ahead_pos);  // its position came with ours; issued here it holds no register for long
   {
     const void* w_ptr = kind == RowKind::kQ ? p.q_norm_weight : p.k_norm_weight;
     const DType w_dtype = kind == RowKind::kQ ? p.q_norm_dtype : p.k_norm_dtype;

@@ -53,6 +53,9 @@ struct RopeNormParams {
   // the global group index -> (tile, index in tile) by multiply-shift instead of a 32-bit division.
   int q_groups, kv_groups, tile_shift;
   cutlass::FastDivmod tile_div;
+  // Paired kernel only: groups prefetch into L2 the cos/sin row of the token of the group this many ahead
+  // (0 = off). See CosSinAheadPosition.
+  int prefetch_groups;
 };
 
 __device__ __forceinline__ float LoadAny(const void* base, DType dtype, int64_t i) {

@@ -58,3 +58,18 @@ def copy_ceiling_tbps(num_bytes=2 << 30, reps=10):
 
 def l2_bytes():
     return torch.cuda.get_device_properties(0).L2_cache_size
+
+
+def same_size_copy_us(num_bytes, sets):
+    """µs per D2D copy moving `num_bytes` in all (num_bytes / 2 read + num_bytes / 2 written), `sets` rotating
+    buffer pairs under the same graph replay as the op: what a plain copy of the op's bytes costs at that size,
+    ramp and tail included. A reference column only; percentages stay against copy_ceiling_tbps()."""
+    half = max(16, num_bytes // 2 // 16 * 16)
+    pairs = [(torch.empty(half, dtype=torch.uint8, device="cuda"), torch.empty(half, dtype=torch.uint8,
+                                                                               device="cuda"))
+             for _ in range(sets)]
+    for src, _ in pairs:
+        src.random_(0, 255)
+    us = graph_time_us([(lambda s=s, d=d: d.copy_(s)) for s, d in pairs])
+    del pairs
+    return us

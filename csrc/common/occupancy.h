@@ -1,0 +1,46 @@
+// Per-kernel launch facts the launchers need once, cached for the process (never a driver query on the hot path
+// after a kernel's first call): the raised dynamic shared-memory limit and the resident CTAs per SM.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <mutex>
+#include <string>
+#include <unordered_map>
+#include <unordered_set>
+
+#include "csrc/common/launch.cuh"
+#include "csrc/common/status.h"
+
+namespace hpc {
+
+// Raises `fn`'s dynamic shared-memory limit to `bytes` (once per kernel). `what` names the op in errors.
+inline Status AllowDynamicSmem(const void* fn, int bytes, const char* what) {
+  static std::mutex mu;
+  static std::unordered_set<const void*> done;
+  std::lock_guard<std::mutex> lock(mu);
+  if (done.count(fn)) return Status::Ok();
+  HPC_RETURN_IF_ERROR(CudaStatus(cudaFuncSetAttribute(fn, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes), what));
+  done.insert(fn);
+  return Status::Ok();
+}
+
+// Resident CTAs of `fn` per SM at `threads` threads and `smem` dynamic shared bytes (occupancy API, once per
+// kernel: all the GPUs we run on are one architecture). Call AllowDynamicSmem first when smem > 48 KB. A kernel
+// that does not fit at all is an internal error, not a silent grid of zero.
+inline Status ResidentCtasPerSm(const void* fn, int threads, int smem, const char* what, int* per_sm) {
+  static std::mutex mu;
+  static std::unordered_map<const void*, int> cache;
+  std::lock_guard<std::mutex> lock(mu);
+  auto it = cache.find(fn);
+  if (it == cache.end()) {
+    int n = 0;
+    HPC_RETURN_IF_ERROR(CudaStatus(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, fn, threads, smem), what));
+    if (n < 1) return Status::Internal(std::string(what) + ": kernel does not fit on an SM");
+    it = cache.emplace(fn, n).first;
+  }
+  *per_sm = it->second;
+  return Status::Ok();
+}
+
+}  // namespace hpc
