@@ -196,7 +196,8 @@ def test_large_batch(case):
 def test_every_rows_per_group_setting():
     """The paired kernel with 1, 2 and 4 rows per lane group (HPC_XLA_ROPE_ROWS, read once per process, so each
     setting runs in its own process) over head counts that do and do not divide by the rows, both rope styles,
-    partial rotary, norm after rope, fp8 cache and q, D 64/128/256; plus shapes that take the general kernel."""
+    partial rotary, norm after rope, fp8 cache and q, D 64/128/256 (Hkv 1 and 2 at 2 or 4 rows take merged k/v
+    groups, Hkv 3 and 4 separate ones); plus shapes that take the general kernel."""
     code = """
 from rope_norm_harness import Case, check, make_inputs, run_torch
 cases = [

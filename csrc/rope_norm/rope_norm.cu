@@ -50,6 +50,13 @@ int RowsPerGroup(int64_t tokens, int q_heads, int kv_heads, int group_lanes, int
   return tokens * groups * group_lanes >= 2 * wave ? 4 : 1;
 }
 
+// Whether a token's k and v rows share one lane group (RopeNormParams::kv_merged): when all of them fit in its
+// rows. HPC_XLA_ROPE_KV_MERGE=0 keeps separate k and v groups, for A/B runs.
+bool KvMerged(int rows, int kv_heads) {
+  static const bool enabled = EnvFlag("HPC_XLA_ROPE_KV_MERGE", true);
+  return enabled && rows > 1 && 2 * kv_heads <= rows;
+}
+
 template <int G, int R, typename T, bool kFp8Cache, bool kFp8Q>
 struct GeneralKernel {
   static void* Get() { return reinterpret_cast<void*>(&RopeNormGeneralKernel<G, R, T, kFp8Cache, kFp8Q>); }
@@ -225,7 +232,8 @@ Status RopeNormCuda(const RopeNormArgs& a, cudaStream_t stream) {
     const int rows = RowsPerGroup(p.tokens, p.num_q_heads, p.num_kv_heads, lanes, MultiprocessorCount(a.q.device_id));
     p.q_groups = (p.num_q_heads + rows - 1) / rows;
     p.kv_groups = (p.num_kv_heads + rows - 1) / rows;
-    groups_per_token = p.q_groups + 2 * p.kv_groups;
+    p.kv_merged = KvMerged(rows, p.num_kv_heads);
+    groups_per_token = p.q_groups + (p.kv_merged ? 1 : 2 * p.kv_groups);
     // Tokens per tile: the fewest (a power of two) for which each kind's groups fill whole warps, so no warp
     // mixes q, k and v groups (8/1 heads: 4 tokens = 32 q groups + 4 k + 4 v at 4 groups per warp; mixed warps
     // ran their q and k branches one after the other).

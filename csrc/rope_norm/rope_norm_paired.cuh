@@ -285,40 +285,56 @@ __global__ void __launch_bounds__(kPairedThreads, kPairedMinBlocks<R>)
   const int heads = kind == RowKind::kQ ? p.num_q_heads : p.num_kv_heads;
   const int head_step = kind == RowKind::kQ ? p.q_groups : p.kv_groups;
   const LaneChunks ch = PairedChunks(lane, G, p.rotary_dim, p.neox);
+  // A merged k/v group (p.kv_merged) holds the token's k rows and then its v rows.
+  const bool with_v = p.kv_merged && kind == RowKind::kK;
+  // Row i of the group: its kind (v for a merged group's rows past the k heads) and head, or -1 past the end.
+  auto row_head = [&](int i, RowKind& row_kind) {
+    int head = first_head + i * head_step;
+    row_kind = kind;
+    if (with_v && head >= heads) row_kind = RowKind::kV, head -= heads;
+    return head < heads ? head : -1;
+  };
 
   // Every load first: the row chunks, the indices, then cos/sin and weights.
   uint4 ra[R], rb[R];
 #pragma unroll
   for (int i = 0; i < R; ++i) {
-    const int head = first_head + i * head_step;
-    if (head >= heads) break;
-    const T* row = SourceRow<T>(p, kind, token, head);
+    RowKind row_kind;
+    const int head = row_head(i, row_kind);
+    if (head < 0) break;
+    const T* row = SourceRow<T>(p, row_kind, token, head);
     ra[i] = Load16(row + ch.a * kVec);
     rb[i] = Load16(row + ch.b * kVec);
   }
   const int64_t pos = kind == RowKind::kV ? 0 : LoadIndex(p.positions, p.positions_i64, token);
   const int64_t slot = kind == RowKind::kQ ? -1 : LoadIndex(p.slot_mapping, p.slots_i64, token);
 
-  if (kind == RowKind::kV) {
+  // The group's v rows into the cache (a 16-bit row is copied as it is); false when the slot is skipped.
+  auto store_v_rows = [&]() {
     const int64_t dst = CacheRow(p, slot, p.v_cache_stride_b, p.v_cache_stride_p);
-    if (dst < 0) return;
+    if (dst < 0) return false;
     const float mul = kFp8Cache ? QuantMultiplier(*p.v_scale) : 1.0f;
-    PdlLaunchDependents();
 #pragma unroll
     for (int i = 0; i < R; ++i) {
-      const int head = first_head + i * head_step;
-      if (head >= heads) break;
+      RowKind row_kind;
+      const int head = row_head(i, row_kind);
+      if (head < 0) break;
+      if (row_kind != RowKind::kV) continue;
       const int64_t off = dst + head * p.v_cache_stride_h;
       if constexpr (kFp8Cache) {
         float x[16];
         Unpack16(ra[i], rb[i], kBf16, x);
         StoreRow16<T, true>(p.v_cache, off, ch, x, mul);
-      } else {  // a 16-bit V row is copied as it is
+      } else {
         StoreGlobal16(static_cast<T*>(p.v_cache) + off + ch.a * kVec, ra[i]);
         StoreGlobal16(static_cast<T*>(p.v_cache) + off + ch.b * kVec, rb[i]);
       }
     }
-    PrefetchCosSin(p, ahead_pos);
+    return true;
+  };
+  if (kind == RowKind::kV) {
+    PdlLaunchDependents();
+    if (store_v_rows()) PrefetchCosSin(p, ahead_pos);
     return;
   }
 
@@ -327,6 +343,7 @@ __global__ void __launch_bounds__(kPairedThreads, kPairedMinBlocks<R>)
   const bool pos_ok = pos >= 0 && pos < p.max_pos;
   const int64_t k_dst = kind == RowKind::kK ? CacheRow(p, slot, p.k_cache_stride_b, p.k_cache_stride_p) : -1;
   if (kind == RowKind::kK && k_dst < 0) return;
+  if (with_v) store_v_rows();  // same slot as k: in range here
   // Several rows per thread: the weights are folded into per-thread coefficients (PairedCoeffs).
   constexpr bool kFolded = R > 1;
   PairedCoeffs coeffs;

@@ -52,6 +52,9 @@ struct RopeNormParams {
   // groups, then its v groups, token-minor), so that the groups of one warp run the same branch; tile_div maps
   // the global group index -> (tile, index in tile) by multiply-shift instead of a 32-bit division.
   int q_groups, kv_groups, tile_shift;
+  // k and v share one group per token (its rows: the k heads, then the v heads) when both fit in R rows, e.g.
+  // 8/1 heads at R=4: separate k and v groups would each hold 1 row of 4. Then the tile has no v groups.
+  bool kv_merged;
   cutlass::FastDivmod tile_div;
   // Paired kernel only: groups prefetch into L2 the cos/sin row of the token of the group this many ahead
   // (0 = off). See CosSinAheadPosition.
