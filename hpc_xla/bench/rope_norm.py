@@ -3,6 +3,8 @@ RoPE, cache scatter, fp8 quant as separate torch ops), both under CUDA-graph rep
 
 Bytes counted (the fewest a correct implementation must move): q, k, v read; q (or fp8 q + scales) written;
 K/V written into the cache (2 or 1 bytes/element); positions, slot_mapping and the tokens' cos/sin rows read.
+"%ceil" is against the copy ceiling (a 2 GiB device copy); "copy us" times a plain copy of the same bytes under the
+same graph replay, for reference: at small sizes even a copy stays well below the ceiling.
 
 Index layouts (HPC_BENCH_ROPE_LAYOUT): "serving" (default) is what vLLM hands the kernel: the batch is a few
 sequences (chunks of 64..2048 tokens), positions run consecutively inside each from a random start, and each
