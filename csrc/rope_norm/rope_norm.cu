@@ -3,8 +3,8 @@
 // models use -- and the general kernel (rope_norm_general.cuh) for everything else the API accepts.
 #include <cuda_runtime.h>
 
-#include <cstdint>
 #include <algorithm>
+#include <cstdint>
 #include <cstdlib>
 #include <mutex>
 
