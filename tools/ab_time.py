@@ -1,0 +1,36 @@
+"""Times the fused rope_norm op alone (no unfused peer, no copy column: a few seconds per shape) for A/B runs of
+kernel versions in one device call, one process per version (the package on PYTHONPATH decides which binary runs;
+see tools/stage_ab_copy.sh). Same problems and timing as `python -m hpc_xla.bench rope_norm`.
+
+  PYTHONPATH=.peer/exp/old:tests python3 tools/ab_time.py --heads 8/1/128,64/8/128 --variants bf16,fp8
+"""
+import argparse
+import math
+
+import torch
+
+from hpc_xla.bench import rope_norm, timing
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--heads", default="8/1/128,64/8/128,32/4/128")
+    ap.add_argument("--variants", default="bf16,fp8")
+    ap.add_argument("--tokens", type=int, default=16384)
+    args = ap.parse_args()
+    gen = torch.Generator(device="cuda").manual_seed(0)
+    out = []
+    for variant in args.variants.split(","):
+        for h in args.heads.split(","):
+            hq, hkv, d = (int(x) for x in h.split("/"))
+            nbytes = rope_norm._bytes(args.tokens, hq, hkv, d, variant)
+            sets = max(1, min(64, math.ceil(4 * timing.l2_bytes() / nbytes)))
+            probs = rope_norm._problem(args.tokens, hq, hkv, d, variant, sets, gen)
+            us = timing.graph_time_us([rope_norm._fused(p, variant) for p in probs])
+            out.append("%s %s %.1f" % (variant, h, us))
+            del probs
+    print(" | ".join(out))
+
+
+if __name__ == "__main__":
+    main()
