@@ -5,11 +5,10 @@ see tools/stage_ab_copy.sh). Same problems and timing as `python -m hpc_xla.benc
   PYTHONPATH=.peer/exp/old:tests python3 tools/ab_time.py --heads 8/1/128,64/8/128 --variants bf16,fp8
 """
 import argparse
-import math
 
 import torch
 
-from hpc_xla.bench import rope_norm, timing
+from hpc_xla.bench import rope_norm
 
 
 def main():
@@ -23,10 +22,7 @@ def main():
     for variant in args.variants.split(","):
         for h in args.heads.split(","):
             hq, hkv, d = (int(x) for x in h.split("/"))
-            nbytes = rope_norm._bytes(args.tokens, hq, hkv, d, variant)
-            sets = max(1, min(64, math.ceil(4 * timing.l2_bytes() / nbytes)))
-            probs = rope_norm._problem(args.tokens, hq, hkv, d, variant, sets, gen)
-            us = timing.graph_time_us([rope_norm._fused(p, variant) for p in probs])
+            _, _, probs, us = rope_norm.time_fused(args.tokens, hq, hkv, d, variant, gen)
             out.append("%s %s %.1f" % (variant, h, us))
             del probs
     print(" | ".join(out))

@@ -133,6 +133,15 @@ def _unfused(p, variant):
     return call
 
 
+def time_fused(tokens, hq, hkv, d, variant, gen, layout="serving"):
+    """The fused op under graph replay on enough rotating input sets to exceed L2 four times: (bytes per call,
+    sets, the problems, median us per call)."""
+    nbytes = _bytes(tokens, hq, hkv, d, variant)
+    sets = max(1, min(64, math.ceil(4 * timing.l2_bytes() / nbytes)))
+    probs = _problem(tokens, hq, hkv, d, variant, sets, gen, layout)
+    return nbytes, sets, probs, timing.graph_time_us([_fused(p, variant) for p in probs])
+
+
 def host_overhead_us(n=2000):
     """Per-call host cost without a graph: the bridge alone (4 tensors + stream) and a full rope_norm call
     (T=1) through torch.ops, both launching asynchronously."""
@@ -157,7 +166,6 @@ def run(args):
     torch.manual_seed(0)
     gen = torch.Generator(device="cuda").manual_seed(0)
     ceiling = timing.copy_ceiling_tbps()
-    l2 = timing.l2_bytes()
     layout = os.environ.get("HPC_BENCH_ROPE_LAYOUT", "serving")
     if layout not in ("serving", "random"):
         raise ValueError("HPC_BENCH_ROPE_LAYOUT must be 'serving' or 'random', got %r" % layout)
@@ -167,10 +175,7 @@ def run(args):
     for variant in ([args.kv] if args.kv else VARIANTS):
         for hq, hkv, d in heads_list:
             for tokens in tokens_list:
-                nbytes = _bytes(tokens, hq, hkv, d, variant)
-                sets = max(1, min(64, math.ceil(4 * l2 / nbytes)))
-                probs = _problem(tokens, hq, hkv, d, variant, sets, gen, layout)
-                ours = timing.graph_time_us([_fused(p, variant) for p in probs])
+                nbytes, sets, probs, ours = time_fused(tokens, hq, hkv, d, variant, gen, layout)
                 theirs = timing.graph_time_us([_unfused(p, variant) for p in probs])
                 copy = timing.same_size_copy_us(nbytes, sets)
                 tbps = nbytes / (ours * 1e-6) / 1e12
