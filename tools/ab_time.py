@@ -18,11 +18,12 @@ def main():
     ap.add_argument("--tokens", type=int, default=16384)
     args = ap.parse_args()
     gen = torch.Generator(device="cuda").manual_seed(0)
+    layout = rope_norm.index_layout()  # HPC_BENCH_ROPE_LAYOUT, as in the suite
     out = []
     for variant in args.variants.split(","):
         for h in args.heads.split(","):
             hq, hkv, d = (int(x) for x in h.split("/"))
-            _, _, probs, us = rope_norm.time_fused(args.tokens, hq, hkv, d, variant, gen)
+            _, _, probs, us = rope_norm.time_fused(args.tokens, hq, hkv, d, variant, gen, layout)
             out.append("%s %s %.1f" % (variant, h, us))
             del probs
     print(" | ".join(out))

@@ -133,6 +133,14 @@ def _unfused(p, variant):
     return call
 
 
+def index_layout():
+    """HPC_BENCH_ROPE_LAYOUT (module docstring): 'serving' (default) or 'random'."""
+    layout = os.environ.get("HPC_BENCH_ROPE_LAYOUT", "serving")
+    if layout not in ("serving", "random"):
+        raise ValueError("HPC_BENCH_ROPE_LAYOUT must be 'serving' or 'random', got %r" % layout)
+    return layout
+
+
 def time_fused(tokens, hq, hkv, d, variant, gen, layout="serving"):
     """The fused op under graph replay on enough rotating input sets to exceed L2 four times: (bytes per call,
     sets, the problems, median us per call)."""
@@ -166,9 +174,7 @@ def run(args):
     torch.manual_seed(0)
     gen = torch.Generator(device="cuda").manual_seed(0)
     ceiling = timing.copy_ceiling_tbps()
-    layout = os.environ.get("HPC_BENCH_ROPE_LAYOUT", "serving")
-    if layout not in ("serving", "random"):
-        raise ValueError("HPC_BENCH_ROPE_LAYOUT must be 'serving' or 'random', got %r" % layout)
+    layout = index_layout()
     rows, records = [], []
     tokens_list = [int(t) for t in args.tokens.split(",")] if args.tokens else TOKENS
     heads_list = [tuple(int(x) for x in h.split("/")) for h in args.heads.split(",")] if args.heads else HEADS
