@@ -94,7 +94,7 @@ CASES = [
     (1, 8, 8, 256, 128, 0, 0, True, False, False),
     (5, 3, 1, 128, 256, 0, 0, False, True, False),
     (33, 16, 4, 256, 256, 0, 0, True, False, False),      # M tile 16, experts with zero tokens
-    (70, 8, 8, 384, 128, 0, 0, False, True, False),       # avg 70 rows/expert: M tile 64
+    (70, 8, 8, 384, 128, 0, 0, False, True, False),       # avg 70 rows/expert: grouped path
     (40, 8, 6, 128, 384, 0, 0, False, False, False),      # M tile 32
     (50, 6, 3, 256, 128, 5, 7, True, False, False),       # EP: local experts 5..10 of 18
     (64, 4, 2, 256, 256, 2, 4, False, False, True),       # every token hits the first local expert
@@ -265,8 +265,8 @@ def test_cuda_errors():
                      workspace=torch.empty(16, dtype=torch.uint8, device="cuda"))
 
 
-# (path, token counts, top_k, inter): one graph per T on the tiled path (avg <= 64 rows/expert with E=8) and on
-# the grouped path (avg > 64)
+# (path, token counts, top_k, inter): one graph per T on the tiled path (avg <= 32 rows/expert with E=8) and on
+# the grouped path (avg > 32)
 GRAPH_REGIMES = [("tiled", (1, 7, 64), 4, 128), ("grouped", (300, 517, 1024), 2, 256)]
 
 
@@ -471,17 +471,17 @@ print("TILE", _tile_m(p))
 """
 
 
-def _run_path(path, args, tmp_path):
+def _run_path(path, args, tmp_path, **env):
     """Runs one problem in a child process with HPC_XLA_MOE_PATH=path (the knob is read once per process)."""
-    dst = str(tmp_path / ("out_%s.npy" % path))
-    r = _run_child(_PATH_CHILD % (args,), [dst], HPC_XLA_MOE_PATH=path)
+    dst = str(tmp_path / ("out_%s_%d.npy" % (path, len(env))))
+    r = _run_child(_PATH_CHILD % (args,), [dst], HPC_XLA_MOE_PATH=path, **env)
     assert r.returncode == 0, r.stdout + r.stderr
     tile = int(r.stdout.split("TILE")[1].split()[0])
     return np.load(dst).view(BF16), tile
 
 
 @pytest.mark.parametrize("quant", QUANTS)
-@pytest.mark.parametrize("tokens", [5, 96, 800])  # auto path: tiled, tiled, grouped
+@pytest.mark.parametrize("tokens", [5, 96, 800])  # auto path: tiled, grouped, grouped (v1 forced: tiles 16, 64, 64)
 def test_v1_and_grouped_paths_agree(tokens, quant, tmp_path):
     """HPC_XLA_MOE_PATH=v1, =grouped and =stream on the same problem: each within the oracle tolerance and within it
     of v1 (the grouped path forced onto tiny groups of 0-3 rows at T=5, v1 forced onto large T, the stream path
@@ -498,6 +498,30 @@ def test_v1_and_grouped_paths_agree(tokens, quant, tmp_path):
         _check_oracle(p, out)
         err = reference.relative_error(out, v1.astype(np.float64))
         assert err < _tol(p), "v1 vs %s relative error %g" % (name, err)
+
+
+@pytest.mark.parametrize("quant", [None, "fp8_tensor"])
+@pytest.mark.parametrize("tokens", [5, 800])
+def test_grouped_narrow_tile_agrees(tokens, quant, tmp_path):
+    """HPC_XLA_MOE_GEMM_TILE=128x128 (the bf16 / fp8_tensor grouped GEMMs on the old 128x128 CTA tiles; the default
+    is 128x256, which test_v1_and_grouped_paths_agree covers): within the oracle tolerance and within it of v1, on
+    tiny groups (T=5) and large ones (T=800)."""
+    args = (tokens, 4, 256, 256, 2, quant, 1, 2, True, 77 + tokens)
+    v1, _ = _run_path("v1", args, tmp_path)
+    narrow, narrow_tile = _run_path("grouped", args, tmp_path, HPC_XLA_MOE_GEMM_TILE="128x128")
+    assert narrow_tile == GROUPED_TILE
+    p = make_problem(*args[:5], quant=args[5], expert_offset=args[6], extra_experts=args[7], shared=args[8],
+                     seed=args[9])
+    _check_oracle(p, narrow)
+    err = reference.relative_error(narrow, v1.astype(np.float64))
+    assert err < _tol(p), "v1 vs narrow-tile grouped relative error %g" % err
+
+
+def test_gemm_tile_knob_rejects_unknown_values(tmp_path):
+    args = (800, 4, 256, 256, 2, None, 1, 2, True, 5)
+    r = _run_child(_PATH_CHILD % (args,), [str(tmp_path / "x.npy")], HPC_XLA_MOE_PATH="grouped",
+                   HPC_XLA_MOE_GEMM_TILE="64x64")
+    assert r.returncode != 0 and "HPC_XLA_MOE_GEMM_TILE must be" in r.stdout + r.stderr, r.stdout + r.stderr
 
 
 def test_moe_path_knob_rejects_unknown_values():

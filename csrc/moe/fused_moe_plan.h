@@ -68,20 +68,24 @@ constexpr int kStreamAutoPairs = 8;    // T*k it takes by default (T = 1 at top-
 
 // The M tile: ONE function of the pairs P = T*k, the mean rows per local expert avg = ceil(P / E) and the quant:
 //   P <= 8, not fp8_block128 -> 8 (stream path: the decode regime, two kernels instead of five),
-//   avg <= 16 -> 16,  <= 32 -> 32,  <= 64 -> 64 (tiled path),  else 128 (grouped path).
-// (64 is the largest tile whose gate-up CTA tile [64 x 2*128] with fp8_block128's per-block promotion keeps
-// its accumulators in registers with mma.sync; 128 rows per expert and up is where WGMMA tiles fill.)
+//   avg <= 16 -> 16,  <= 32 -> 32 (tiled path),  else 128 (grouped path).
+// The grouped path's WGMMA GEMMs beat the tiled path's M tile 64 wherever it used to run (avg 33-64): on the H200
+// Qwen3 fp8 T=1024 (avg 64) 441 -> 259 us, bf16 498 -> 407, Hy3-TP8 T=1024 (avg 43) 355 -> 289, Mixtral T=256
+// 952 -> 773, DeepSeek-V3 EP8 block128 T=256 790 -> 519; at avg 11-16 the tiled tiles stay ahead or even
+// (bench/NOTES.md, fused_moe v5). M tile 64 (the largest whose gate-up CTA tile [64 x 2*128] with fp8_block128's
+// per-block promotion keeps its accumulators in registers with mma.sync) is still built, for HPC_XLA_MOE_PATH=v1.
 // The stream path measured slower than the tiled one at P >= 32 (its fp8 fragments cost ~5x the instructions per
 // byte) and on fp8_block128 (DeepSeek-V3 EP8), so the default keeps it to single-token top-8 decode.
-// HPC_XLA_MOE_PATH overrides the path: v1 caps the tile at 64 (never stream), grouped always takes 128, stream
-// takes 8 whenever P <= 512 (else the default choice).
+// HPC_XLA_MOE_PATH overrides the path: v1 takes the tiled path at any size (16 / 32 / 64 by avg, never stream),
+// grouped always takes 128, stream takes 8 whenever P <= 512 (else the default choice).
 inline int TileM(int64_t tokens, int64_t top_k, int64_t experts, MoeQuant quant) {
   const int64_t e = std::max<int64_t>(experts, 1);
   const int64_t pairs = tokens * top_k;
   const int64_t avg = (pairs + e - 1) / e;
-  const int tiled = avg <= 16 ? 16 : (avg <= 32 ? 32 : (avg <= 64 ? 64 : kGroupedTileM));
+  const int v1 = avg <= 16 ? 16 : (avg <= 32 ? 32 : 64);
+  const int tiled = avg <= 32 ? v1 : kGroupedTileM;
   switch (MoePathFromEnv()) {
-    case MoePathChoice::kV1: return std::min(tiled, 64);
+    case MoePathChoice::kV1: return v1;
     case MoePathChoice::kGrouped: return kGroupedTileM;
     case MoePathChoice::kStream: return pairs <= kStreamMaxPairs ? kStreamTileM : tiled;
     default: return pairs <= kStreamAutoPairs && quant != MoeQuant::kFp8Block128 ? kStreamTileM : tiled;

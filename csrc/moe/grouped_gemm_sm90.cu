@@ -26,6 +26,7 @@
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
+#include <cstdlib>
 #include <string>
 
 #include "csrc/common/arch.h"
@@ -83,6 +84,14 @@ using Bf16Kernel = GroupedKernel<cutlass::bfloat16_t, Shape<_128, _128, _64>,
 using Fp8TensorKernel = GroupedKernel<cutlass::float_e4m3_t, Shape<_128, _128, _128>,
                                       cutlass::gemm::KernelPtrArrayTmaWarpSpecializedCooperativeFP8FastAccum,
                                       false>::Kernel;
+// 128x256 CTA tiles (the default for bf16 / fp8_tensor): twice the B reuse per A tile. Measured on the H200 against
+// 128x128 at every grouped-path shape of the benchmark (T >= 4096 for Qwen3 / Hy3, >= 1024 for Mixtral): 1.05-1.25x,
+// Mixtral bf16 1.34-1.53x (bench/NOTES.md, fused_moe v5). HPC_XLA_MOE_GEMM_TILE=128x128 brings the old tile back.
+using Bf16WideKernel = GroupedKernel<cutlass::bfloat16_t, Shape<_128, _256, _64>,
+                                     cutlass::gemm::KernelPtrArrayTmaWarpSpecializedCooperative, false>::Kernel;
+using Fp8TensorWideKernel = GroupedKernel<cutlass::float_e4m3_t, Shape<_128, _256, _128>,
+                                          cutlass::gemm::KernelPtrArrayTmaWarpSpecializedCooperativeFP8FastAccum,
+                                          false>::Kernel;
 using Fp8BlockKernel = GroupedKernel<cutlass::float_e4m3_t, Shape<_128, _128, _128>,
                                      cutlass::gemm::KernelPtrArrayTmaWarpSpecializedCooperativeFP8BlockScaledAccum,
                                      true>::Kernel;
@@ -108,7 +117,9 @@ using StrideD = typename Bf16Kernel::InternalStrideD;
 static_assert(std::is_same_v<StrideA, typename Fp8BlockKernel::InternalStrideA> &&
                   std::is_same_v<StrideB, typename Fp8BlockKernel::InternalStrideB> &&
                   std::is_same_v<StrideD, typename Fp8BlockKernel::InternalStrideD> &&
-                  std::is_same_v<StrideA, typename Fp8TensorKernel::InternalStrideA>,
+                  std::is_same_v<StrideA, typename Fp8TensorKernel::InternalStrideA> &&
+                  std::is_same_v<StrideB, typename Fp8TensorWideKernel::InternalStrideB> &&
+                  std::is_same_v<StrideD, typename Bf16WideKernel::InternalStrideD>,
               "one argument layout for all kernel types");
 // Row pitch in mode 0, unit stride in mode 1 (K for A/B, N for D): what the setup kernel fills in.
 static_assert(cute::is_static_v<decltype(get<1>(StrideA{}))> && cute::is_static_v<decltype(get<1>(StrideB{}))> &&
@@ -307,9 +318,20 @@ Status LaunchGroupedGemmSetup(const GroupedGemmGroups& g, const GroupedGemmProbl
 }
 
 Status LaunchGroupedGemm(const GroupedGemmGroups& g, const GroupedGemmProblem& p, cudaStream_t stream) {
+  static const int n_tile = [] {
+    const char* v = std::getenv("HPC_XLA_MOE_GEMM_TILE");
+    if (v == nullptr || *v == '\0' || std::string(v) == "128x256") return 256;
+    return std::string(v) == "128x128" ? 128 : 0;
+  }();
+  if (n_tile == 0) {
+    return Status::InvalidArgument(std::string("fused_moe: HPC_XLA_MOE_GEMM_TILE must be '128x128', '128x256' or unset; got '") +
+                                   std::getenv("HPC_XLA_MOE_GEMM_TILE") + "'");
+  }
+  const bool wide = n_tile == 256;
   switch (g.quant) {
-    case MoeQuant::kNone: return RunKernel<Bf16Kernel>(g, p, stream);
-    case MoeQuant::kFp8Tensor: return RunKernel<Fp8TensorKernel>(g, p, stream);
+    case MoeQuant::kNone: return wide ? RunKernel<Bf16WideKernel>(g, p, stream) : RunKernel<Bf16Kernel>(g, p, stream);
+    case MoeQuant::kFp8Tensor:
+      return wide ? RunKernel<Fp8TensorWideKernel>(g, p, stream) : RunKernel<Fp8TensorKernel>(g, p, stream);
     case MoeQuant::kFp8Block128: return RunKernel<Fp8BlockKernel>(g, p, stream);
   }
   return Status::Internal("fused_moe grouped GEMM: unknown quant");
