@@ -6,6 +6,7 @@
 #include "csrc/common/check.h"
 #include "csrc/moe/fused_moe.h"
 #include "csrc/moe/fused_moe_plan.h"
+#include "csrc/moe/grouped_gemm_sm90.h"
 
 namespace hpc {
 namespace {
@@ -50,6 +51,20 @@ MoePathChoice MoePathFromEnv() {
     return MoePathChoice::kInvalid;
   }();
   return choice;
+}
+
+const char* GroupedGemmTileEnvText() {
+  const char* v = std::getenv("HPC_XLA_MOE_GEMM_TILE");
+  return v == nullptr ? "" : v;
+}
+
+int GroupedGemmNTileFromEnv() {
+  static const int n = [] {
+    const char* v = GroupedGemmTileEnvText();
+    if (*v == '\0' || std::strcmp(v, "128x256") == 0) return 256;
+    return std::strcmp(v, "128x128") == 0 ? 128 : 0;
+  }();
+  return n;
 }
 
 }  // namespace moe
@@ -162,6 +177,10 @@ Status ValidateFusedMoeCuda(const FusedMoeArgs& a) {
   if (moe::MoePathFromEnv() == moe::MoePathChoice::kInvalid) {
     return c.Fail(std::string("HPC_XLA_MOE_PATH must be 'v1', 'grouped', 'stream', 'auto' or unset; got '") + MoePathEnvText() +
                   "'");
+  }
+  if (moe::GroupedGemmNTileFromEnv() == 0) {
+    return c.Fail(std::string("HPC_XLA_MOE_GEMM_TILE must be '128x128', '128x256' or unset; got '") +
+                  moe::GroupedGemmTileEnvText() + "'");
   }
   const int64_t tokens = a.x.shape[0], hidden = a.x.shape[1], experts = a.w13.shape[0], inter = a.w13.shape[1] / 2;
   if (hidden % 64 != 0) return c.Fail("the CUDA path needs H (x.shape[1]) to be a multiple of 64; got " + std::to_string(hidden));

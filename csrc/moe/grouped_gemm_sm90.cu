@@ -26,7 +26,6 @@
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
-#include <cstdlib>
 #include <string>
 
 #include "csrc/common/arch.h"
@@ -318,16 +317,7 @@ Status LaunchGroupedGemmSetup(const GroupedGemmGroups& g, const GroupedGemmProbl
 }
 
 Status LaunchGroupedGemm(const GroupedGemmGroups& g, const GroupedGemmProblem& p, cudaStream_t stream) {
-  static const int n_tile = [] {
-    const char* v = std::getenv("HPC_XLA_MOE_GEMM_TILE");
-    if (v == nullptr || *v == '\0' || std::string(v) == "128x256") return 256;
-    return std::string(v) == "128x128" ? 128 : 0;
-  }();
-  if (n_tile == 0) {
-    return Status::InvalidArgument(std::string("fused_moe: HPC_XLA_MOE_GEMM_TILE must be '128x128', '128x256' or unset; got '") +
-                                   std::getenv("HPC_XLA_MOE_GEMM_TILE") + "'");
-  }
-  const bool wide = n_tile == 256;
+  const bool wide = GroupedGemmNTileFromEnv() != 128;  // 0 (invalid) never gets here: ValidateFusedMoeCuda
   switch (g.quant) {
     case MoeQuant::kNone: return wide ? RunKernel<Bf16WideKernel>(g, p, stream) : RunKernel<Bf16Kernel>(g, p, stream);
     case MoeQuant::kFp8Tensor:

@@ -52,6 +52,11 @@ struct GroupedGemmGroups {
 // after the align kernel (it waits for it).
 Status LaunchGroupedGemmSetup(const GroupedGemmGroups& groups, const GroupedGemmProblem& gate_up,
                               const GroupedGemmProblem& down, cudaStream_t stream);
+// N of the bf16 / fp8_tensor CTA tile, from HPC_XLA_MOE_GEMM_TILE (read once): 256 unset or "128x256" (the
+// default), 128 for "128x128", 0 for anything else (ValidateFusedMoeCuda reports it). fused_moe_validate.cc.
+int GroupedGemmNTileFromEnv();
+const char* GroupedGemmTileEnvText();  // the variable's text, "" when unset
+
 // The grouped GEMM itself (persistent grid of one CTA per SM). Waits for all earlier kernels of the stream
 // (PDL wait before its first global read), so the setup kernel and the producers of A must precede it.
 Status LaunchGroupedGemm(const GroupedGemmGroups& groups, const GroupedGemmProblem& problem, cudaStream_t stream);
