@@ -84,7 +84,7 @@ using Fp8TensorKernel = GroupedKernel<cutlass::float_e4m3_t, Shape<_128, _128, _
                                       cutlass::gemm::KernelPtrArrayTmaWarpSpecializedCooperativeFP8FastAccum,
                                       false>::Kernel;
 // 128x256 CTA tiles (the default for bf16 / fp8_tensor): twice the B reuse per A tile. Measured on the H200 against
-// 128x128 at every grouped-path shape of the benchmark (T >= 4096 for Qwen3 / Hy3, >= 1024 for Mixtral): 1.05-1.25x,
+// 128x128 at every grouped-path shape of the benchmark (T >= 4096 for Qwen3 / Hy3, >= 1024 for Mixtral): 1.03-1.25x,
 // Mixtral bf16 1.34-1.53x (bench/NOTES.md, fused_moe v5). HPC_XLA_MOE_GEMM_TILE=128x128 brings the old tile back.
 using Bf16WideKernel = GroupedKernel<cutlass::bfloat16_t, Shape<_128, _256, _64>,
                                      cutlass::gemm::KernelPtrArrayTmaWarpSpecializedCooperative, false>::Kernel;
