@@ -93,9 +93,9 @@ CASES = [
     (1, 4, 2, 128, 128, 0, 0, False, False, False),
     (1, 8, 8, 256, 128, 0, 0, True, False, False),
     (5, 3, 1, 128, 256, 0, 0, False, True, False),
-    (33, 16, 4, 256, 256, 0, 0, True, False, False),      # M tile 16, experts with zero tokens
+    (33, 16, 4, 256, 256, 0, 0, True, False, False),      # M tile 16 (fp8: grouped, avg 9), experts with zero tokens
     (70, 8, 8, 384, 128, 0, 0, False, True, False),       # avg 70 rows/expert: grouped path
-    (40, 8, 6, 128, 384, 0, 0, False, False, False),      # M tile 32
+    (40, 8, 6, 128, 384, 0, 0, False, False, False),      # M tile 32 (fp8: grouped, 64-row CTA tiles)
     (50, 6, 3, 256, 128, 5, 7, True, False, False),       # EP: local experts 5..10 of 18
     (64, 4, 2, 256, 256, 2, 4, False, False, True),       # every token hits the first local expert
     (200, 2, 2, 128, 128, 0, 0, False, False, True),      # all rows on one expert, several tiles
@@ -274,8 +274,9 @@ def test_cuda_errors():
                      workspace=torch.empty(16, dtype=torch.uint8, device="cuda"))
 
 
-# (path, token counts, top_k, inter): one graph per T on the tiled path (avg <= 32 rows/expert with E=8) and on
-# the grouped path (avg > 32)
+# (path, token counts, top_k, inter): one graph per T on the tiled path (with E=8: avg 1, 4, 32 rows/expert; the
+# counts a quant takes to the grouped path are left out: fp8_tensor avg > 8, fp8_block128 avg > 3) and on the
+# grouped path (avg > 32)
 GRAPH_REGIMES = [("tiled", (1, 7, 64), 4, 128), ("grouped", (300, 517, 1024), 2, 256)]
 
 
@@ -289,9 +290,13 @@ def test_cuda_graph_per_token_count(regime, quant):
     import hpc_xla.torch as ht
 
     path, token_counts, top_k, inter = regime
+    ran = 0
     for tokens in token_counts:
         p = make_problem(tokens, 8, 256, inter, top_k, quant, seed=tokens)
+        if path == "tiled" and _tile_m(p) == GROUPED_TILE:
+            continue
         assert (_tile_m(p) == GROUPED_TILE) == (path == "grouped")
+        ran += 1
         t = _cuda_inputs(p)
         kw = dict(quant=quant, w13_scale=t["w13_scale"], w2_scale=t["w2_scale"], a13_scale=t["a13_scale"],
                   a2_scale=t["a2_scale"])
@@ -319,12 +324,15 @@ def test_cuda_graph_per_token_count(regime, quant):
         eager = run_cuda(qp, t=t)
         assert np.array_equal(graph_out.view(np.uint16), eager.view(np.uint16)), tokens
         _check_oracle(qp, graph_out)
+    assert ran >= 1
 
 
 # (path, T_max, token counts, inter) with E=8, top_k=2. Stream: every T stays on it (T*k <= 8). Tiled: T_max on M
-# tile 32, the smaller T on tile 16 and (T <= 4) the stream path. Grouped: every T stays on it.
+# tile 32, the smaller T on tile 16 and (T <= 4) the stream path; fp8_block128 takes the grouped path from avg 4
+# rows/expert, so its tiled regime is T_max 12 (avg 3). Grouped: every T stays on it.
 PADDED_REGIMES = [("stream", 4, (1, 2, 3, 4), 128), ("tiled", 96, (1, 5, 50, 96), 128),
                   ("grouped", 1024, (260, 333, 700, 1024), 128)]
+PADDED_TILED_BLOCK128 = (12, (1, 5, 9, 12))
 
 
 def _path_family(tile):
@@ -345,6 +353,8 @@ def test_cuda_graph_max_tokens_padded(regime, quant):
     path, t_max, token_counts, inter = regime
     if path == "stream" and quant == "fp8_block128":
         pytest.skip("fp8_block128 never takes the stream path by default")
+    if path == "tiled" and quant == "fp8_block128":
+        t_max, token_counts = PADDED_TILED_BLOCK128
     hidden = 256
     p = make_problem(t_max, 8, hidden, inter, 2, quant, seed=4)
     t = _cuda_inputs(p)
@@ -515,21 +525,24 @@ def test_v1_and_grouped_paths_agree(tokens, quant, tmp_path):
         assert err < _tol(p), "v1 vs %s relative error %g" % (name, err)
 
 
-@pytest.mark.parametrize("quant", [None, "fp8_tensor"])
+@pytest.mark.parametrize("quant", QUANTS)
 @pytest.mark.parametrize("tokens", [5, 800])
-def test_grouped_narrow_tile_agrees(tokens, quant, tmp_path):
-    """HPC_XLA_MOE_GEMM_TILE=128x128 (the bf16 / fp8_tensor grouped GEMMs on the old 128x128 CTA tiles; the default
-    is 128x256, which test_v1_and_grouped_paths_agree covers): within the oracle tolerance and within it of v1, on
-    tiny groups (T=5) and large ones (T=800)."""
+def test_grouped_other_tiles_agree(tokens, quant, tmp_path):
+    """HPC_XLA_MOE_GEMM_TILE=128x128 (the old cooperative tile), 64x256 and 64x128 (ping-pong tiles of 64 rows;
+    fp8_block128 runs 64x128 for both, bf16 64x256 for both), all at once: each within the oracle tolerance and
+    within it of v1, on tiny groups (T=5) and large ones (T=800). The default 128x256 is covered by
+    test_v1_and_grouped_paths_agree."""
     args = (tokens, 4, 256, 256, 2, quant, 1, 2, True, 77 + tokens)
-    (v1, _), (narrow, narrow_tile) = _run_paths([("v1", {}), ("grouped", {"HPC_XLA_MOE_GEMM_TILE": "128x128"})],
-                                                args, tmp_path)
-    assert narrow_tile == GROUPED_TILE
+    tiles = ("128x128", "64x256", "64x128")
+    runs = _run_paths([("v1", {})] + [("grouped", {"HPC_XLA_MOE_GEMM_TILE": t}) for t in tiles], args, tmp_path)
     p = make_problem(*args[:5], quant=args[5], expert_offset=args[6], extra_experts=args[7], shared=args[8],
                      seed=args[9])
-    _check_oracle(p, narrow)
-    err = reference.relative_error(narrow, v1.astype(np.float64))
-    assert err < _tol(p), "v1 vs narrow-tile grouped relative error %g" % err
+    v1 = runs[0][0]
+    for tile, (out, tile_m) in zip(tiles, runs[1:]):
+        assert tile_m == GROUPED_TILE
+        _check_oracle(p, out)
+        err = reference.relative_error(out, v1.astype(np.float64))
+        assert err < _tol(p), "v1 vs grouped %s relative error %g" % (tile, err)
 
 
 def test_gemm_tile_knob_rejects_unknown_values(tmp_path):

@@ -185,6 +185,7 @@ Status RunGroupedMoe(const FusedMoeArgs& a, const MoePlan& plan, cudaStream_t st
   groups.expert_first = reinterpret_cast<const int32_t*>(ws + plan.expert_first);
   groups.workspace = ws + plan.gemm_ws;
   groups.device = a.x.device_id;
+  groups.tile_m = GroupedCtaRows(plan.pairs, experts, a.num_experts_global, a.quant);
 
   // One grouped GEMM: A rows (+ block scales) from the workspace, B = w with its scales, D into the workspace.
   auto problem = [&](int64_t a_rows, int64_t a_scales, const TensorView& a_scale, const TensorView& w,

@@ -68,28 +68,50 @@ constexpr int kStreamAutoPairs = 8;    // T*k it takes by default (T = 1 at top-
 
 // The M tile: ONE function of the pairs P = T*k, the mean rows per local expert avg = ceil(P / E) and the quant:
 //   P <= 8, not fp8_block128 -> 8 (stream path: the decode regime, two kernels instead of five),
-//   avg <= 16 -> 16,  <= 32 -> 32 (tiled path),  else 128 (grouped path).
-// The grouped path's WGMMA GEMMs beat the tiled path's M tile 64 wherever it used to run (avg 33-64): on the H200
-// Qwen3 fp8 T=1024 (avg 64) 441 -> 259 us, bf16 498 -> 407, Hy3-TP8 T=1024 (avg 43) 355 -> 289, Mixtral T=256
-// 952 -> 773, DeepSeek-V3 EP8 block128 T=256 790 -> 519; at avg 11-16 the tiled tiles stay ahead or even
-// (bench/NOTES.md, fused_moe v5). M tile 64 (the largest whose gate-up CTA tile [64 x 2*128] with fp8_block128's
-// per-block promotion keeps its accumulators in registers with mma.sync) is still built, for HPC_XLA_MOE_PATH=v1.
+//   avg > GroupedFromAvg(quant) -> 128 (grouped path),
+//   else avg <= 16 -> 16, <= 32 -> 32 (tiled path).
+// The grouped path starts at avg > 32 for bf16, > 8 for fp8_tensor, > 3 for fp8_block128: where its WGMMA GEMMs
+// measured ahead of the tiled path's mma.sync ones on the H200 (bench/NOTES.md, fused_moe v5 and v6): Qwen3 fp8
+// T=256 (avg 16) 223 -> 195 us, Hy3-EP8 T=64 (avg 22) 166 -> 146, DeepSeek-V3 EP8 block128 T=16 / 64 (avg 4 / 16)
+// 203 -> 172 / 401 -> 344; at fp8 avg <= 4 (Qwen3, Hy3-TP8 T=16 / 64) and bf16 avg 16 (Qwen3 T=256) the tiled
+// path stays ahead. (fp8 operands cost the tiled path an e4m3 -> f16 conversion per element: Hopper has no fp8
+// mma.sync, ptxas expands it into F2FP + HMMA.) M tile 64 of the tiled path is still built, for
+// HPC_XLA_MOE_PATH=v1. The grouped GEMMs' own CTA tile is GroupedCtaRows below.
 // The stream path measured slower than the tiled one at P >= 32 (its fp8 fragments cost ~5x the instructions per
 // byte) and on fp8_block128 (DeepSeek-V3 EP8), so the default keeps it to single-token top-8 decode.
 // HPC_XLA_MOE_PATH overrides the path: v1 takes the tiled path at any size (16 / 32 / 64 by avg, never stream),
 // grouped always takes 128, stream takes 8 whenever P <= 512 (else the default choice).
+inline int64_t GroupedFromAvg(MoeQuant quant) {
+  return quant == MoeQuant::kNone ? 32 : (quant == MoeQuant::kFp8Tensor ? 8 : 3);
+}
+
 inline int TileM(int64_t tokens, int64_t top_k, int64_t experts, MoeQuant quant) {
   const int64_t e = std::max<int64_t>(experts, 1);
   const int64_t pairs = tokens * top_k;
   const int64_t avg = (pairs + e - 1) / e;
   const int v1 = avg <= 16 ? 16 : (avg <= 32 ? 32 : 64);
-  const int tiled = avg <= 32 ? v1 : kGroupedTileM;
+  const int tiled = avg > GroupedFromAvg(quant) ? kGroupedTileM : std::min(v1, 32);
   switch (MoePathFromEnv()) {
     case MoePathChoice::kV1: return v1;
     case MoePathChoice::kGrouped: return kGroupedTileM;
     case MoePathChoice::kStream: return pairs <= kStreamMaxPairs ? kStreamTileM : tiled;
     default: return pairs <= kStreamAutoPairs && quant != MoeQuant::kFp8Block128 ? kStreamTileM : tiled;
   }
+}
+
+// Rows of the grouped GEMMs' CTA tile: 64 (ping-pong) for fp8 when the expected rows per expert
+// ceil(P / experts_global) are <= 64, else 128 (cooperative). experts_global (the routing's expert count, 0:
+// unknown -> the local count) matters under expert parallelism, where only P * E / E_global pairs are local: the
+// path (TileM) cannot use it, the workspace size being a function of the local shapes, but this tile does not
+// change the workspace. Measured (H200, bench/NOTES.md fused_moe v6), 64 against 128 rows: fp8_tensor Hy3-TP8 T=1024
+// (43 rows) 251 vs 282 us, Hy3-EP8 T=1024 (43) 164 vs 182, Qwen3 T=1024 (64) 253 vs 253; block128 DeepSeek-V3 EP8
+// T=1024 (32) 410 vs 510; bf16 lost at every size (Qwen3 T=1024 429 vs 396, Mixtral T=256 968 vs 745), so bf16
+// keeps 128.
+constexpr int kGroupedNarrowMaxRows = 64;
+inline int GroupedCtaRows(int64_t pairs, int64_t experts, int64_t experts_global, MoeQuant quant) {
+  const int64_t e = std::max<int64_t>(experts_global > 0 ? experts_global : experts, 1);
+  const int64_t rows = (pairs + e - 1) / e;
+  return quant != MoeQuant::kNone && rows <= kGroupedNarrowMaxRows ? 64 : kGroupedTileM;
 }
 
 // Stream path, down kernel: K splits per (expert, 16 output rows) task, a pure function of the shapes (so a

@@ -58,13 +58,23 @@ const char* GroupedGemmTileEnvText() {
   return v == nullptr ? "" : v;
 }
 
-int GroupedGemmNTileFromEnv() {
-  static const int n = [] {
+GroupedGemmTile GroupedGemmTileFromEnv() {
+  static const GroupedGemmTile tile = [] {
     const char* v = GroupedGemmTileEnvText();
-    if (*v == '\0' || std::strcmp(v, "128x256") == 0) return 256;
-    return std::strcmp(v, "128x128") == 0 ? 128 : 0;
+    GroupedGemmTile t;
+    if (*v == '\0') return t;
+    for (const int m : {128, 64}) {
+      for (const int n : {256, 128}) {
+        if (std::strcmp(v, (std::to_string(m) + "x" + std::to_string(n)).c_str()) == 0) {
+          t.m = m, t.n = n;
+          return t;
+        }
+      }
+    }
+    t.valid = false;
+    return t;
   }();
-  return n;
+  return tile;
 }
 
 }  // namespace moe
@@ -178,8 +188,8 @@ Status ValidateFusedMoeCuda(const FusedMoeArgs& a) {
     return c.Fail(std::string("HPC_XLA_MOE_PATH must be 'v1', 'grouped', 'stream', 'auto' or unset; got '") + MoePathEnvText() +
                   "'");
   }
-  if (moe::GroupedGemmNTileFromEnv() == 0) {
-    return c.Fail(std::string("HPC_XLA_MOE_GEMM_TILE must be '128x128', '128x256' or unset; got '") +
+  if (!moe::GroupedGemmTileFromEnv().valid) {
+    return c.Fail(std::string("HPC_XLA_MOE_GEMM_TILE must be '128x256', '128x128', '64x256', '64x128' or unset; got '") +
                   moe::GroupedGemmTileEnvText() + "'");
   }
   const int64_t tokens = a.x.shape[0], hidden = a.x.shape[1], experts = a.w13.shape[0], inter = a.w13.shape[1] / 2;

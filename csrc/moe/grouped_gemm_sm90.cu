@@ -1,10 +1,13 @@
 // fused_moe's large-T grouped GEMMs (see grouped_gemm_sm90.h) on CUTLASS sm90 ptr-array grouped kernels:
-//   bf16          128x128x64  cooperative, HGMMA
-//   fp8_tensor    128x128x128 cooperative, QGMMA, FP8 fast accumulation, per-group alpha = a_scale * w_scale[e]
+//   bf16          128x256x64 (128x128x64) cooperative, HGMMA
+//   fp8_tensor    128x256x128 (128x128x128) cooperative, QGMMA, FP8 fast accumulation, per-group alpha =
+//                 a_scale * w_scale[e]
 //   fp8_block128  128x128x128 cooperative, QGMMA, CUTLASS's blockwise-scaled mainloop: per 128-deep K block the
 //                 partial sums are promoted into fp32 with sfa[row, kb] * sfb[n/128, kb] (the reference's order
 //                 of rounding points, DeepGEMM-style)
-// ONE kernel type per quant mode; GEMM1 (gate-up) and GEMM2 (down) share it (shapes are runtime).
+// and 64-row ping-pong variants of each (64x256 bf16 / fp8_tensor, 64x128 fp8_tensor / fp8_block128) for groups of
+// a few dozen rows (GroupedGemmGroups::tile_m, from fused_moe_plan.h's GroupedCtaRows). GEMM1 (gate-up) and GEMM2
+// (down) share the kernel type (shapes are runtime).
 // Cluster 1x1x1: groups are as small as one M tile, where a cluster's second CTA would often idle.
 //
 // Why our own entry kernel instead of GemmUniversalAdapter: (1) CUTLASS 4.2's ptr-array kernels never call
@@ -59,15 +62,19 @@ using ScaleConfig = cutlass::detail::Sm90BlockwiseScaleConfig<1, kMoeBlock, kMoe
 using LayoutSFA = decltype(ScaleConfig::deduce_layoutSFA());
 using LayoutSFB = decltype(ScaleConfig::deduce_layoutSFB());
 
-// One CUTLASS grouped GEMM kernel type: element type, CTA tile, mainloop schedule, block-scaled or not.
+// One CUTLASS grouped GEMM kernel type: element type, CTA tile, mainloop schedule, block-scaled or not. Tiles of
+// 128 rows run cooperative (two consumer warpgroups split one tile), tiles of 64 rows ping-pong (each consumer
+// warpgroup owns a tile; one's MMAs overlap the other's epilogue).
 template <class Element, class TileShape, class MainloopSchedule, bool kBlockScaled>
 struct GroupedKernel {
   static constexpr int kAlignAB = 16 / sizeof(Element);
+  static constexpr bool kPingpong = size<0>(TileShape{}) == 64;
+  using EpilogueSchedule = std::conditional_t<kPingpong, cutlass::epilogue::PtrArrayTmaWarpSpecializedPingpong,
+                                              cutlass::epilogue::PtrArrayTmaWarpSpecializedCooperative>;
   using Epilogue = typename cutlass::epilogue::collective::CollectiveBuilder<
       cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, TileShape, ClusterShape,
       cutlass::epilogue::collective::EpilogueTileAuto, float, float, void, LayoutD*, kAlignD, ElementD, LayoutD*,
-      kAlignD, cutlass::epilogue::PtrArrayTmaWarpSpecializedCooperative,
-      cutlass::epilogue::fusion::LinearCombination<ElementD, float, void, float>>::CollectiveOp;
+      kAlignD, EpilogueSchedule, cutlass::epilogue::fusion::LinearCombination<ElementD, float, void, float>>::CollectiveOp;
   using ALayoutArg = std::conditional_t<kBlockScaled, cute::tuple<LayoutA*, LayoutSFA*>, LayoutA*>;
   using BLayoutArg = std::conditional_t<kBlockScaled, cute::tuple<LayoutB*, LayoutSFB*>, LayoutB*>;
   using Mainloop = typename cutlass::gemm::collective::CollectiveBuilder<
@@ -94,6 +101,18 @@ using Fp8TensorWideKernel = GroupedKernel<cutlass::float_e4m3_t, Shape<_128, _25
 using Fp8BlockKernel = GroupedKernel<cutlass::float_e4m3_t, Shape<_128, _128, _128>,
                                      cutlass::gemm::KernelPtrArrayTmaWarpSpecializedCooperativeFP8BlockScaledAccum,
                                      true>::Kernel;
+// 64-row tiles (ping-pong) for groups of a few dozen rows: a 128-row tile would run mostly past the expert's rows.
+using Bf16NarrowKernel = GroupedKernel<cutlass::bfloat16_t, Shape<_64, _256, _64>,
+                                       cutlass::gemm::KernelPtrArrayTmaWarpSpecializedPingpong, false>::Kernel;
+using Fp8TensorNarrowKernel = GroupedKernel<cutlass::float_e4m3_t, Shape<_64, _256, _128>,
+                                            cutlass::gemm::KernelPtrArrayTmaWarpSpecializedPingpongFP8FastAccum,
+                                            false>::Kernel;
+using Fp8TensorNarrow128Kernel = GroupedKernel<cutlass::float_e4m3_t, Shape<_64, _128, _128>,
+                                               cutlass::gemm::KernelPtrArrayTmaWarpSpecializedPingpongFP8FastAccum,
+                                               false>::Kernel;
+using Fp8BlockNarrowKernel = GroupedKernel<cutlass::float_e4m3_t, Shape<_64, _128, _128>,
+                                           cutlass::gemm::KernelPtrArrayTmaWarpSpecializedPingpongFP8BlockScaledAccum,
+                                           true>::Kernel;
 
 // The CUTLASS kernel body behind a PDL wait (see the top of the file). No static shared memory here: the
 // kernel's SharedStorage must start at the dynamic shared-memory base (TMA swizzle alignment).
@@ -230,7 +249,7 @@ typename Kernel::Arguments MakeArguments(const GroupedGemmGroups& g, const Group
   typename Kernel::Arguments args{};
   args.mode = cutlass::gemm::GemmUniversalMode::kGrouped;
   args.problem_shape = ProblemShape{g.experts, w.shape, nullptr};  // sizes only on the device
-  if constexpr (std::is_same_v<Kernel, Fp8BlockKernel>) {
+  if constexpr (std::is_same_v<Kernel, Fp8BlockKernel> || std::is_same_v<Kernel, Fp8BlockNarrowKernel>) {
     args.mainloop = {reinterpret_cast<const ElementAB**>(w.a), w.stride_a, reinterpret_cast<const ElementAB**>(w.b),
                      w.stride_b, w.sfa, w.layout_sfa, w.sfb, w.layout_sfb};
   } else {
@@ -317,12 +336,18 @@ Status LaunchGroupedGemmSetup(const GroupedGemmGroups& g, const GroupedGemmProbl
 }
 
 Status LaunchGroupedGemm(const GroupedGemmGroups& g, const GroupedGemmProblem& p, cudaStream_t stream) {
-  const bool wide = GroupedGemmNTileFromEnv() != 128;  // 0 (invalid) never gets here: ValidateFusedMoeCuda
+  const GroupedGemmTile env = GroupedGemmTileFromEnv();  // invalid never gets here: ValidateFusedMoeCuda
+  const bool narrow = env.m != 0 ? env.m == 64 : g.tile_m == 64;
+  const bool wide = env.n != 128;  // N 256 unless the knob says 128
   switch (g.quant) {
-    case MoeQuant::kNone: return wide ? RunKernel<Bf16WideKernel>(g, p, stream) : RunKernel<Bf16Kernel>(g, p, stream);
+    case MoeQuant::kNone:
+      if (narrow) return RunKernel<Bf16NarrowKernel>(g, p, stream);
+      return wide ? RunKernel<Bf16WideKernel>(g, p, stream) : RunKernel<Bf16Kernel>(g, p, stream);
     case MoeQuant::kFp8Tensor:
+      if (narrow) return wide ? RunKernel<Fp8TensorNarrowKernel>(g, p, stream) : RunKernel<Fp8TensorNarrow128Kernel>(g, p, stream);
       return wide ? RunKernel<Fp8TensorWideKernel>(g, p, stream) : RunKernel<Fp8TensorKernel>(g, p, stream);
-    case MoeQuant::kFp8Block128: return RunKernel<Fp8BlockKernel>(g, p, stream);
+    case MoeQuant::kFp8Block128:
+      return narrow ? RunKernel<Fp8BlockNarrowKernel>(g, p, stream) : RunKernel<Fp8BlockKernel>(g, p, stream);
   }
   return Status::Internal("fused_moe grouped GEMM: unknown quant");
 }

@@ -12,6 +12,8 @@ def main(argv=None):
     ap.add_argument("--heads", default=None, help="decode, rope_norm: only these Hq/Hkv/D, e.g. 64/8/128,8/1/128")
     ap.add_argument("--kv", default=None, help="decode: only this KV dtype; rope_norm: only this variant (bf16 or fp8)")
     ap.add_argument("--q-len", default=None, help="decode: only these q_len values, e.g. 1")
+    ap.add_argument("--shapes", default=None, help="moe: only these shapes, e.g. qwen3-30b-a3b/fp8_tensor,mixtral-8x7b "
+                    "(name, or name/quant with bf16 for None)")
     args = ap.parse_args(argv)
     import torch
 

@@ -346,23 +346,39 @@ def plot(path, records):
     return report.plot(path, panels, title="fused_moe on %s (CUDA-graph replay)" % torch.cuda.get_device_name(0))
 
 
+def _selected_shapes(spec):
+    """SHAPES, or the ones `spec` names ("name" or "name/quant", comma-separated); an unknown name is an error."""
+    if not spec:
+        return SHAPES
+    picked = []
+    for item in spec.split(","):
+        name, _, quant = item.partition("/")
+        match = [s for s in SHAPES if s[0] == name and (not quant or (s[7] or "bf16") == quant)]
+        if not match:
+            raise SystemExit("--shapes: no shape %r; known: %s" % (item, ", ".join(
+                sorted({"%s/%s" % (s[0], s[7] or "bf16") for s in SHAPES}))))
+        picked += [s for s in match if s not in picked]
+    return tuple(picked)
+
+
 def run(args):
     started = time.time()
     torch.manual_seed(0)
     gen = torch.Generator(device="cuda").manual_seed(0)
     l2 = timing.l2_bytes()
     tokens_list = [int(t) for t in args.tokens.split(",")] if args.tokens else TOKENS
+    shapes = _selected_shapes(getattr(args, "shapes", None))
     rows, records = [], []
     peers = os.environ.get("HPC_BENCH_PEERS", "1") != "0"  # 0: ours only (A/B runs of HPC_XLA_MOE_PATH)
     peer = triton_peer() if peers else None
     print("triton peer: %s" % (_TRITON["why"] if peers else "off (HPC_BENCH_PEERS=0)"), flush=True)
     if peer is not None and os.environ.get("HPC_TRITON_PRECOMPILE", "1") != "0":
         t0 = time.time()
-        jobs = [list(shape) + [t] for shape in SHAPES for t in tokens_list]
+        jobs = [list(shape) + [t] for shape in shapes for t in tokens_list]
         workers = _precompile(jobs)
         print("triton peer: kernels precompiled for %d (shape, T) in %d processes, %.0f s" % (
             len(jobs), workers, time.time() - t0), flush=True)
-    for name, e_local, e_global, offset, h, i, top_k, quant in SHAPES:
+    for name, e_local, e_global, offset, h, i, top_k, quant in shapes:
         w = _weights(e_local, h, i, quant, gen)
         emap = _expert_map(e_local, e_global, offset)
         tuned = None
