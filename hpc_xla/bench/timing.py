@@ -1,14 +1,23 @@
 """Timing on the GPU the way the benchmark suites report it: CUDA-graph replays, median of several replays,
 inputs rotated so the working set exceeds L2; plus the measured copy ceiling."""
 
+import os
 import statistics
 
 import torch
 
+# Calls per captured graph, at least: a replay pays the graph launch itself (~5-7 us on the H200, measured with
+# torch.profiler in bench/NOTES.md, session 11) on top of its kernels; spread over 2-3 calls (the big sizes: few
+# rotating sets fill 3-4x L2) that added 2-4 us to every call, a cost a serving graph of many layers never pays
+# per op. The list of rotating sets is cycled until the graph holds this many calls (HPC_BENCH_MIN_CALLS=1 gives
+# the old one-pass graphs). Peers and the copy reference go through here too.
+MIN_CALLS = int(os.environ.get("HPC_BENCH_MIN_CALLS", "16"))
+
 
 def graph_time_us(calls, replays=20, warmup=3):
     """Median µs per call of `calls` (a list of zero-arg callables, e.g. one per rotating input set), captured
-    back to back into one CUDA graph and replayed `replays` times."""
+    back to back into one CUDA graph -- cycled until it holds MIN_CALLS calls -- and replayed `replays` times."""
+    captured = list(calls) * max(1, -(-MIN_CALLS // len(calls)))
     stream = torch.cuda.Stream()
     stream.wait_stream(torch.cuda.current_stream())
     with torch.cuda.stream(stream):
@@ -19,7 +28,7 @@ def graph_time_us(calls, replays=20, warmup=3):
     torch.cuda.synchronize()
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.graph(graph):
-        for c in calls:
+        for c in captured:
             c()
     graph.replay()
     torch.cuda.synchronize()
@@ -30,7 +39,7 @@ def graph_time_us(calls, replays=20, warmup=3):
         graph.replay()
         end.record()
         end.synchronize()
-        times.append(start.elapsed_time(end) * 1000.0 / len(calls))
+        times.append(start.elapsed_time(end) * 1000.0 / len(captured))
     del graph
     return statistics.median(times)
 
