@@ -14,10 +14,16 @@ import torch
 MIN_CALLS = int(os.environ.get("HPC_BENCH_MIN_CALLS", "16"))
 
 
+def cycled(calls, min_calls=None):
+    """`calls` repeated in order until there are at least `min_calls` (MIN_CALLS) of them, whole passes only."""
+    min_calls = MIN_CALLS if min_calls is None else min_calls
+    return list(calls) * max(1, -(-min_calls // len(calls)))
+
+
 def graph_time_us(calls, replays=20, warmup=3):
     """Median µs per call of `calls` (a list of zero-arg callables, e.g. one per rotating input set), captured
     back to back into one CUDA graph -- cycled until it holds MIN_CALLS calls -- and replayed `replays` times."""
-    captured = list(calls) * max(1, -(-MIN_CALLS // len(calls)))
+    captured = cycled(calls)
     stream = torch.cuda.Stream()
     stream.wait_stream(torch.cuda.current_stream())
     with torch.cuda.stream(stream):
