@@ -74,7 +74,8 @@ struct GroupedKernel {
   using Epilogue = typename cutlass::epilogue::collective::CollectiveBuilder<
       cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, TileShape, ClusterShape,
       cutlass::epilogue::collective::EpilogueTileAuto, float, float, void, LayoutD*, kAlignD, ElementD, LayoutD*,
-      kAlignD, EpilogueSchedule, cutlass::epilogue::fusion::LinearCombination<ElementD, float, void, float>>::CollectiveOp;
+      kAlignD, EpilogueSchedule,
+      cutlass::epilogue::fusion::LinearCombination<ElementD, float, void, float>>::CollectiveOp;
   using ALayoutArg = std::conditional_t<kBlockScaled, cute::tuple<LayoutA*, LayoutSFA*>, LayoutA*>;
   using BLayoutArg = std::conditional_t<kBlockScaled, cute::tuple<LayoutB*, LayoutSFB*>, LayoutB*>;
   using Mainloop = typename cutlass::gemm::collective::CollectiveBuilder<
@@ -344,7 +345,10 @@ Status LaunchGroupedGemm(const GroupedGemmGroups& g, const GroupedGemmProblem& p
       if (narrow) return RunKernel<Bf16NarrowKernel>(g, p, stream);
       return wide ? RunKernel<Bf16WideKernel>(g, p, stream) : RunKernel<Bf16Kernel>(g, p, stream);
     case MoeQuant::kFp8Tensor:
-      if (narrow) return wide ? RunKernel<Fp8TensorNarrowKernel>(g, p, stream) : RunKernel<Fp8TensorNarrow128Kernel>(g, p, stream);
+      if (narrow) {
+        return wide ? RunKernel<Fp8TensorNarrowKernel>(g, p, stream)
+                    : RunKernel<Fp8TensorNarrow128Kernel>(g, p, stream);
+      }
       return wide ? RunKernel<Fp8TensorWideKernel>(g, p, stream) : RunKernel<Fp8TensorKernel>(g, p, stream);
     case MoeQuant::kFp8Block128:
       return narrow ? RunKernel<Fp8BlockNarrowKernel>(g, p, stream) : RunKernel<Fp8BlockKernel>(g, p, stream);

@@ -45,7 +45,7 @@ struct GroupedGemmGroups {
   const int32_t* expert_count = nullptr;  // [E] rows per expert (device, from the align kernel)
   const int32_t* expert_first = nullptr;  // [E] first sorted row of each expert
   void* workspace = nullptr;              // kGroupedGemmWorkspaceBytes, 256-aligned (shared: the GEMMs run in turn)
-  int tile_m = 128;                       // CTA tile rows: 128 (cooperative) | 64 (ping-pong), from the plan
+  int tile_m = 128;                       // CTA tile rows: 128 (cooperative) | 64 (ping-pong): GroupedCtaRows
   int device = 0;
 };
 
@@ -53,7 +53,7 @@ struct GroupedGemmGroups {
 // after the align kernel (it waits for it).
 Status LaunchGroupedGemmSetup(const GroupedGemmGroups& groups, const GroupedGemmProblem& gate_up,
                               const GroupedGemmProblem& down, cudaStream_t stream);
-// The CTA tile HPC_XLA_MOE_GEMM_TILE asks for (read once), for A/B runs: unset -> m 0 (the plan's M tile) and n 256;
+// The CTA tile HPC_XLA_MOE_GEMM_TILE asks for (read once), for A/B runs: unset -> m 0 (tile_m decides), n 256;
 // "128x256" | "128x128" | "64x256" | "64x128" -> that tile (fp8_block128 always runs N 128, bf16 at M 64 always
 // N 256); anything else -> valid false (ValidateFusedMoeCuda reports it). fused_moe_validate.cc.
 struct GroupedGemmTile {
