@@ -184,6 +184,24 @@ def _plan(tokens, top_k, experts, hidden, inter, quant):
 
 
 @settings(max_examples=200, deadline=None)
+@given(tokens=st.integers(0, 20000), top_k=st.integers(1, 8), experts=st.integers(1, 300),
+       extra=st.sampled_from([0, 1, 7, 224]), quant=st.sampled_from([None, "fp8_tensor", "fp8_block128"]))
+def test_grouped_cta_rows(tokens, top_k, experts, extra, quant):
+    """Python model of GroupedCtaRows: 64-row tiles for fp8 when ceil(T*k / experts_global) <= 64, else 128; the
+    global count (0: the local one) only moves this tile, never the path or the workspace."""
+    from hpc_xla._ext import ext
+
+    e_global = experts + extra
+    rows = -(-tokens * top_k // e_global)
+    expect = 64 if quant is not None and rows <= 64 else 128
+    got = ext().fused_moe_grouped_cta_rows(tokens, top_k, experts, e_global, QUANT_CODE[quant])
+    assert got == expect
+    local = -(-tokens * top_k // experts)
+    assert ext().fused_moe_grouped_cta_rows(tokens, top_k, experts, 0, QUANT_CODE[quant]) == (
+        64 if quant is not None and local <= 64 else 128)
+
+
+@settings(max_examples=200, deadline=None)
 @given(tokens=st.integers(0, 5000), top_k=st.integers(1, 8), experts=st.integers(1, 300),
        quant=st.sampled_from([None, "fp8_tensor", "fp8_block128"]), skew=st.integers(0, 3),
        seed=st.integers(0, 2**31 - 1))

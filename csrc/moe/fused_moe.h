@@ -44,6 +44,9 @@ struct FusedMoeArgs {
 // fused_moe_plan.h): pure functions of the shapes (and of HPC_XLA_MOE_PATH, read once), so XLA / CUDA graphs
 // can size the workspace at trace time. `experts` = local experts E (w13.shape[0]).
 int FusedMoeTileM(int64_t tokens, int64_t top_k, int64_t experts, MoeQuant quant);
+// Rows of the grouped path's CTA tile (64 ping-pong | 128 cooperative) when TileM picks that path, ignoring
+// HPC_XLA_MOE_GEMM_TILE; experts_global = the routing's expert count (0: unknown, the local count).
+int FusedMoeGroupedCtaRows(int64_t tokens, int64_t top_k, int64_t experts, int64_t experts_global, MoeQuant quant);
 int64_t FusedMoeWorkspaceBytes(int64_t tokens, int64_t top_k, int64_t experts, int64_t hidden, int64_t inter,
                                MoeQuant quant);
 

@@ -176,6 +176,10 @@ int FusedMoeTileM(int64_t tokens, int64_t top_k, int64_t experts, MoeQuant quant
   return moe::TileM(tokens, top_k, experts, quant);
 }
 
+int FusedMoeGroupedCtaRows(int64_t tokens, int64_t top_k, int64_t experts, int64_t experts_global, MoeQuant quant) {
+  return moe::GroupedCtaRows(tokens * top_k, experts, experts_global, quant);
+}
+
 int64_t FusedMoeWorkspaceBytes(int64_t tokens, int64_t top_k, int64_t experts, int64_t hidden, int64_t inter,
                                MoeQuant quant) {
   return moe::MakeMoePlan(tokens, top_k, experts, hidden, inter, quant).total;

@@ -419,6 +419,8 @@ def run(args):
                                                                               quant),
                        triton_config_tuned=tuned, rotating_sets=sets_n,
                        tile_m=ext().fused_moe_tile_m(tokens, top_k, e_local, _options.moe_quant_code(quant)),
+                       grouped_cta_rows=ext().fused_moe_grouped_cta_rows(tokens, top_k, e_local, e_global,
+                                                                         _options.moe_quant_code(quant)),
                        path=os.environ.get("HPC_XLA_MOE_PATH", "auto"))
             records.append(rec)
             rows.append([name, quant or "bf16", tokens, "%.1f" % ours, "%.2f" % tbps, "%.1f" % tflops,
