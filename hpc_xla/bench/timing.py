@@ -20,9 +20,9 @@ def cycled(calls, min_calls=None):
     return list(calls) * max(1, -(-min_calls // len(calls)))
 
 
-def graph_time_us(calls, replays=20, warmup=3):
-    """Median µs per call of `calls` (a list of zero-arg callables, e.g. one per rotating input set), captured
-    back to back into one CUDA graph -- cycled until it holds MIN_CALLS calls -- and replayed `replays` times."""
+def capture(calls, warmup=3):
+    """Runs `calls` `warmup` times on a side stream, then captures them -- cycled until there are MIN_CALLS -- back
+    to back into one CUDA graph and replays it once: (graph, calls in it)."""
     captured = cycled(calls)
     stream = torch.cuda.Stream()
     stream.wait_stream(torch.cuda.current_stream())
@@ -38,6 +38,13 @@ def graph_time_us(calls, replays=20, warmup=3):
             c()
     graph.replay()
     torch.cuda.synchronize()
+    return graph, len(captured)
+
+
+def graph_time_us(calls, replays=20, warmup=3):
+    """Median µs per call of `calls` (a list of zero-arg callables, e.g. one per rotating input set) in one CUDA
+    graph (`capture`), replayed `replays` times."""
+    graph, n = capture(calls, warmup)
     times = []
     for _ in range(replays):
         start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
@@ -45,7 +52,7 @@ def graph_time_us(calls, replays=20, warmup=3):
         graph.replay()
         end.record()
         end.synchronize()
-        times.append(start.elapsed_time(end) * 1000.0 / len(captured))
+        times.append(start.elapsed_time(end) * 1000.0 / n)
     del graph
     return statistics.median(times)
 
