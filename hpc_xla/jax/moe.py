@@ -48,6 +48,11 @@ def fused_moe(x, w13, w2, topk_weights=None, topk_ids=None, *, quant=None, w13_s
         fp8_block128: w13_scale [E, 2I/128, H/128], w2_scale [E, H/128, I/128].
       topk_weights [T, k] float32 / topk_ids [T, k] int32, or router_logits [T, E_global] plus moe_route's
         keywords (top_k, scoring, renormalize, num_groups, topk_groups, correction_bias, routed_scaling).
+      expert_offset, num_experts_global: expert parallelism -- this rank holds experts [expert_offset,
+        expert_offset + E) of num_experts_global (ids must be below it; None: E + expert_offset). Pass the global
+        count under EP: the CUDA grouped GEMMs size their tiles by the expected local rows per expert,
+        T*k / num_experts_global (64-row tiles for fp8 up to 64 rows), which the local shapes overstate E_global/E
+        times.
     """
     _options.check_activation(activation)
     if _options.routing_inputs(topk_weights, topk_ids, router_logits, route_kwargs):
