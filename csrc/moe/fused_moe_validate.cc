@@ -61,14 +61,18 @@ const char* GroupedGemmTileEnvText() {
 GroupedGemmTile GroupedGemmTileFromEnv() {
   static const GroupedGemmTile tile = [] {
     const char* v = GroupedGemmTileEnvText();
+    struct Named {
+      const char* text;
+      int m, n;
+    };
+    static constexpr Named kTiles[] = {{"128x256", 128, 256}, {"128x128", 128, 128}, {"64x256", 64, 256},
+                                       {"64x128", 64, 128}};
     GroupedGemmTile t;
     if (*v == '\0') return t;
-    for (const int m : {128, 64}) {
-      for (const int n : {256, 128}) {
-        if (std::strcmp(v, (std::to_string(m) + "x" + std::to_string(n)).c_str()) == 0) {
-          t.m = m, t.n = n;
-          return t;
-        }
+    for (const Named& tile : kTiles) {
+      if (std::strcmp(v, tile.text) == 0) {
+        t.m = tile.m, t.n = tile.n;
+        return t;
       }
     }
     t.valid = false;

@@ -408,6 +408,9 @@ def run(args):
             ours = timing.graph_time_us([_ours(w, s, quant, offset, e_global, ws) for s in sets], replays=replays)
             theirs, peer_kind = _peer_time(w, sets, quant, offset, e_local, replays) if peers else (None, "off")
             tri, tri_err = _triton_time(peer, w, sets, quant, e_global, emap, replays)
+            tile_m = ext().fused_moe_tile_m(tokens, top_k, e_local, _options.moe_quant_code(quant))
+            grouped_rows = ext().fused_moe_grouped_cta_rows(tokens, top_k, e_local, e_global,
+                                                            _options.moe_quant_code(quant)) if tile_m == 128 else None
             tbps = hit_bytes / (ours * 1e-6) / 1e12
             tflops = flops / (ours * 1e-6) / 1e12
             rec = dict(shape=name, quant=quant or "bf16", experts=[e_local, e_global], hidden=h, inter=i,
@@ -418,9 +421,7 @@ def run(args):
                        triton_config=None if tri is None else peer.config_for(w["w13"], w["w2"], top_k, tokens,
                                                                               quant),
                        triton_config_tuned=tuned, rotating_sets=sets_n,
-                       tile_m=ext().fused_moe_tile_m(tokens, top_k, e_local, _options.moe_quant_code(quant)),
-                       grouped_cta_rows=ext().fused_moe_grouped_cta_rows(tokens, top_k, e_local, e_global,
-                                                                         _options.moe_quant_code(quant)),
+                       tile_m=tile_m, grouped_cta_rows=grouped_rows,
                        path=os.environ.get("HPC_XLA_MOE_PATH", "auto"))
             records.append(rec)
             rows.append([name, quant or "bf16", tokens, "%.1f" % ours, "%.2f" % tbps, "%.1f" % tflops,
