@@ -2,22 +2,24 @@
 
   ncu --clock-control none -k regex:RopeNorm python3 tools/profile_targets.py rope_norm --tokens 16384
   ncu --clock-control none -k regex:Decode python3 tools/profile_targets.py decode --workload 1x128K+31x4K
+  ncu --clock-control none -k regex:MoeStream python3 tools/profile_targets.py moe --shape qwen3-30b-a3b/fp8_tensor --tokens 1
 """
 import argparse
 
 import torch
 
 import hpc_xla.torch as ht
-from hpc_xla.bench import decode, rope_norm
+from hpc_xla.bench import decode, moe, rope_norm
 
 
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("suite", choices=["rope_norm", "decode"])
+    ap.add_argument("suite", choices=["rope_norm", "decode", "moe"])
     ap.add_argument("--tokens", type=int, default=16384)
     ap.add_argument("--heads", default="64,8,128")
     ap.add_argument("--variant", default="bf16")
     ap.add_argument("--workload", default="1x128K+31x4K")
+    ap.add_argument("--shape", default="qwen3-30b-a3b/fp8_tensor", help="moe: name/quant as in bench moe --shapes")
     ap.add_argument("--reps", type=int, default=2)
     args = ap.parse_args()
     hq, hkv, d = (int(x) for x in args.heads.split(","))
@@ -25,6 +27,15 @@ def main():
     if args.suite == "rope_norm":
         (p,) = rope_norm._problem(args.tokens, hq, hkv, d, args.variant, 1, gen)
         call = rope_norm._fused(p, args.variant)
+    elif args.suite == "moe":
+        from hpc_xla.torch.moe import fused_moe_workspace_size
+
+        (_, e_local, e_global, offset, h, i, top_k, quant), = moe._selected_shapes(args.shape)
+        w = moe._weights(e_local, h, i, quant, gen)
+        inp = moe._inputs(args.tokens, e_local, e_global, offset, h, top_k, gen)
+        ws = torch.empty(fused_moe_workspace_size(args.tokens, top_k, e_local, h, i, quant), dtype=torch.uint8,
+                         device="cuda")
+        call = moe._ours(w, inp, quant, offset, e_global, ws)
     else:
         lens = decode.workloads()[args.workload]
         kv_dtype = torch.float8_e4m3fn if args.variant == "fp8" else torch.bfloat16
