@@ -116,13 +116,13 @@ inline int GroupedCtaRows(int64_t pairs, int64_t experts, int64_t experts_global
 
 // Stream path, down kernel: K splits per (expert, 16 output rows) task, a pure function of the shapes (so a
 // token's result never depends on the other tokens). More splits only while the tasks (at most min(P, E) hit
-// experts x splits) would leave the CTA's 8 warps idle, while the per-pair partials [splits, P, 16] f32 fit in
+// experts x splits) would leave the CTA's `warps` idle, while the per-pair partials [splits, P, 16] f32 fit in
 // 32 KB, and while every split keeps a 128-column group of I.
-inline int StreamDownSplits(int64_t pairs, int64_t experts, int64_t inter) {
+inline int StreamDownSplits(int64_t pairs, int64_t experts, int64_t inter, int warps) {
   const int64_t hits = std::max<int64_t>(1, std::min(pairs, experts));
   const int64_t groups = (inter + 127) / 128;
   int kp = 1;
-  while (kp < 8 && 2 * kp * hits <= 8 && 2 * kp * pairs <= kStreamMaxPairs && 2 * kp <= groups) kp *= 2;
+  while (kp < 16 && 2 * kp * hits <= warps && 2 * kp * pairs <= kStreamMaxPairs && 2 * kp <= groups) kp *= 2;
   return kp;
 }
 

@@ -60,8 +60,6 @@ struct StreamParams {
 
 constexpr int kUpWarps = 4;
 constexpr int kUpThreads = 32 * kUpWarps;
-constexpr int kDownWarps = 8;
-constexpr int kDownThreads = 32 * kDownWarps;
 constexpr int kDownRows = 16;   // columns of H per down CTA (one m16 tile)
 constexpr int kStep = 64;       // K elements per fragment step (4 threads x 16)
 constexpr int kGroup = 128;     // K elements per ring stage: 2 steps, one fp8_block128 block
@@ -258,6 +256,8 @@ struct Job {
   int e;           // local expert
   int first;       // gate-up: first column of I; down: K split index
   int pair;        // this lane's column's pair (lane 4c holds column c), -1 if none
+  float scale;     // gate-up, fp8_tensor: the expert's w13 scale, loaded when the job is formed (a job ahead of its
+                   // epilogue, so the epilogue waits on no global load)
 };
 
 template <bool kFp8, int kB>
@@ -275,6 +275,13 @@ struct Ring {
   template <int kBudget, int kWarps>  // stages that fit kBudget bytes of rings for kWarps warps (at most 8)
   static constexpr int kStages = kBudget / kWarps / kStageBytes > 8 ? 8 : kBudget / kWarps / kStageBytes;
 };
+
+// Warps of a down CTA: 16 where the ring still gives each warp 3 stages (fp8 operands), else 8. The grid is H / 16
+// CTAs, one per SM, and a warp's (expert, K split) task is a serial chain of fragment conversions and MMAs (ncu at
+// Qwen3 fp8 T=1: 2 warps per scheduler, 0.32 issued per cycle, stall_wait first), so more warps, each with a shorter
+// K split (StreamDownSplits), is what shortens the kernel.
+template <bool kFp8, int kB>
+constexpr int kDownWarps = kDownRingBytes / 16 / Ring<kFp8, kB>::kStageBytes >= 3 ? 16 : 8;
 
 __device__ __forceinline__ void WaitPending(int n) {  // cp.async.wait_group needs an immediate
   switch (n) {
@@ -422,7 +429,8 @@ __global__ void __launch_bounds__(kUpThreads) MoeStreamGateUpKernel(const __grid
   constexpr bool kFp8 = Q != MoeQuant::kNone;
   constexpr int kA = kFp8 ? 1 : 2;
   constexpr int kXBytes = ColTraits<C>::kElemBytes;
-  constexpr int kStages = Ring<kFp8, kXBytes>::template kStages<kUpRingBytes<kFp8>, kUpWarps>;
+  using R = Ring<kFp8, kXBytes>;
+  constexpr int kStages = R::template kStages<kUpRingBytes<kFp8>, kUpWarps>;
   extern __shared__ __align__(128) uint8_t rings[];  // [warp][kStages] stages
   __shared__ HitList<kUpThreads> hits;
   __shared__ int ids_local[kStreamMaxPairs];
@@ -430,6 +438,7 @@ __global__ void __launch_bounds__(kUpThreads) MoeStreamGateUpKernel(const __grid
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4;
   PdlWait();  // topk_ids and x may come from the previous kernel (routing)
   PdlLaunchDependents();  // the down kernel may start: it builds its hit list before its own wait
+  const float ts_a = Q == MoeQuant::kFp8Tensor ? *p.a13_scale : 1.f;
   const int n_hit = BuildHitList<kUpThreads>(p, ids_local, hits);
   const int64_t H = p.hidden, I = p.inter_size;
   const int blocks = static_cast<int>(I / 8);
@@ -458,6 +467,7 @@ __global__ void __launch_bounds__(kUpThreads) MoeStreamGateUpKernel(const __grid
         j.n = g1 - g0;  // may be 0 (H of one group split 4 ways): the job still joins the CTA's barriers
         j.pair = pair;
         j.col = pair >= 0 ? x + static_cast<int64_t>(pair / p.top_k) * H * kXBytes : nullptr;
+        j.scale = Q == MoeQuant::kFp8Tensor ? p.w13_scale[e] : 1.f;
         base += 8;
         if (base >= n_e) u += unit_stride, base = 0;
         return true;
@@ -467,12 +477,11 @@ __global__ void __launch_bounds__(kUpThreads) MoeStreamGateUpKernel(const __grid
     }
     return false;
   };
-  const float ts_a = Q == MoeQuant::kFp8Tensor ? *p.a13_scale : 1.f;
   const float out_mul = Q == MoeQuant::kFp8Tensor ? QuantMultiplier(*p.a2_scale) : 1.f;
   auto epilogue = [&](const Job& j, const float (&acc)[4]) {
     int pr[2];
     EpiloguePairs(j, pr);
-    const float ts = Q == MoeQuant::kFp8Tensor ? __fmul_rn(ts_a, p.w13_scale[j.e]) : 1.f;
+    const float ts = Q == MoeQuant::kFp8Tensor ? __fmul_rn(ts_a, j.scale) : 1.f;
 #pragma unroll
     for (int i = 0; i < 2; ++i) {
       if (pr[i] < 0) continue;
@@ -506,7 +515,7 @@ __global__ void __launch_bounds__(kUpThreads) MoeStreamGateUpKernel(const __grid
     __syncthreads();  // red is reused by the next job
   };
   RunJobs<Q, C, kStages>(
-      rings + warp * kStages * Ring<kFp8, kXBytes>::kStageBytes, H, C == Col::kBf16ToFp8 ? QuantMultiplier(ts_a) : 1.f,
+      rings + warp * kStages * R::kStageBytes, H, C == Col::kBf16ToFp8 ? QuantMultiplier(ts_a) : 1.f,
       next, finish,
       [&](const Job& j, int grp) {
         if constexpr (Q == MoeQuant::kFp8Block128) {
@@ -523,22 +532,31 @@ __global__ void __launch_bounds__(kUpThreads) MoeStreamGateUpKernel(const __grid
 // CTA = 16 columns of H for every token. Warp w takes tasks (hit expert s, K split) w, w + 8, ..., each in passes
 // of 8 of the expert's pairs; the per-pair partials stay in shared memory; then the CTA finishes its columns:
 // the weighted top-k sum in j order (bitwise deterministic), + shared_output, bf16 out.
-template <MoeQuant Q, Col C>
-__global__ void __launch_bounds__(kDownThreads) MoeStreamDownKernel(const __grid_constant__ StreamParams p) {
+template <MoeQuant Q, Col C, int kWarps = kDownWarps<Q != MoeQuant::kNone, ColTraits<C>::kElemBytes>>
+__global__ void __launch_bounds__(32 * kWarps) MoeStreamDownKernel(const __grid_constant__ StreamParams p) {
   constexpr bool kFp8 = Q != MoeQuant::kNone;
   constexpr int kA = kFp8 ? 1 : 2;
   constexpr int kB = ColTraits<C>::kElemBytes;
-  constexpr int kStages = Ring<kFp8, kB>::template kStages<kDownRingBytes, kDownWarps>;
-  __shared__ HitList<kDownThreads> hits;
+  constexpr int kThreads = 32 * kWarps;
+  constexpr int kStages = Ring<kFp8, kB>::template kStages<kDownRingBytes, kWarps>;
+  __shared__ HitList<kThreads> hits;
   __shared__ int ids_local[kStreamMaxPairs];
+  __shared__ float pair_w[kStreamMaxPairs], pair_ts[kStreamMaxPairs];  // top-k weight, fp8 dequant scale
   extern __shared__ __align__(128) uint8_t dyn[];  // [warp][kStages] stages, then [splits][P][16] f32 partials
-  float* red = reinterpret_cast<float*>(dyn + kDownWarps * kStages * Ring<kFp8, kB>::kStageBytes);
+  float* red = reinterpret_cast<float*>(dyn + kWarps * kStages * Ring<kFp8, kB>::kStageBytes);
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4;
   const int64_t H = p.hidden, I = p.inter_size;
   const int h0 = blockIdx.x * kDownRows;
   const int splits = p.down_splits, P = p.pairs;
   // Before the PDL wait: only inputs of the op (topk_ids), complete once the gate-up kernel has started us.
-  const int n_hit = BuildHitList<kDownThreads>(p, ids_local, hits);
+  const int n_hit = BuildHitList<kThreads>(p, ids_local, hits);
+  // The final sum's per-pair factors, loaded now (inputs of the op too): in the sum itself they were a chain of
+  // dependent global loads, one per top-k slot (ncu's top stall site at T=1).
+  for (int i = threadIdx.x; i < P; i += kThreads) {
+    const int e = ids_local[i];
+    pair_w[i] = p.weights[i];
+    pair_ts[i] = Q == MoeQuant::kFp8Tensor && e >= 0 ? __fmul_rn(*p.a2_scale, p.w2_scale[e]) : 1.f;
+  }
   const int tasks = n_hit * splits;
   PdlWait();  // the intermediate comes from the gate-up kernel
   PdlLaunchDependents();
@@ -563,11 +581,11 @@ __global__ void __launch_bounds__(kDownThreads) MoeStreamDownKernel(const __grid
         j.pair = pair;
         j.col = pair >= 0 ? inter + static_cast<int64_t>(pair) * I * kB : nullptr;
         base += 8;
-        if (base >= n_e) task += kDownWarps, base = 0;
+        if (base >= n_e) task += kWarps, base = 0;
         if (j.n > 0) return true;
         continue;
       }
-      task += kDownWarps;
+      task += kWarps;
       base = 0;
     }
     return false;
@@ -592,10 +610,12 @@ __global__ void __launch_bounds__(kDownThreads) MoeStreamDownKernel(const __grid
       [](const Job&, int) { return 0.f; });
   __syncthreads();
   // y[t, h0 + c (+1)] = sum_j (j order) w[t, j] * down[t*k + j] (+ shared): the reduce of the other paths.
-  const float a2 = Q == MoeQuant::kFp8Tensor ? *p.a2_scale : 1.f;
-  for (int it = threadIdx.x; it < p.tokens * (kDownRows / 2); it += kDownThreads) {
+  for (int it = threadIdx.x; it < p.tokens * (kDownRows / 2); it += kThreads) {
     const int64_t t = it / (kDownRows / 2);
     const int c = 2 * (it % (kDownRows / 2));
+    const int64_t off = t * H + h0 + c;
+    const __nv_bfloat162 sh = p.shared != nullptr ? *reinterpret_cast<const __nv_bfloat162*>(p.shared + off)
+                                                  : __nv_bfloat162();
     float y0 = 0.f, y1 = 0.f;
     for (int j = 0; j < p.top_k; ++j) {
       const int pair = static_cast<int>(t) * p.top_k + j;
@@ -608,52 +628,57 @@ __global__ void __launch_bounds__(kDownThreads) MoeStreamDownKernel(const __grid
         v1 = __fadd_rn(v1, part[static_cast<int64_t>(s) * P * kDownRows + 1]);
       }
       if constexpr (Q == MoeQuant::kFp8Tensor) {
-        const float ts = __fmul_rn(a2, p.w2_scale[e]);
+        const float ts = pair_ts[pair];
         v0 = __fmul_rn(v0, ts), v1 = __fmul_rn(v1, ts);
       }
-      const float w = p.weights[pair];
+      const float w = pair_w[pair];
       y0 = __fadd_rn(y0, __fmul_rn(w, v0));
       y1 = __fadd_rn(y1, __fmul_rn(w, v1));
     }
-    const int64_t off = t * H + h0 + c;
     if (p.shared != nullptr) {
-      y0 = __fadd_rn(y0, __bfloat162float(p.shared[off]));
-      y1 = __fadd_rn(y1, __bfloat162float(p.shared[off + 1]));
+      y0 = __fadd_rn(y0, __low2float(sh));
+      y1 = __fadd_rn(y1, __high2float(sh));
     }
     *reinterpret_cast<__nv_bfloat162*>(p.out + off) = __floats2bfloat162_rn(y0, y1);
   }
 }
 
 // ------------------------------------------------------------------------------------------------ launch
-template <MoeQuant Q, Col CUp, Col CDown>
-Status LaunchStream(const StreamParams& sp, int device, cudaStream_t stream) {
-  constexpr bool kFp8 = Q != MoeQuant::kNone;
-  using RUp = Ring<kFp8, ColTraits<CUp>::kElemBytes>;
-  using RDown = Ring<kFp8, ColTraits<CDown>::kElemBytes>;
-  constexpr int kUpSmem = kUpWarps * RUp::template kStages<kUpRingBytes<kFp8>, kUpWarps> * RUp::kStageBytes;
-  constexpr int kDownRings = kDownWarps * RDown::template kStages<kDownRingBytes, kDownWarps> * RDown::kStageBytes;
-  auto* up = &MoeStreamGateUpKernel<Q, CUp>;
-  auto* down = &MoeStreamDownKernel<Q, CDown>;
-  HPC_RETURN_IF_ERROR(AllowSmem(reinterpret_cast<const void*>(up), kUpSmem));
-  HPC_RETURN_IF_ERROR(AllowSmem(reinterpret_cast<const void*>(down), kDownRings + kDownRedBytes));
-  // warp-persistent gate-up grid: one wave, and no more warps than the most units any routing can give
+// The gate-up kernel: a warp-persistent grid of one wave, and no more warps than the most units any routing can give.
+template <MoeQuant Q, Col C>
+Status LaunchGateUp(StreamParams p, int device, cudaStream_t stream) {
+  using R = Ring<Q != MoeQuant::kNone, ColTraits<C>::kElemBytes>;
+  auto* up = &MoeStreamGateUpKernel<Q, C>;
+  constexpr int smem = kUpWarps * R::template kStages<kUpRingBytes<Q != MoeQuant::kNone>, kUpWarps> * R::kStageBytes;
+  HPC_RETURN_IF_ERROR(AllowSmem(reinterpret_cast<const void*>(up), smem));
   int per_sm = 0;
-  HPC_RETURN_IF_ERROR(ResidentCtasPerSm(reinterpret_cast<const void*>(up), kUpThreads, kUpSmem,
+  HPC_RETURN_IF_ERROR(ResidentCtasPerSm(reinterpret_cast<const void*>(up), kUpThreads, smem,
                                         "fused_moe: stream gate-up occupancy", &per_sm));
   // Few units (the routing's upper bound min(P, E) x I/8 under 4 per resident warp, e.g. T = 1, or EP where most
   // pairs are remote): the CTA's warps split H of each unit, so every resident warp streams. A function of the
   // shapes only, so no token's result depends on the other tokens.
   const int64_t resident = static_cast<int64_t>(per_sm) * MultiprocessorCount(device);
-  const int64_t max_units = static_cast<int64_t>(std::min(sp.pairs, sp.experts)) * (sp.inter_size / 8);
-  StreamParams p = sp;
+  const int64_t max_units = static_cast<int64_t>(std::min(p.pairs, p.experts)) * (p.inter_size / 8);
   p.up_splits = max_units < 4 * resident * kUpWarps ? kUpWarps : 1;
   const int64_t unit_ctas = p.up_splits > 1 ? max_units : (max_units + kUpWarps - 1) / kUpWarps;
   const int up_grid = static_cast<int>(std::min(unit_ctas, resident));
-  HPC_RETURN_IF_ERROR(
-      Launch("fused_moe stream gate-up launch", up, dim3(up_grid), dim3(kUpThreads), kUpSmem, stream, p));
-  const int red_bytes = sp.down_splits * sp.pairs * kDownRows * 4;
+  return Launch("fused_moe stream gate-up launch", up, dim3(up_grid), dim3(kUpThreads), smem, stream, p);
+}
+
+template <MoeQuant Q, Col CUp, Col CDown>
+Status LaunchStream(const StreamParams& sp, int device, cudaStream_t stream) {
+  constexpr bool kFp8 = Q != MoeQuant::kNone;
+  using RDown = Ring<kFp8, ColTraits<CDown>::kElemBytes>;
+  constexpr int kWarpsDown = kDownWarps<kFp8, ColTraits<CDown>::kElemBytes>;
+  constexpr int kDownRings = kWarpsDown * RDown::template kStages<kDownRingBytes, kWarpsDown> * RDown::kStageBytes;
+  StreamParams p = sp;
+  p.down_splits = StreamDownSplits(sp.pairs, sp.experts, sp.inter_size, kWarpsDown);
+  HPC_RETURN_IF_ERROR((LaunchGateUp<Q, CUp>(p, device, stream)));
+  auto* down = &MoeStreamDownKernel<Q, CDown>;
+  HPC_RETURN_IF_ERROR(AllowSmem(reinterpret_cast<const void*>(down), kDownRings + kDownRedBytes));
+  const int red_bytes = p.down_splits * sp.pairs * kDownRows * 4;
   return Launch("fused_moe stream down launch", down, dim3(static_cast<unsigned>(sp.hidden / kDownRows)),
-                dim3(kDownThreads), kDownRings + red_bytes, stream, p);
+                dim3(32 * kWarpsDown), kDownRings + red_bytes, stream, p);
 }
 
 }  // namespace
@@ -680,7 +705,6 @@ Status RunStreamMoe(const FusedMoeArgs& a, const MoePlan& plan, cudaStream_t str
   sp.expert_offset = static_cast<int>(a.expert_offset);
   sp.hidden = static_cast<int>(a.x.shape[1]);
   sp.inter_size = static_cast<int>(a.w13.shape[1] / 2);
-  sp.down_splits = StreamDownSplits(plan.pairs, sp.experts, sp.inter_size);
   const bool x_fp8 = a.x.dtype == DType::kF8E4M3;
   const int dev = a.x.device_id;
   switch (a.quant) {
