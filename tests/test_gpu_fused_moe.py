@@ -145,7 +145,7 @@ STREAM_CASES = [
     (32, 8, 2, 256, 128, 0, 0, False, False, True),      # 32 tokens on one expert: 4 passes of 8
     (7, 3, 3, 128, 384, 1, 0, False, True, False),       # H = one 128-column group (3 of 4 warps idle)
     (3, 2, 2, 192, 192, 0, 0, False, False, False),      # K tails: a 128-wide group with one 64-wide step
-    (40, 8, 2, 512, 128, 0, 0, False, False, False),     # T x H = 20 KB: fp8_tensor's x through the ring, not smem
+    (40, 8, 2, 512, 128, 0, 0, False, False, False),     # 80 pairs: 10 passes of 8 per expert, one K split
     (40, 8, 2, 512, 128, 0, 0, False, True, False),      # the same with fp8 x
 ]
 
