@@ -308,33 +308,48 @@ __device__ __forceinline__ void RunJobs(uint8_t* ring, int64_t k_total, float co
   static_assert(ColTraits<C>::kFp8Out == kFp8, "A and B operand types must match");
   static_assert(kStages >= 2 && kStages <= 8, "ring depth");
   const int lane = threadIdx.x % 32, g = lane / 4, q = lane % 4;
+  // Lane constants, computed once (ncu: the copy and fragment addresses, recomputed per group, were most of a
+  // group's instructions). A copy c of this lane: row a_row + kRowStep * c (rows 0-7 from `lo`, 8-15 from `hi`),
+  // chunk a_chunk; kRowStep is even, so every row of the lane has the same swizzle parity and the shared offset
+  // advances by a constant.
+  constexpr int kRowStep = 32 / R::kAChunks, kHalf = R::kACopies / 2;
+  static_assert(kRowStep % 2 == 0 && kRowStep * kHalf == 8, "A copy layout");
+  const int a_row = lane / R::kAChunks, a_chunk = lane % R::kAChunks;
+  const int a_dst = R::AOffset(a_row, a_chunk), a_k = a_chunk * 16 / R::kA;
+  int frag_a[2][R::kA];  // fragment reads: row g's chunk of step s (row g + 8: + 8 rows)
+#pragma unroll
+  for (int s = 0; s < 2; ++s)
+#pragma unroll
+    for (int h = 0; h < R::kA; ++h) frag_a[s][h] = R::AOffset(g, kFp8 ? 4 * s + q : 8 * s + 2 * q + h);
+  const int frag_b = R::kABytes + g * R::kBRowBytes + 16 * q * kB;
+  const int k_end = static_cast<int>(k_total);
   auto copy = [&](const Job& j, int grp, int slot) {
     uint8_t* stage = ring + slot * R::kStageBytes;
-    const int64_t k0 = static_cast<int64_t>(grp) * kGroup;
+    const int k0 = grp * kGroup;
+    const bool ok_a = k0 + a_k < k_end;
+    const int64_t a_off = static_cast<int64_t>(a_row) * j.row_bytes + grp * R::kARowBytes + a_chunk * 16;
 #pragma unroll
     for (int c = 0; c < R::kACopies; ++c) {
-      const int id = lane + 32 * c, row = id / R::kAChunks, chunk = id % R::kAChunks;
-      const bool ok = k0 + chunk * 16 / R::kA < k_total;
-      const uint8_t* src = (row < 8 ? j.lo + row * j.row_bytes : j.hi + (row - 8) * j.row_bytes) +
-                           grp * R::kARowBytes + chunk * 16;
-      CpAsync16(stage + R::AOffset(row, chunk), ok ? src : j.lo, ok);
+      const uint8_t* src = (c < kHalf ? j.lo : j.hi) + a_off + (c % kHalf) * kRowStep * j.row_bytes;
+      CpAsync16(stage + a_dst + c * kRowStep * R::kARowBytes, ok_a ? src : j.lo, ok_a);
     }
 #pragma unroll
     for (int c = 0; c < R::kBCopies; ++c) {  // column g: chunks q, q + 4, ... of its 128 elements
       const int chunk = q + 4 * c;
-      const bool ok = j.col != nullptr && k0 + chunk * 16 / kB < k_total;
-      CpAsync16(stage + R::kABytes + g * R::kBRowBytes + chunk * 16, ok ? j.col + k0 * kB + chunk * 16 : j.lo, ok);
+      const bool ok = j.col != nullptr && k0 + chunk * 16 / kB < k_end;
+      CpAsync16(stage + R::kABytes + g * R::kBRowBytes + chunk * 16,
+                ok ? j.col + static_cast<int64_t>(k0) * kB + chunk * 16 : j.lo, ok);
     }
     CpAsyncCommit();
   };
   Job cur, nxt;
   bool have_cur = next(cur);
   bool have_nxt = have_cur && next(nxt);
-  int issued = 0, consumed = 0;
+  int in_flight = 0, issue_slot = 0, use_slot = 0;  // ring slots wrap by compare (kStages is often 3 or 6)
   bool cursor_in_nxt = false;  // copy cursor: group `cursor` of cur (or of nxt)
   int cursor = 0;
   auto try_copy = [&]() {
-    while (issued - consumed < kStages - 1) {
+    while (in_flight < kStages - 1) {
       if (!cursor_in_nxt && cursor >= cur.n) {
         if (!have_nxt) return;
         cursor_in_nxt = true;
@@ -342,11 +357,12 @@ __device__ __forceinline__ void RunJobs(uint8_t* ring, int64_t k_total, float co
       }
       if (cursor_in_nxt && cursor >= nxt.n) return;
       if (cursor_in_nxt) {  // (two calls, not a reference to either: that put both jobs in local memory)
-        copy(nxt, nxt.g0 + cursor, issued % kStages);
+        copy(nxt, nxt.g0 + cursor, issue_slot);
       } else {
-        copy(cur, cur.g0 + cursor, issued % kStages);
+        copy(cur, cur.g0 + cursor, issue_slot);
       }
-      ++issued;
+      issue_slot = issue_slot + 1 == kStages ? 0 : issue_slot + 1;
+      ++in_flight;
       ++cursor;
     }
   };
@@ -354,29 +370,28 @@ __device__ __forceinline__ void RunJobs(uint8_t* ring, int64_t k_total, float co
     float acc[4] = {0.f, 0.f, 0.f, 0.f};
     for (int i = 0; i < cur.n; ++i) {
       try_copy();
-      WaitPending(issued - consumed - 1);
+      WaitPending(in_flight - 1);
       __syncwarp();  // every lane's copies of this stage have landed
-      const uint8_t* stage = ring + (consumed % kStages) * R::kStageBytes;
+      const uint8_t* stage = ring + use_slot * R::kStageBytes;
       Frag<kFp8> lo[2], hi[2], fb[2];
       Raw<kB> b;
 #pragma unroll
       for (int s = 0; s < 2; ++s) {
 #pragma unroll
         for (int h = 0; h < R::kA; ++h) {
-          const int chunk = kFp8 ? 4 * s + q : 8 * s + 2 * q + h;
-          const uint4 x = *reinterpret_cast<const uint4*>(stage + R::AOffset(g, chunk));
-          const uint4 y = *reinterpret_cast<const uint4*>(stage + R::AOffset(g + 8, chunk));
+          const uint4 x = *reinterpret_cast<const uint4*>(stage + frag_a[s][h]);
+          const uint4 y = *reinterpret_cast<const uint4*>(stage + frag_a[s][h] + 8 * R::kARowBytes);
           lo[s].w[4 * h] = x.x, lo[s].w[4 * h + 1] = x.y, lo[s].w[4 * h + 2] = x.z, lo[s].w[4 * h + 3] = x.w;
           hi[s].w[4 * h] = y.x, hi[s].w[4 * h + 1] = y.y, hi[s].w[4 * h + 2] = y.z, hi[s].w[4 * h + 3] = y.w;
         }
 #pragma unroll
         for (int h = 0; h < kB; ++h) {  // elements [64 s + 16 q, + 16) of column g
-          b.v[s][h] = *reinterpret_cast<const uint4*>(stage + R::kABytes + g * R::kBRowBytes + (64 * s + 16 * q) * kB +
-                                                       16 * h);
+          b.v[s][h] = *reinterpret_cast<const uint4*>(stage + frag_b + 64 * s * kB + 16 * h);
         }
       }
       __syncwarp();  // the stage may be refilled
-      ++consumed;
+      use_slot = use_slot + 1 == kStages ? 0 : use_slot + 1;
+      --in_flight;
       try_copy();
       const int grp = cur.g0 + i;
       float xs = 0.f;
