@@ -157,13 +157,13 @@ QUANT_CODE = {None: 0, "fp8_tensor": 1, "fp8_block128": 2}
 
 def _plan(tokens, top_k, experts, hidden, inter, quant):
     """Python model of csrc/moe/fused_moe_plan.h (checked against the binary's byte count). M tile 128 is the
-    grouped (CUTLASS) path: unpadded rows, no tile list (max_tiles None); M tile 8 the stream path (P <= 8
-    pairs, not fp8_block128): only the per-pair intermediate."""
+    grouped (CUTLASS) path: unpadded rows, no tile list (max_tiles None); M tile 8 the stream path (P <= 32
+    pairs and avg <= 2, not fp8_block128): only the per-pair intermediate."""
     avg = -(-tokens * top_k // max(experts, 1))
     pairs = tokens * top_k
     grouped_from = 32 if quant is None else (8 if quant == "fp8_tensor" else 3)  # GroupedFromAvg
     bm = 128 if avg > grouped_from else (16 if avg <= 16 else 32)
-    if pairs <= 8 and quant != "fp8_block128":
+    if pairs <= 32 and avg <= 2 and quant != "fp8_block128":
         bm = 8
     up = lambda b: -(-b // 256) * 256  # noqa: E731
     fp8, block = quant is not None, quant == "fp8_block128"

@@ -1,5 +1,6 @@
-"""fused_moe CUDA pipeline on a Hopper GPU, all three paths: the stream path (M tile 8, T*k <= 8 by default, up
-to 512 with HPC_XLA_MOE_PATH=stream: gate-up with x quantized on load -> down with the weighted top-k sum), the tiled mma.sync path (M tile
+"""fused_moe CUDA pipeline on a Hopper GPU, all three paths: the stream path (M tile 8, T*k <= 32 and <= 2 rows per
+expert by default, up to 512 with HPC_XLA_MOE_PATH=stream: gate-up with x quantized on load -> down with the weighted
+top-k sum), the tiled mma.sync path (M tile
 16/32/64: align -> quant -> gate-up GEMM -> down GEMM -> reduce) and the grouped CUTLASS path (M tile 128,
 T*k/E > 32: align -> setup -> gather+quant -> GEMM1 -> act+quant -> GEMM2 -> reduce). Against the float64 oracle with the quantization
 emulated (same tolerances as the CPU tests), against the CPU reference, bitwise determinism, poisoned
@@ -137,7 +138,8 @@ def test_cuda_bf16_and_fp8_tensor_with_i_multiple_of_64(quant):
 
 
 # (tokens, experts, top_k, hidden, inter, offset, extra, shared, x_fp8, one_expert): stream-path shapes. By default
-# the stream path takes T*k <= 8 only (and no fp8_block128), so these run under HPC_XLA_MOE_PATH=stream.
+# the stream path takes T*k <= 32 at <= 2 rows per expert only (and no fp8_block128), so these run under
+# HPC_XLA_MOE_PATH=stream.
 STREAM_CASES = [
     (1, 4, 2, 256, 1024, 0, 0, False, False, False),     # 2 hit experts: the down kernel splits I 4 ways
     (16, 16, 4, 512, 256, 0, 0, True, True, False),      # 64 pairs over 16 experts, one gate-up unit per warp
@@ -330,8 +332,8 @@ def test_cuda_graph_per_token_count(regime, quant):
 
 
 # (path, T_max, token counts, inter) with E=8, top_k=2. Stream: every T stays on it (T*k <= 8). Tiled: T_max on M
-# tile 32, the smaller T on tile 16 and (T <= 4) the stream path; fp8_block128 takes the grouped path from avg 4
-# rows/expert, so its tiled regime is T_max 12 (avg 3). Grouped: every T stays on it.
+# tile 32, the smaller T on tile 16 and (T <= 8: T*k <= 16, avg <= 2) the stream path; fp8_block128 takes the
+# grouped path from avg 4 rows/expert, so its tiled regime is T_max 12 (avg 3). Grouped: every T stays on it.
 PADDED_REGIMES = [("stream", 4, (1, 2, 3, 4), 128), ("tiled", 96, (1, 5, 50, 96), 128),
                   ("grouped", 1024, (260, 333, 700, 1024), 128)]
 PADDED_TILED_BLOCK128 = (12, (1, 5, 9, 12))

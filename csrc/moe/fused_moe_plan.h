@@ -3,7 +3,7 @@
 // bindings all call MakeMoePlan).
 //
 // Three paths, chosen by the M tile (TileM below):
-//   stream (M tile 8, T*k <= 8): two kernels that stream each hit expert's weights once against its few
+//   stream (M tile 8, T*k <= 32, <= 2 rows/expert): two kernels that stream each hit expert's weights once against its few
 //                                tokens, routing/quant/reduce folded in (fused_moe_stream.cu).
 //   tiled (v1, M tile 16/32/64): hand-written mma.sync GEMMs over padded per-expert tiles (fused_moe.cu).
 //   grouped (M tile 128):        CUTLASS sm90 grouped GEMMs over unpadded per-expert row ranges
@@ -63,11 +63,16 @@ MoePathChoice MoePathFromEnv();  // fused_moe_validate.cc
 constexpr int kGroupedTileM = 128;
 constexpr int kStreamTileM = 8;        // the stream path's marker: token columns per MMA (n8)
 constexpr int kStreamMaxPairs = 512;   // T*k it can take: each CTA holds the ids and its per-pair partials on chip
-constexpr int kStreamAutoPairs = 8;    // T*k it takes by default (T = 1 at top-8): where it measured faster than
-                                       // the tiled path on the H200 (bench/NOTES.md, fused_moe v4)
+// The stream path by default: P <= 32 pairs with at most 2 rows per local expert (T <= 4 at top-8 over >= 16
+// experts). Measured on the H200 against the tiled path (bench/NOTES.md, session 12): Qwen3 fp8 T=2 / 4 33.6 / 57.2
+// against 36.7 / 60.7 us, bf16 45.6 / 71.5 against 49.0 / 82.0, Hy3-TP8 23.8 / 37.1 against 35.4 / 42.7, Hy3-EP8
+// (24 local experts, avg 2 at T=4) 34.0 / 35.4 against 49.5 / 51.0; Mixtral T=4 (avg 1) equal; it lost at avg 4
+// (Mixtral T=16: 839 against 654 us) and at Qwen3 fp8 T=16 (P = 128: 121.8 against 119.1).
+constexpr int kStreamAutoPairs = 32;
+constexpr int kStreamAutoAvg = 2;
 
 // The M tile: ONE function of the pairs P = T*k, the mean rows per local expert avg = ceil(P / E) and the quant:
-//   P <= 8, not fp8_block128 -> 8 (stream path: the decode regime, two kernels instead of five),
+//   P <= 32 and avg <= 2, not fp8_block128 -> 8 (stream path: the decode regime, two kernels instead of five),
 //   avg > GroupedFromAvg(quant) -> 128 (grouped path),
 //   else avg <= 16 -> 16, <= 32 -> 32 (tiled path).
 // The grouped path starts at avg > 32 for bf16, > 8 for fp8_tensor, > 3 for fp8_block128: where its WGMMA GEMMs
@@ -95,7 +100,9 @@ inline int TileM(int64_t tokens, int64_t top_k, int64_t experts, MoeQuant quant)
     case MoePathChoice::kV1: return v1;
     case MoePathChoice::kGrouped: return kGroupedTileM;
     case MoePathChoice::kStream: return pairs <= kStreamMaxPairs ? kStreamTileM : tiled;
-    default: return pairs <= kStreamAutoPairs && quant != MoeQuant::kFp8Block128 ? kStreamTileM : tiled;
+    default:
+      return pairs <= kStreamAutoPairs && avg <= kStreamAutoAvg && quant != MoeQuant::kFp8Block128 ? kStreamTileM
+                                                                                                  : tiled;
   }
 }
 
