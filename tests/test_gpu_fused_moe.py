@@ -149,6 +149,7 @@ STREAM_CASES = [
     (3, 2, 2, 192, 192, 0, 0, False, False, False),      # K tails: a 128-wide group with one 64-wide step
     (40, 8, 2, 512, 128, 0, 0, False, False, False),     # 80 pairs: 10 passes of 8 per expert, one K split
     (40, 8, 2, 512, 128, 0, 0, False, True, False),      # the same with fp8 x
+    (2, 8, 2, 2176, 256, 0, 0, True, False, False),      # H/16 = 136 CTAs > 132 SMs: fp8's 8-warp down CTAs
 ]
 
 _STREAM_CHILD = r"""
@@ -193,7 +194,7 @@ def test_stream_path_vs_oracle_and_cpu(tmp_path):
                 continue
             _check_oracle_and_cpu(p, outs["%d_%s" % (ci, quant)].view(BF16))
             checked += 1
-    assert checked == len(outs.files) == 23
+    assert checked == len(outs.files) == 26
 
 
 @pytest.mark.parametrize("quant", [None, "fp8_tensor"])

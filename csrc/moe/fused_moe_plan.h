@@ -122,14 +122,23 @@ inline int GroupedCtaRows(int64_t pairs, int64_t experts, int64_t experts_global
 }
 
 // Stream path, down kernel: K splits per (expert, 16 output rows) task, a pure function of the shapes (so a
-// token's result never depends on the other tokens). More splits only while the tasks (at most min(P, E) hit
-// experts x splits) would leave the CTA's `warps` idle, while the per-pair partials [splits, P, 16] f32 fit in
-// 32 KB, and while every split keeps a 128-column group of I.
-inline int StreamDownSplits(int64_t pairs, int64_t experts, int64_t inter, int warps) {
+// token's result never depends on the other tokens). Splits while the per-pair partials [splits, P, 16] f32 fit in
+// 32 KB and, with `by_hits`, while the tasks (at most min(P, E) hit experts x splits) would leave the CTA's `warps`
+// idle and every split keeps a 128-column group of I; without it (the 8-warp CTAs of H > 16 x SMs), while every split
+// keeps >= 2 groups and one expert's splits do not outnumber the warps, whatever the hit count: a warp then runs
+// several tasks back to back when many experts are hit, and the splits keep the warps busy when few are (expert
+// parallelism: ~1 of 24 local experts at T=1 top-8 of 192). Measured on the H200 (bench/NOTES.md, session 12):
+// the by-hits rule is the better one for Qwen3 (T=4 fp8 52.5 against 55.1 us, bf16 76.2 against 78.6), the other for
+// the Hy3 EP8 shape on the 8-warp CTAs (T=1 13.2 us against 17.5 with the 16-warp CTAs and by-hits splits).
+inline int StreamDownSplits(int64_t pairs, int64_t experts, int64_t inter, int warps, bool by_hits) {
   const int64_t hits = std::max<int64_t>(1, std::min(pairs, experts));
   const int64_t groups = (inter + 127) / 128;
   int kp = 1;
-  while (kp < 16 && 2 * kp * hits <= warps && 2 * kp * pairs <= kStreamMaxPairs && 2 * kp <= groups) kp *= 2;
+  if (by_hits) {
+    while (kp < 16 && 2 * kp * hits <= warps && 2 * kp * pairs <= kStreamMaxPairs && 2 * kp <= groups) kp *= 2;
+  } else {
+    while (kp < warps && 2 * kp * pairs <= kStreamMaxPairs && 4 * kp <= groups) kp *= 2;
+  }
   return kp;
 }
 

@@ -70,6 +70,10 @@ constexpr int kDownRedBytes = kStreamMaxPairs * kDownRows * 4;  // splits * P * 
 template <bool kFp8>
 constexpr int kUpRingBytes = kFp8 ? 48 * 1024 : 96 * 1024;
 constexpr int kDownRingBytes = 144 * 1024;  // per down CTA (1 per SM, next to its partials)
+// fp8 down CTAs when H / 16 exceeds the SMs (H = 4096: 256 CTAs): 8 warps and half the ring, so two fit per SM and
+// the grid is one wave instead of two (Hy3-TP8 T=1: the down kernel took 10 us for 6.3 MB in two waves).
+constexpr int kDownNarrowWarps = 8;
+constexpr int kDownNarrowRingBytes = 72 * 1024;
 
 // ------------------------------------------------------------------------------ hit experts and their pairs
 template <int THREADS>
@@ -547,13 +551,13 @@ __global__ void __launch_bounds__(kUpThreads) MoeStreamGateUpKernel(const __grid
 // CTA = 16 columns of H for every token. Warp w takes tasks (hit expert s, K split) w, w + 8, ..., each in passes
 // of 8 of the expert's pairs; the per-pair partials stay in shared memory; then the CTA finishes its columns:
 // the weighted top-k sum in j order (bitwise deterministic), + shared_output, bf16 out.
-template <MoeQuant Q, Col C, int kWarps = kDownWarps<Q != MoeQuant::kNone, ColTraits<C>::kElemBytes>>
+template <MoeQuant Q, Col C, int kWarps, int kRingBytes>
 __global__ void __launch_bounds__(32 * kWarps) MoeStreamDownKernel(const __grid_constant__ StreamParams p) {
   constexpr bool kFp8 = Q != MoeQuant::kNone;
   constexpr int kA = kFp8 ? 1 : 2;
   constexpr int kB = ColTraits<C>::kElemBytes;
   constexpr int kThreads = 32 * kWarps;
-  constexpr int kStages = Ring<kFp8, kB>::template kStages<kDownRingBytes, kWarps>;
+  constexpr int kStages = Ring<kFp8, kB>::template kStages<kRingBytes, kWarps>;
   __shared__ HitList<kThreads> hits;
   __shared__ int ids_local[kStreamMaxPairs];
   __shared__ float pair_w[kStreamMaxPairs], pair_ts[kStreamMaxPairs];  // top-k weight, fp8 dequant scale
@@ -680,20 +684,29 @@ Status LaunchGateUp(StreamParams p, int device, cudaStream_t stream) {
   return Launch("fused_moe stream gate-up launch", up, dim3(up_grid), dim3(kUpThreads), smem, stream, p);
 }
 
+// The down kernel: CTA = 16 columns of H (one m16 tile), kWarps warps over kRingBytes of rings.
+template <MoeQuant Q, Col C, int kWarps, int kRingBytes, bool kSplitsByHits>
+Status LaunchDown(StreamParams p, cudaStream_t stream) {
+  using R = Ring<Q != MoeQuant::kNone, ColTraits<C>::kElemBytes>;
+  constexpr int kRings = kWarps * R::template kStages<kRingBytes, kWarps> * R::kStageBytes;
+  auto* down = &MoeStreamDownKernel<Q, C, kWarps, kRingBytes>;
+  HPC_RETURN_IF_ERROR(AllowSmem(reinterpret_cast<const void*>(down), kRings + kDownRedBytes));
+  p.down_splits = StreamDownSplits(p.pairs, p.experts, p.inter_size, kWarps, kSplitsByHits);
+  const int red_bytes = p.down_splits * p.pairs * kDownRows * 4;
+  return Launch("fused_moe stream down launch", down, dim3(static_cast<unsigned>(p.hidden / kDownRows)),
+                dim3(32 * kWarps), kRings + red_bytes, stream, p);
+}
+
 template <MoeQuant Q, Col CUp, Col CDown>
-Status LaunchStream(const StreamParams& sp, int device, cudaStream_t stream) {
+Status LaunchStream(const StreamParams& p, int device, cudaStream_t stream) {
   constexpr bool kFp8 = Q != MoeQuant::kNone;
-  using RDown = Ring<kFp8, ColTraits<CDown>::kElemBytes>;
-  constexpr int kWarpsDown = kDownWarps<kFp8, ColTraits<CDown>::kElemBytes>;
-  constexpr int kDownRings = kWarpsDown * RDown::template kStages<kDownRingBytes, kWarpsDown> * RDown::kStageBytes;
-  StreamParams p = sp;
-  p.down_splits = StreamDownSplits(sp.pairs, sp.experts, sp.inter_size, kWarpsDown);
   HPC_RETURN_IF_ERROR((LaunchGateUp<Q, CUp>(p, device, stream)));
-  auto* down = &MoeStreamDownKernel<Q, CDown>;
-  HPC_RETURN_IF_ERROR(AllowSmem(reinterpret_cast<const void*>(down), kDownRings + kDownRedBytes));
-  const int red_bytes = p.down_splits * sp.pairs * kDownRows * 4;
-  return Launch("fused_moe stream down launch", down, dim3(static_cast<unsigned>(sp.hidden / kDownRows)),
-                dim3(32 * kWarpsDown), kDownRings + red_bytes, stream, p);
+  if constexpr (CDown == Col::kFp8) {
+    if (p.hidden / kDownRows > MultiprocessorCount(device)) {
+      return LaunchDown<Q, CDown, kDownNarrowWarps, kDownNarrowRingBytes, false>(p, stream);
+    }
+  }
+  return LaunchDown<Q, CDown, kDownWarps<kFp8, ColTraits<CDown>::kElemBytes>, kDownRingBytes, true>(p, stream);
 }
 
 }  // namespace
