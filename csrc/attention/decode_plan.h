@@ -114,7 +114,9 @@ struct Piece {
 };
 
 // The pieces of one CTA, in order. `seq_lens` are read at attention time; a plan built from other lengths
-// only ever shrinks ranges (tiles past a sequence's end are skipped), never reads outside it.
+// only ever shrinks ranges (tiles past a sequence's end are skipped), never reads outside it -- memory safety
+// only: the merge tasks are the plan's, so with other lengths a split unit's result is unspecified (the API
+// requires the plan's own lengths).
 struct PieceCursor {
   int cta;
   int batch;

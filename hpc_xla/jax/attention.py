@@ -75,7 +75,9 @@ def decode_attention(q, k_cache, v_cache, block_table, seq_lens, plan=None, *, s
       k_cache, v_cache: [num_blocks, page_size, Hkv, D], q's dtype or float8_e4m3fn (then k_scale, v_scale).
       block_table: [B, max_blocks] int32. seq_lens: [B] int32, total KV length INCLUDING the new tokens;
         query j of a sequence sees positions [0, seq_len - q_len + j]. Zero-length sequences give zeros.
-      plan: from decode_plan (schedule="dynamic"); built here when None.
+      plan: from decode_plan (schedule="dynamic"); built here when None. It must come from these seq_lens: with
+        other lengths the kernel still reads nothing outside the sequences, but its merges of split sequences
+        assume the plan's lengths, so the results are unspecified.
       schedule: "dynamic" (persistent, load-balanced) or "static" (fixed splits per sequence; the baseline).
     Returns out [B * q_len, Hq, D] bfloat16 (float16 for float16 q).
     """

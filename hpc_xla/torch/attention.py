@@ -83,6 +83,7 @@ def decode_attention(q, k_cache, v_cache, block_table, seq_lens, plan=None, *, s
     """Attention of q_len new tokens per sequence against the paged cache (see hpc_xla.jax.decode_attention).
 
     k_cache / v_cache may be vLLM's strided views. `out`: optional preallocated [B * q_len, Hq, D] output.
+    `plan` must come from these `seq_lens` (refill it with decode_plan(..., out=plan) when they change).
     With schedule="static" (or no plan) a workspace is taken from `workspace` or allocated.
     """
     if schedule not in _decode.SCHEDULES:
