@@ -3,8 +3,8 @@
 // bindings all call MakeMoePlan).
 //
 // Three paths, chosen by the M tile (TileM below):
-//   stream (M tile 8, T*k <= 32, <= 2 rows/expert): two kernels that stream each hit expert's weights once against its few
-//                                tokens, routing/quant/reduce folded in (fused_moe_stream.cu).
+//   stream (M tile 8, T*k <= 32 at <= 2 rows per expert): two kernels that stream each hit expert's weights
+//                                once against its few tokens, routing/quant/reduce folded in (fused_moe_stream.cu).
 //   tiled (v1, M tile 16/32/64): hand-written mma.sync GEMMs over padded per-expert tiles (fused_moe.cu).
 //   grouped (M tile 128):        CUTLASS sm90 grouped GEMMs over unpadded per-expert row ranges
 //                                (fused_moe_grouped.cu, grouped_gemm_sm90.cu).

@@ -548,8 +548,8 @@ __global__ void __launch_bounds__(kUpThreads) MoeStreamGateUpKernel(const __grid
 }
 
 // --------------------------------------------------------------------------------------------- down kernel
-// CTA = 16 columns of H for every token. Warp w takes tasks (hit expert s, K split) w, w + 8, ..., each in passes
-// of 8 of the expert's pairs; the per-pair partials stay in shared memory; then the CTA finishes its columns:
+// CTA = 16 columns of H for every token. Warp w takes tasks (hit expert s, K split) w, w + kWarps, ..., each in
+// passes of 8 of the expert's pairs; the per-pair partials stay in shared memory; then the CTA finishes its columns:
 // the weighted top-k sum in j order (bitwise deterministic), + shared_output, bf16 out.
 template <MoeQuant Q, Col C, int kWarps, int kRingBytes>
 __global__ void __launch_bounds__(32 * kWarps) MoeStreamDownKernel(const __grid_constant__ StreamParams p) {
