@@ -82,8 +82,8 @@ constexpr int kStreamAutoAvg = 2;
 // path stays ahead. (fp8 operands cost the tiled path an e4m3 -> f16 conversion per element: Hopper has no fp8
 // mma.sync, ptxas expands it into F2FP + HMMA.) M tile 64 of the tiled path is still built, for
 // HPC_XLA_MOE_PATH=v1. The grouped GEMMs' own CTA tile is GroupedCtaRows below.
-// The stream path measured slower than the tiled one at P >= 32 (its fp8 fragments cost ~5x the instructions per
-// byte) and on fp8_block128 (DeepSeek-V3 EP8), so the default keeps it to single-token top-8 decode.
+// The stream path measured slower than the tiled one from P = 64 (Qwen3 fp8 T=8-16), at 4 rows per expert (Mixtral
+// T=16) and on fp8_block128 (DeepSeek-V3 EP8), so the default keeps it to P <= 32 at <= 2 rows per expert.
 // HPC_XLA_MOE_PATH overrides the path: v1 takes the tiled path at any size (16 / 32 / 64 by avg, never stream),
 // grouped always takes 128, stream takes 8 whenever P <= 512 (else the default choice).
 inline int64_t GroupedFromAvg(MoeQuant quant) {
