@@ -10,6 +10,6 @@ so=hpc_xla/_hpc_xla.cpython-312-x86_64-linux-gnu.so
 [ -f "$so" ] || { echo "no $so: run tools/build_gpu_binary.sh first" >&2; exit 1; }
 dst=".peer/exp/$name"
 rm -rf "$dst" && mkdir -p "$dst"
-git ls-files hpc_xla | tar cf - -T - | tar xf - -C "$dst"
+git ls-files hpc_xla tests | tar cf - -T - | tar xf - -C "$dst"  # tests: each version runs its own
 cp "$so" "$dst/hpc_xla/"
 echo "$dst (PYTHONPATH=\$PWD/$dst:\$PWD/tests)"
