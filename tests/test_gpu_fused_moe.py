@@ -150,6 +150,7 @@ STREAM_CASES = [
     (40, 8, 2, 512, 128, 0, 0, False, False, False),     # 80 pairs: 10 passes of 8 per expert, one K split
     (40, 8, 2, 512, 128, 0, 0, False, True, False),      # the same with fp8 x
     (2, 8, 2, 2176, 256, 0, 0, True, False, False),      # H/16 = 136 CTAs > 132 SMs: fp8's 8-warp down CTAs
+    (1, 2, 2, 8192, 64, 0, 0, False, False, False),      # fp8_tensor wgmma gate-up: a cluster of 8 CTAs x 8 K groups
 ]
 
 _STREAM_CHILD = r"""
@@ -179,11 +180,14 @@ def _problem_for(case, quant):
                         x_fp8 and quant is not None, seed=tokens + 3 * experts, one_expert=one)
 
 
-def test_stream_path_vs_oracle_and_cpu(tmp_path):
+@pytest.mark.parametrize("up", ["1", "0"])
+def test_stream_path_vs_oracle_and_cpu(tmp_path, up):
     """Every stream-path case x quant in one child process forced onto the stream path (the knob is read once per
-    process), each against the float64 oracle and the CPU reference here."""
+    process), each against the float64 oracle and the CPU reference here. HPC_XLA_MOE_UP_WGMMA=1 runs fp8_tensor's
+    gate-up on wgmma wherever the shape fits (T <= 8, H % 128 == 0, I % 32 == 0; clusters of 1-8 CTAs here), not only
+    where the default rule picks it; =0 on mma.sync."""
     dst = str(tmp_path / "stream.npz")
-    r = _run_child(_STREAM_CHILD, [dst], HPC_XLA_MOE_PATH="stream")
+    r = _run_child(_STREAM_CHILD, [dst], HPC_XLA_MOE_PATH="stream", HPC_XLA_MOE_UP_WGMMA=up)
     assert r.returncode == 0, r.stdout + r.stderr
     outs = np.load(dst)
     checked = 0
@@ -194,7 +198,7 @@ def test_stream_path_vs_oracle_and_cpu(tmp_path):
                 continue
             _check_oracle_and_cpu(p, outs["%d_%s" % (ci, quant)].view(BF16))
             checked += 1
-    assert checked == len(outs.files) == 26
+    assert checked == len(outs.files) == 28
 
 
 @pytest.mark.parametrize("quant", [None, "fp8_tensor"])
@@ -337,14 +341,23 @@ def test_cuda_graph_per_token_count(regime, quant):
 # grouped path from avg 4 rows/expert, so its tiled regime is T_max 12 (avg 3). Grouped: every T stays on it.
 PADDED_REGIMES = [("stream", 4, (1, 2, 3, 4), 128), ("tiled", 96, (1, 5, 50, 96), 128),
                   ("grouped", 1024, (260, 333, 700, 1024), 128)]
-PADDED_TILED_BLOCK128 = (12, (1, 5, 9, 12))
+PADDED_TILED_FP8 = {"fp8_block128": (12, (1, 5, 9, 12)), "fp8_tensor": (32, (1, 9, 20, 32))}  # fp8 goes grouped sooner
 
 
 def _path_family(tile):
     return "stream" if tile == STREAM_TILE else ("grouped" if tile == GROUPED_TILE else "tiled")
 
 
-@pytest.mark.parametrize("quant", [None, "fp8_block128"])
+def _kernel_family(p):
+    """The path, and for fp8_tensor on the stream path whether the gate-up runs on wgmma (default rule: T = 1 and a
+    grid of one wave, which these small shapes always fit): results are bitwise alike only within one family."""
+    fam = _path_family(_tile_m(p))
+    if fam == "stream" and p["quant"] == "fp8_tensor" and p["x"].shape[0] == 1:
+        fam += "+wgmma"
+    return fam
+
+
+@pytest.mark.parametrize("quant", [None, "fp8_tensor", "fp8_block128"])
 @pytest.mark.parametrize("regime", PADDED_REGIMES, ids=lambda r: r[0])
 def test_cuda_graph_max_tokens_padded(regime, quant):
     """One graph captured at T_max; a batch of T < T_max runs with its rows padded (weight 0, any id). Rows < T
@@ -358,12 +371,13 @@ def test_cuda_graph_max_tokens_padded(regime, quant):
     path, t_max, token_counts, inter = regime
     if path == "stream" and quant == "fp8_block128":
         pytest.skip("fp8_block128 never takes the stream path by default")
-    if path == "tiled" and quant == "fp8_block128":
-        t_max, token_counts = PADDED_TILED_BLOCK128
+    if path == "tiled" and quant in PADDED_TILED_FP8:
+        t_max, token_counts = PADDED_TILED_FP8[quant]
     hidden = 256
     p = make_problem(t_max, 8, hidden, inter, 2, quant, seed=4)
     t = _cuda_inputs(p)
-    kw = dict(quant=quant, w13_scale=t["w13_scale"], w2_scale=t["w2_scale"])
+    kw = dict(quant=quant, w13_scale=t["w13_scale"], w2_scale=t["w2_scale"], a13_scale=t["a13_scale"],
+              a2_scale=t["a2_scale"])  # fp8_tensor: the captured static activation scales apply to every batch
     out = torch.empty(t_max, hidden, dtype=torch.bfloat16, device="cuda")
 
     def call():
@@ -384,10 +398,11 @@ def test_cuda_graph_max_tokens_padded(regime, quant):
         t["topk_weights"][tokens:].zero_()
         g.replay()
         torch.cuda.synchronize()
-        qp = dict(q, w13=p["w13"], w2=p["w2"], w13_scale=p["w13_scale"], w2_scale=p["w2_scale"])
+        qp = dict(q, w13=p["w13"], w2=p["w2"], w13_scale=p["w13_scale"], w2_scale=p["w2_scale"],
+                  a13_scale=p["a13_scale"], a2_scale=p["a2_scale"])
         eager = run_cuda(qp)
         got = from_torch(out)[:tokens]
-        if _path_family(_tile_m(q)) == path:
+        if _kernel_family(q) == _kernel_family(p):
             assert np.array_equal(got.view(np.uint16), eager.view(np.uint16)), tokens
         else:
             err = reference.relative_error(got, eager.astype(np.float64))

@@ -18,22 +18,39 @@ inline Status CudaStatus(cudaError_t err, const char* what) {
   return Status::Internal(std::string("hpc_xla: ") + what + ": " + cudaGetErrorString(err));
 }
 
-// Launches `kernel` on `stream`. Kernels launched this way call PdlWait() before touching inputs that an
-// earlier kernel in the stream may still be writing; without the attribute PdlWait() is a no-op.
+// Launches `kernel` on `stream` in clusters of `cluster_x` CTAs along x (1: no cluster attribute; grid.x must be a
+// multiple of it). Kernels launched this way call PdlWait() before touching inputs that an earlier kernel in the
+// stream may still be writing; without the PDL attribute PdlWait() is a no-op.
 template <typename... KernelArgs, typename... Args>
-Status Launch(const char* name, void (*kernel)(KernelArgs...), dim3 grid, dim3 block, size_t smem_bytes,
-              cudaStream_t stream, Args&&... args) {
+Status LaunchCluster(const char* name, void (*kernel)(KernelArgs...), dim3 grid, dim3 block, size_t smem_bytes,
+                     unsigned cluster_x, cudaStream_t stream, Args&&... args) {
   cudaLaunchConfig_t config = {};
   config.gridDim = grid;
   config.blockDim = block;
   config.dynamicSmemBytes = smem_bytes;
   config.stream = stream;
-  cudaLaunchAttribute attr[1];
-  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  attr[0].val.programmaticStreamSerializationAllowed = 1;
+  cudaLaunchAttribute attr[2];
+  int n = 0;
+  if (PdlEnabled()) {
+    attr[n].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attr[n++].val.programmaticStreamSerializationAllowed = 1;
+  }
+  if (cluster_x > 1) {
+    attr[n].id = cudaLaunchAttributeClusterDimension;
+    attr[n].val.clusterDim.x = cluster_x;
+    attr[n].val.clusterDim.y = 1;
+    attr[n++].val.clusterDim.z = 1;
+  }
   config.attrs = attr;
-  config.numAttrs = PdlEnabled() ? 1 : 0;
+  config.numAttrs = n;
   return CudaStatus(cudaLaunchKernelEx(&config, kernel, std::forward<Args>(args)...), name);
+}
+
+// Launches `kernel` on `stream` without clusters (see LaunchCluster).
+template <typename... KernelArgs, typename... Args>
+Status Launch(const char* name, void (*kernel)(KernelArgs...), dim3 grid, dim3 block, size_t smem_bytes,
+              cudaStream_t stream, Args&&... args) {
+  return LaunchCluster(name, kernel, grid, block, smem_bytes, 1u, stream, std::forward<Args>(args)...);
 }
 
 // Device side of PDL (sm_90): wait for the previous grid's memory to be visible / let the next grid start.

@@ -26,6 +26,20 @@ __device__ __forceinline__ void CpAsync16(void* smem, const void* gmem, bool val
 __device__ __forceinline__ void CpAsyncCommit() { asm volatile("cp.async.commit_group;\n" ::); }
 template <int N>
 __device__ __forceinline__ void CpAsyncWait() { asm volatile("cp.async.wait_group %0;\n" ::"n"(N)); }
+// cp.async.wait_group with a run-time count (the instruction takes an immediate; in unrolled loops the switch folds
+// away): at most n (0-7, larger waits for 7) groups still pending.
+__device__ __forceinline__ void CpAsyncWaitAtMost(int n) {
+  switch (n) {
+    case 0: CpAsyncWait<0>(); break;
+    case 1: CpAsyncWait<1>(); break;
+    case 2: CpAsyncWait<2>(); break;
+    case 3: CpAsyncWait<3>(); break;
+    case 4: CpAsyncWait<4>(); break;
+    case 5: CpAsyncWait<5>(); break;
+    case 6: CpAsyncWait<6>(); break;
+    default: CpAsyncWait<7>(); break;
+  }
+}
 
 __device__ __forceinline__ void LdMatrixX4(uint32_t (&r)[4], uint32_t smem) {
   asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"

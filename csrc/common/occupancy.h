@@ -14,7 +14,8 @@
 
 namespace hpc {
 
-// Raises `fn`'s dynamic shared-memory limit to `bytes` (once per kernel). `what` names the op in errors.
+// Raises `fn`'s dynamic shared-memory limit to `bytes` (once per kernel: pass the most any launch of `fn` will ask
+// for, not this launch's size -- a later, larger launch fails with "invalid argument"). `what` names the op in errors.
 inline Status AllowDynamicSmem(const void* fn, int bytes, const char* what) {
   static std::mutex mu;
   static std::unordered_set<const void*> done;

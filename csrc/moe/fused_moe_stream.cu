@@ -35,6 +35,7 @@
 #include "csrc/common/numeric.h"
 #include "csrc/moe/fused_moe_stream.h"
 #include "csrc/moe/moe_common.cuh"
+#include "csrc/moe/stream_gate_up_wgmma.h"
 
 namespace hpc::moe {
 namespace {
@@ -287,18 +288,6 @@ struct Ring {
 template <bool kFp8, int kB>
 constexpr int kDownWarps = kDownRingBytes / 16 / Ring<kFp8, kB>::kStageBytes >= 3 ? 16 : 8;
 
-__device__ __forceinline__ void WaitPending(int n) {  // cp.async.wait_group needs an immediate
-  switch (n) {
-    case 0: CpAsyncWait<0>(); break;
-    case 1: CpAsyncWait<1>(); break;
-    case 2: CpAsyncWait<2>(); break;
-    case 3: CpAsyncWait<3>(); break;
-    case 4: CpAsyncWait<4>(); break;
-    case 5: CpAsyncWait<5>(); break;
-    case 6: CpAsyncWait<6>(); break;
-    default: CpAsyncWait<7>(); break;
-  }
-}
 
 // Runs this warp's jobs: next(job) fills the next one (false: none left), finish(job, acc) takes each finished
 // tile. ws_of(job, group): the (rows 0-7, rows 8-15) weight scales of a group, xs_of(job, group): the column's scale
@@ -374,7 +363,7 @@ __device__ __forceinline__ void RunJobs(uint8_t* ring, int64_t k_total, float co
     float acc[4] = {0.f, 0.f, 0.f, 0.f};
     for (int i = 0; i < cur.n; ++i) {
       try_copy();
-      WaitPending(in_flight - 1);
+      CpAsyncWaitAtMost(in_flight - 1);
       __syncwarp();  // every lane's copies of this stage have landed
       const uint8_t* stage = ring + use_slot * R::kStageBytes;
       Frag<kFp8> lo[2], hi[2], fb[2];
@@ -697,10 +686,50 @@ Status LaunchDown(StreamParams p, cudaStream_t stream) {
                 dim3(32 * kWarps), kRings + red_bytes, stream, p);
 }
 
+// fp8_tensor: the gate-up stage on wgmma (stream_gate_up_wgmma.cu) where it measured faster (session 14, H200,
+// bench moe, us, mma.sync -> wgmma): single-token decode whose wgmma grid fits one wave -- Qwen3-30B 21.2 -> 18.7,
+// Hy3-TP8 16.9 -> 15.1. In isolation (ncu) both kernels take the same time (Qwen3 T=1: 14.9 / 15.3 us, ~2.1 TB/s);
+// the layer gains because its one-shot CTAs finish and free their SMs progressively, so the down kernel's weight
+// prologue (issued before its PDL wait) overlaps the gate-up tail. Where the grid needs more waves, or T >= 2, it
+// lost: Hy3-EP8 T=1 (4 waves, mostly idle slots) 18.1 -> 19.7, T=2 Hy3-TP8 20.4 -> 21.7, T=4 Qwen3 52.8 -> 54.7.
+// HPC_XLA_MOE_UP_WGMMA=1 forces it wherever the shape fits, =0 never (A/B).
+bool UseWgmmaGateUp(const StreamParams& p, int device) {
+  static const int knob = EnvInt("HPC_XLA_MOE_UP_WGMMA", -1);
+  if (knob == 0 || !StreamGateUpWgmmaFits(p.tokens, p.top_k, p.hidden, p.inter_size)) return false;
+  if (knob > 0) return true;
+  return p.tokens == 1 && StreamGateUpWgmmaCtas(p.tokens, p.top_k, p.hidden, p.inter_size) <=
+                              static_cast<int64_t>(kStreamGateUpWgmmaCtasPerSm) * MultiprocessorCount(device);
+}
+
+template <Col C>
+Status LaunchWgmmaGateUp(const StreamParams& p, cudaStream_t stream) {
+  static_assert(C == Col::kFp8 || C == Col::kBf16ToFp8, "fp8_tensor columns");
+  WgmmaGateUpArgs a = {};
+  a.x = p.x;
+  a.x_fp8 = C == Col::kFp8;
+  a.w13 = p.w13;
+  a.w13_scale = p.w13_scale;
+  a.a13_scale = p.a13_scale;
+  a.a2_scale = p.a2_scale;
+  a.ids = p.ids;
+  a.inter = static_cast<uint8_t*>(p.inter);
+  a.tokens = p.tokens, a.top_k = p.top_k, a.experts = p.experts, a.expert_offset = p.expert_offset;
+  a.hidden = p.hidden, a.inter_size = p.inter_size;
+  return LaunchStreamGateUpWgmma(a, stream);
+}
+
 template <MoeQuant Q, Col CUp, Col CDown>
 Status LaunchStream(const StreamParams& p, int device, cudaStream_t stream) {
   constexpr bool kFp8 = Q != MoeQuant::kNone;
-  HPC_RETURN_IF_ERROR((LaunchGateUp<Q, CUp>(p, device, stream)));
+  if constexpr (Q == MoeQuant::kFp8Tensor) {
+    if (UseWgmmaGateUp(p, device)) {
+      HPC_RETURN_IF_ERROR(LaunchWgmmaGateUp<CUp>(p, stream));
+    } else {
+      HPC_RETURN_IF_ERROR((LaunchGateUp<Q, CUp>(p, device, stream)));
+    }
+  } else {
+    HPC_RETURN_IF_ERROR((LaunchGateUp<Q, CUp>(p, device, stream)));
+  }
   if constexpr (CDown == Col::kFp8) {
     if (p.hidden / kDownRows > MultiprocessorCount(device)) {
       return LaunchDown<Q, CDown, kDownNarrowWarps, kDownNarrowRingBytes, false>(p, stream);
