@@ -30,9 +30,9 @@ def main():
     elif args.suite == "moe":
         from hpc_xla.torch.moe import fused_moe_workspace_size
 
-        (_, e_local, e_global, offset, h, i, top_k, quant), = moe._selected_shapes(args.shape)
-        w = moe._weights(e_local, h, i, quant, gen)
-        inp = moe._inputs(args.tokens, e_local, e_global, offset, h, top_k, gen)
+        (name, e_local, e_global, offset, h, i, top_k, quant), = moe._selected_shapes(args.shape)
+        w = moe._weights(e_local, h, i, quant, moe._generator(name, quant))  # the bench row's own draw
+        inp = moe._inputs(args.tokens, e_local, e_global, offset, h, top_k, moe._generator(name, quant, args.tokens))
         ws = torch.empty(fused_moe_workspace_size(args.tokens, top_k, e_local, h, i, quant), dtype=torch.uint8,
                          device="cuda")
         call = moe._ours(w, inp, quant, offset, e_global, ws)
