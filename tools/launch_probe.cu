@@ -6,21 +6,7 @@
 // kernels either exit at once or run a prologue like the stream kernels' (one global load of 8 ids, a shared-memory
 // flag clear and a block-wide sum).
 //   nvcc -gencode arch=compute_90a,code=sm_90a -O3 -o launch_probe tools/launch_probe.cu && ./launch_probe
-#include <cuda_runtime.h>
-
-#include <algorithm>
-#include <cstdio>
-#include <cstdlib>
-#include <vector>
-
-#define CHECK(x)                                                                     \
-  do {                                                                               \
-    cudaError_t e_ = (x);                                                            \
-    if (e_ != cudaSuccess) {                                                         \
-      std::printf("%s:%d %s: %s\n", __FILE__, __LINE__, #x, cudaGetErrorString(e_)); \
-      std::exit(1);                                                                  \
-    }                                                                                \
-  } while (0)
+#include "probe_graph.cuh"
 
 // mode 0: exit at once; 1: PDL wait, read ids, clear 1024 shared flags, block sum, one store per CTA
 __global__ void Probe(const int* ids, int* out, int mode) {
@@ -63,11 +49,6 @@ int main() {
   CHECK(cudaMalloc(&ids, 64 * sizeof(int)));
   CHECK(cudaMemset(ids, 0, 64 * sizeof(int)));
   CHECK(cudaMalloc(&out, 1 << 20));
-  cudaStream_t s;
-  CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
-  cudaEvent_t e0, e1;
-  CHECK(cudaEventCreate(&e0));
-  CHECK(cudaEventCreate(&e1));
   const Kern tiny = {1, 32, 0}, up = {396, 128, 49152}, down = {256, 256, 77600}, down16 = {128, 512, 153088};
   struct Row {
     const char* name;
@@ -85,33 +66,11 @@ int main() {
   for (const Row& r : rows) {
     for (int mode = 0; mode < 2; ++mode) {
       for (int pdl = 0; pdl < 2; ++pdl) {
-        constexpr int kPairs = 20;
-        cudaGraph_t g;
-        cudaGraphExec_t ge;
-        CHECK(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
-        for (int i = 0; i < kPairs; ++i) {
-          CHECK(LaunchOne(r.a, pdl, mode, ids, out, s));
-          CHECK(LaunchOne(r.b, pdl, mode, ids, out, s));
-        }
-        CHECK(cudaStreamEndCapture(s, &g));
-        CHECK(cudaGraphInstantiate(&ge, g, 0));
-        CHECK(cudaGraphLaunch(ge, s));
-        CHECK(cudaStreamSynchronize(s));
-        std::vector<float> t;
-        for (int rep = 0; rep < 9; ++rep) {
-          CHECK(cudaEventRecord(e0, s));
-          CHECK(cudaGraphLaunch(ge, s));
-          CHECK(cudaEventRecord(e1, s));
-          CHECK(cudaEventSynchronize(e1));
-          float ms = 0;
-          CHECK(cudaEventElapsedTime(&ms, e0, e1));
-          t.push_back(ms * 1e3f / kPairs);
-        }
-        std::sort(t.begin(), t.end());
-        std::printf("%-48s %-8s %-5s %9.2f\n", r.name, mode ? "prologue" : "empty", pdl ? "yes" : "no",
-                    t[t.size() / 2]);
-        CHECK(cudaGraphExecDestroy(ge));
-        CHECK(cudaGraphDestroy(g));
+        const double us = GraphMicrosPerCall([&](int, cudaStream_t st) {
+          CHECK(LaunchOne(r.a, pdl, mode, ids, out, st));
+          CHECK(LaunchOne(r.b, pdl, mode, ids, out, st));
+        });
+        std::printf("%-48s %-8s %-5s %9.2f\n", r.name, mode ? "prologue" : "empty", pdl ? "yes" : "no", us);
       }
     }
   }

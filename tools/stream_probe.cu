@@ -7,22 +7,9 @@
 //   bulk       cp.async.bulk (the copy engine, 1-D, one per row) completing on an mbarrier, issued by one thread
 //   ldg        16-byte loads into registers, 8 in flight per thread (no shared memory)
 //   nvcc -gencode arch=compute_90a,code=sm_90a -O3 -o stream_probe tools/stream_probe.cu && ./stream_probe
-#include <cuda_runtime.h>
-
-#include <algorithm>
 #include <cstdint>
-#include <cstdlib>
-#include <cstdio>
-#include <vector>
 
-#define CHECK(x)                                                                               \
-  do {                                                                                         \
-    cudaError_t e_ = (x);                                                                      \
-    if (e_ != cudaSuccess) {                                                                   \
-      std::printf("%s:%d %s: %s\n", __FILE__, __LINE__, #x, cudaGetErrorString(e_));           \
-      std::exit(1);                                                                            \
-    }                                                                                          \
-  } while (0)
+#include "probe_graph.cuh"
 
 struct Layout {  // per CTA: `rows` rows of `row_bytes`, `stride` apart; CTAs `cta_span` bytes apart
   int rows, row_bytes;
@@ -122,9 +109,6 @@ int main() {
       {"32 KB contiguous/CTA, 6/SM", {4, 8192, 8192, 32768}, 6},
       {"16 KB contiguous/CTA, 12/SM", {2, 8192, 8192, 16384}, 12},
   };
-  cudaEvent_t e0, e1;
-  CHECK(cudaEventCreate(&e0));
-  CHECK(cudaEventCreate(&e1));
   std::printf("%-44s %-9s %6s %8s %9s %9s\n", "layout", "copy", "CTAs", "MB", "us/launch", "TB/s");
   for (const Case& c : cases) {
     for (int waves : {1, 4}) {
@@ -140,35 +124,8 @@ int main() {
           if (kind == 1) BulkKernel<<<ctas, 128, smem, s>>>(src, c.l, out);
           if (kind == 2) LdgKernel<<<ctas, 128, 0, s>>>(src, c.l, out);
         };
-        // 20 launches (each on its own cold slice) in one CUDA graph, as the benchmarks time; the median of 7
-        // replays per launch
-        constexpr int kPerGraph = 20;
-        cudaStream_t s;
-        CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
-        cudaGraph_t g;
-        cudaGraphExec_t ge;
-        CHECK(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
-        for (int it = 0; it < kPerGraph; ++it) launch(it, s);
-        CHECK(cudaStreamEndCapture(s, &g));
-        CHECK(cudaGraphInstantiate(&ge, g, 0));
-        CHECK(cudaGraphLaunch(ge, s));
-        CHECK(cudaStreamSynchronize(s));
-        std::vector<float> t;
-        for (int rep = 0; rep < 7; ++rep) {
-          CHECK(cudaEventRecord(e0, s));
-          CHECK(cudaGraphLaunch(ge, s));
-          CHECK(cudaEventRecord(e1, s));
-          CHECK(cudaEventSynchronize(e1));
-          float ms = 0;
-          CHECK(cudaEventElapsedTime(&ms, e0, e1));
-          t.push_back(ms / kPerGraph);
-        }
-        CHECK(cudaGetLastError());
-        CHECK(cudaGraphExecDestroy(ge));
-        CHECK(cudaGraphDestroy(g));
-        CHECK(cudaStreamDestroy(s));
-        std::sort(t.begin(), t.end());
-        const double us = t[t.size() / 2] * 1e3;
+        // 20 launches in one graph, each on its own cold slice
+        const double us = GraphMicrosPerCall(launch, 20, 7);
         std::printf("%-44s %-9s %6d %8.1f %9.2f %9.2f\n", c.name, kind == 0 ? "cp.async" : kind == 1 ? "bulk" : "ldg",
                     ctas, bytes / 1e6, us, bytes / us / 1e6);
       }
