@@ -288,7 +288,6 @@ struct Ring {
 template <bool kFp8, int kB>
 constexpr int kDownWarps = kDownRingBytes / 16 / Ring<kFp8, kB>::kStageBytes >= 3 ? 16 : 8;
 
-
 // Runs this warp's jobs: next(job) fills the next one (false: none left), finish(job, acc) takes each finished
 // tile. ws_of(job, group): the (rows 0-7, rows 8-15) weight scales of a group, xs_of(job, group): the column's scale
 // (Col::kFp8Block), both fp8_block128 only (acc += part * x_scale * w_scale per group, the reference's order).

@@ -1,10 +1,10 @@
 // fused_moe stream path, gate-up on wgmma (stream_gate_up_wgmma.h).
 //
-// Why: the mma.sync gate-up (fused_moe_stream.cu) spends ~400 instructions per 2 KB of weights per warp -- every
-// e4m3 byte converted to f16 (sm_90 has no fp8 mma.sync: ptxas expands m16n8k32.e4m3 into F2FP + HMMA), x
-// quantized again for every group, copy and ring bookkeeping -- and ncu found it issue-latency bound at ~6 cycles
-// per instruction (Qwen3-30B fp8, T=1: 13 us for 25 MB, 1.9 TB/s). wgmma reads e4m3 straight from shared memory, so
-// a CTA's whole job is: copy its weight slice in, multiply, reduce, write.
+// Why: the mma.sync gate-up (fused_moe_stream.cu) converts every e4m3 byte to f16 (sm_90 has no fp8 mma.sync) and
+// quantizes x again for every group; wgmma reads e4m3 straight from shared memory, so a CTA's whole job is: copy
+// its weight slice in, multiply, reduce, write. Measured (session 14, bench/NOTES.md): alone it is no faster than
+// the mma.sync kernel -- both wait on memory (ncu, Qwen3-30B fp8 T=1: 15.3 / 14.9 us) -- but as one wave of one-shot
+// CTAs it frees SMs early for the down kernel, so the layer gains at T = 1 (the rule is in fused_moe_stream.cu).
 //
 // Work: a unit is (hit expert e, 32 columns of I): A = its 32 gate rows then its 32 up rows (64 x H, the wgmma M),
 // B = x of ALL T <= 8 tokens (the wgmma N = 8), so a token's column is computed whether or not it routed to e and
@@ -188,6 +188,9 @@ __global__ void __launch_bounds__(kThreads) GateUpWgmmaKernel(const __grid_const
   }
 }
 
+// CTAs per unit: as few as keep each at <= kMaxGroups K groups.
+int ClusterFor(int groups) { return (groups + kMaxGroups - 1) / kMaxGroups; }
+
 }  // namespace
 
 bool StreamGateUpWgmmaFits(int tokens, int top_k, int hidden, int inter_size) {
@@ -196,13 +199,12 @@ bool StreamGateUpWgmmaFits(int tokens, int top_k, int hidden, int inter_size) {
 }
 
 int64_t StreamGateUpWgmmaCtas(int tokens, int top_k, int hidden, int inter_size) {
-  const int groups = hidden / kGroupK;
-  return static_cast<int64_t>(tokens) * top_k * (inter_size / kUnitCols) * ((groups + kMaxGroups - 1) / kMaxGroups);
+  return static_cast<int64_t>(tokens) * top_k * (inter_size / kUnitCols) * ClusterFor(hidden / kGroupK);
 }
 
 Status LaunchStreamGateUpWgmma(const WgmmaGateUpArgs& a, cudaStream_t stream) {
   const int groups = a.hidden / kGroupK;
-  Params p = {a, (groups + kMaxGroups - 1) / kMaxGroups, a.inter_size / kUnitCols};
+  Params p = {a, ClusterFor(groups), a.inter_size / kUnitCols};
   const int per_cta = (groups + p.cluster - 1) / p.cluster;
   // operands + 1 KB for the 1024-byte alignment; the reduce (<= 7 x 2 KB) and epilogue tiles reuse A and B
   const int smem = per_cta * (kAGroupBytes + kBGroupBytes) + 1024;

@@ -1,7 +1,6 @@
-// The stream path's gate-up stage on Hopper's fp8 tensor cores (wgmma), for fp8_tensor at T <= 8 tokens: the
-// decode regime, where the layer is the time it takes to stream the hit experts' w13 once. See
-// stream_gate_up_wgmma.cu for the design; fused_moe_stream.cu picks it (StreamGateUpWgmmaFits) and runs its own
-// down kernel after it unchanged.
+// The stream path's gate-up stage on Hopper's fp8 tensor cores (wgmma), for fp8_tensor at T <= 8 tokens (the
+// decode regime). See stream_gate_up_wgmma.cu for the design; fused_moe_stream.cu picks it (UseWgmmaGateUp: by
+// default single-token calls whose grid fits one wave) and runs its own down kernel after it unchanged.
 #pragma once
 
 #include <cuda_runtime.h>

@@ -1,6 +1,6 @@
-// Hopper warpgroup MMA pieces the fp8 stream kernels share (stream_gate_up_wgmma.cu, stream_down_wgmma.cu): e4m3
-// wgmma m64n8k32 with both operands K-major in shared memory under the 128-byte swizzle, its fences, and the
-// swizzled offset those tiles are written at.
+// Hopper warpgroup MMA pieces for fp8 kernels with a narrow N (stream_gate_up_wgmma.cu): e4m3 wgmma m64n8k32 with
+// both operands K-major in shared memory under the 128-byte swizzle, its fences, and the swizzled offset those
+// tiles are written at.
 #pragma once
 
 #include <cstdint>
