@@ -45,10 +45,6 @@
 //   header        int32[64]             (unused)
 //   inter         [P, I] per pair:      e4m3 (fp8_tensor, quantized with a2) | bf16 (none) | f32 (fp8_block128:
 //                                       the down kernel quantizes it per 128 columns, as the reference does)
-//   t1_partials   f32[k, I/32, H]       fp8_tensor at T = 1 where StreamT1FusedFits: the fused kernels' partial
-//                                       down rows (stream_gate_up_wgmma.h)
-// Every fp8_tensor plan is at least as large as that T = 1 layout (T1StreamBytes), so a workspace sized for any
-// max T also serves T = 1: a CUDA graph or XLA program sized for its largest batch may run a single token.
 #pragma once
 
 #include <algorithm>
@@ -56,7 +52,6 @@
 
 #include "csrc/moe/fused_moe.h"
 #include "csrc/moe/grouped_gemm_sm90.h"
-#include "csrc/moe/stream_gate_up_wgmma.h"
 
 namespace hpc::moe {
 
@@ -159,20 +154,11 @@ struct MoePlan {
   // grouped path
   int64_t expert_count = 0, expert_first = 0, pair_row = 0, gemm_args = 0, gemm_ws = 0, rows = 0, rows_scale = 0,
           gate_up = 0;
-  // stream path, fp8_tensor T = 1 (0: none)
-  int64_t t1_partials = 0;
 };
 
 constexpr int kMoeHeaderInts = 64;
 
 inline int64_t AlignUp256(int64_t b) { return (b + 255) / 256 * 256; }
-
-// Bytes of the fp8_tensor T = 1 stream layout with the fused kernels' partials (0 where they do not fit).
-inline int64_t T1StreamBytes(int64_t top_k, int64_t hidden, int64_t inter, MoeQuant quant) {
-  if (quant != MoeQuant::kFp8Tensor || !StreamT1FusedFits(top_k, hidden, inter)) return 0;
-  return AlignUp256(kMoeHeaderInts * 4) + AlignUp256(top_k * inter) +
-         AlignUp256(StreamT1PartialBytes(top_k, hidden, inter));
-}
 
 inline MoePlan MakeMoePlan(int64_t tokens, int64_t top_k, int64_t experts, int64_t hidden, int64_t inter,
                            MoeQuant quant) {
@@ -191,9 +177,6 @@ inline MoePlan MakeMoePlan(int64_t tokens, int64_t top_k, int64_t experts, int64
   p.header = take(kMoeHeaderInts * 4);
   if (p.stream) {
     p.inter = take(p.pairs * inter * (block ? 4 : (fp8 ? 1 : 2)));
-    if (tokens == 1 && T1StreamBytes(top_k, hidden, inter, quant) > 0) {
-      p.t1_partials = take(StreamT1PartialBytes(top_k, hidden, inter));
-    }
   } else if (p.grouped) {
     p.max_rows = p.pairs;
     p.expert_count = take(experts * 4);
@@ -220,7 +203,7 @@ inline MoePlan MakeMoePlan(int64_t tokens, int64_t top_k, int64_t experts, int64
     p.inter_scale = take(block ? p.max_rows * (inter / kMoeBlock) * 4 : 0);
     p.down = take(p.pairs * hidden * 4);
   }
-  p.total = std::max(at, T1StreamBytes(top_k, hidden, inter, quant));
+  p.total = at;
   return p;
 }
 

@@ -54,7 +54,6 @@ struct StreamParams {
   const __nv_bfloat16* shared;
   __nv_bfloat16* out;
   void* inter;                // [P, I]: e4m3 (fp8_tensor) | bf16 (none) | f32 (fp8_block128)
-  float* t1_partials;         // the T = 1 fused kernels' scratch where the plan has it (fused_moe_plan.h), else null
   int tokens, top_k, pairs, experts, expert_offset, hidden, inter_size;
   int up_splits;              // 1: a gate-up unit per warp; kUpWarps: the CTA's warps split H of each unit
   int down_splits;            // StreamDownSplits
@@ -702,7 +701,7 @@ bool UseWgmmaGateUp(const StreamParams& p, int device) {
 }
 
 template <Col C>
-WgmmaGateUpArgs WgmmaArgs(const StreamParams& p) {
+Status LaunchWgmmaGateUp(const StreamParams& p, cudaStream_t stream) {
   static_assert(C == Col::kFp8 || C == Col::kBf16ToFp8, "fp8_tensor columns");
   WgmmaGateUpArgs a = {};
   a.x = p.x;
@@ -715,32 +714,7 @@ WgmmaGateUpArgs WgmmaArgs(const StreamParams& p) {
   a.inter = static_cast<uint8_t*>(p.inter);
   a.tokens = p.tokens, a.top_k = p.top_k, a.experts = p.experts, a.expert_offset = p.expert_offset;
   a.hidden = p.hidden, a.inter_size = p.inter_size;
-  return a;
-}
-
-template <Col C>
-Status LaunchWgmmaGateUp(const StreamParams& p, cudaStream_t stream) {
-  return LaunchStreamGateUpWgmma(WgmmaArgs<C>(p), stream);
-}
-
-// fp8_tensor at T = 1, where the wgmma gate-up is chosen: the fused pair (stream_gate_up_wgmma.h), whose grid also
-// streams w2 and computes the down projection's partial rows, then a reduce. HPC_XLA_MOE_T1_FUSED=0 keeps the
-// two-kernel layer (A/B).
-bool UseT1Fused(const StreamParams& p) {
-  static const int knob = EnvInt("HPC_XLA_MOE_T1_FUSED", -1);
-  return knob != 0 && p.tokens == 1 && p.t1_partials != nullptr && StreamT1FusedFits(p.top_k, p.hidden, p.inter_size);
-}
-
-template <Col C>
-Status LaunchT1Fused(const StreamParams& p, cudaStream_t stream) {
-  WgmmaDownArgs d = {};
-  d.w2 = p.w2;
-  d.w2_scale = p.w2_scale;
-  d.weights = p.weights;
-  d.shared = p.shared;
-  d.out = p.out;
-  d.partials = p.t1_partials;
-  return LaunchStreamT1Fused(WgmmaArgs<C>(p), d, stream);
+  return LaunchStreamGateUpWgmma(a, stream);
 }
 
 template <MoeQuant Q, Col CUp, Col CDown>
@@ -748,7 +722,6 @@ Status LaunchStream(const StreamParams& p, int device, cudaStream_t stream) {
   constexpr bool kFp8 = Q != MoeQuant::kNone;
   if constexpr (Q == MoeQuant::kFp8Tensor) {
     if (UseWgmmaGateUp(p, device)) {
-      if (UseT1Fused(p)) return LaunchT1Fused<CUp>(p, stream);
       HPC_RETURN_IF_ERROR(LaunchWgmmaGateUp<CUp>(p, stream));
     } else {
       HPC_RETURN_IF_ERROR((LaunchGateUp<Q, CUp>(p, device, stream)));
@@ -781,8 +754,6 @@ Status RunStreamMoe(const FusedMoeArgs& a, const MoePlan& plan, cudaStream_t str
   sp.shared = a.shared_output.present() ? a.shared_output.ptr<const __nv_bfloat16>() : nullptr;
   sp.out = a.out.ptr<__nv_bfloat16>();
   sp.inter = a.workspace.ptr<uint8_t>() + plan.inter;
-  sp.t1_partials = plan.t1_partials > 0 ? reinterpret_cast<float*>(a.workspace.ptr<uint8_t>() + plan.t1_partials)
-                                        : nullptr;
   sp.tokens = static_cast<int>(a.x.shape[0]);
   sp.top_k = static_cast<int>(a.topk_ids.shape[1]);
   sp.pairs = static_cast<int>(plan.pairs);
