@@ -151,6 +151,8 @@ STREAM_CASES = [
     (40, 8, 2, 512, 128, 0, 0, False, True, False),      # the same with fp8 x
     (2, 8, 2, 2176, 256, 0, 0, True, False, False),      # H/16 = 136 CTAs > 132 SMs: fp8's 8-warp down CTAs
     (1, 2, 2, 8192, 64, 0, 0, False, False, False),      # fp8_tensor wgmma gate-up: a cluster of 8 CTAs x 8 K groups
+    (1, 8, 4, 1024, 256, 3, 4, True, False, False),      # T=1 under EP (local experts 3..10 of 15) + shared_output
+    (1, 16, 8, 2048, 128, 0, 0, True, True, False),      # T=1 top-8 with fp8 x: wgmma clusters of 2
 ]
 
 _STREAM_CHILD = r"""
@@ -198,7 +200,20 @@ def test_stream_path_vs_oracle_and_cpu(tmp_path, up):
                 continue
             _check_oracle_and_cpu(p, outs["%d_%s" % (ci, quant)].view(BF16))
             checked += 1
-    assert checked == len(outs.files) == 28
+    assert checked == len(outs.files) == 34
+
+
+@pytest.mark.parametrize("ids", [[5, 5, 9, 2], [20, 30, 0, 11], [3, 17, 3, 3]])
+def test_one_token_repeated_and_remote_ids(ids):
+    """T = 1 fp8_tensor (the stream path, wgmma gate-up by default): a repeated expert id counts once per slot, ids
+    outside the local range [1, 11) contribute 0 (all four remote in the second case: the output is shared_output)."""
+    p = make_problem(1, 10, 1024, 128, 4, "fp8_tensor", 1, 20, shared=True, seed=21)
+    p["topk_ids"] = np.array([ids], np.int32)
+    assert _tile_m(p) == STREAM_TILE
+    out = run_cuda(p)
+    _check_oracle_and_cpu(p, out)
+    if all(not 1 <= i < 11 for i in ids):
+        assert np.array_equal(out.view(np.uint16), p["shared_output"].view(np.uint16))
 
 
 @pytest.mark.parametrize("quant", [None, "fp8_tensor"])
