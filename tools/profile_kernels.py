@@ -10,7 +10,9 @@ import statistics
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout: the in-place build
+# The checkout's in-place build, after PYTHONPATH: a staged package (tools/stage_ab_copy.sh) named there wins
+# (inserting the checkout first made a staged run silently import the root package, or fail without its binary).
+sys.path.append(str(Path(__file__).resolve().parents[1]))
 
 import torch
 from torch.profiler import ProfilerActivity, profile
