@@ -689,8 +689,9 @@ Status LaunchDown(StreamParams p, cudaStream_t stream) {
 // bench moe, us, mma.sync -> wgmma): single-token decode whose wgmma grid fits one wave -- Qwen3-30B 21.2 -> 18.7,
 // Hy3-TP8 16.9 -> 15.1. In isolation (ncu) both kernels take the same time (Qwen3 T=1: 14.9 / 15.3 us, ~2.1 TB/s);
 // the layer gains, our reading, because its one-shot CTAs finish and free their SMs progressively, so down CTAs
-// become resident and build their hit lists (before their PDL wait) during the gate-up tail. Where the grid needs more waves, or T >= 2, it
-// lost: Hy3-EP8 T=1 (4 waves, mostly idle slots) 18.1 -> 19.7, T=2 Hy3-TP8 20.4 -> 21.7, T=4 Qwen3 52.8 -> 54.7.
+// become resident and build their hit lists (before their PDL wait) during the gate-up tail. Where the grid needs
+// more waves, or T >= 2, it lost: Hy3-EP8 T=1 (4 waves, mostly idle slots) 18.1 -> 19.7, T=2 Hy3-TP8 20.4 -> 21.7,
+// T=4 Qwen3 52.8 -> 54.7.
 // HPC_XLA_MOE_UP_WGMMA=1 forces it wherever the shape fits, =0 never (A/B).
 bool UseWgmmaGateUp(const StreamParams& p, int device) {
   static const int knob = EnvInt("HPC_XLA_MOE_UP_WGMMA", -1);

@@ -408,11 +408,13 @@ def run(args):
         for tokens in tokens_list:
             gen = _generator(name, quant, tokens)
             probe = _inputs(tokens, e_local, e_global, offset, h, top_k, gen)
-            sets_n = max(1, min(8, math.ceil(2 * l2 / max(_local_hits(probe, offset, e_local)[0] * expert_bytes, 1))))
+            counts = [_local_hits(probe, offset, e_local)]
+            sets_n = max(1, min(8, math.ceil(2 * l2 / max(counts[0][0] * expert_bytes, 1))))
             sets = [probe] + [_inputs(tokens, e_local, e_global, offset, h, top_k, gen) for _ in range(sets_n - 1)]
+            counts += [_local_hits(s, offset, e_local) for s in sets[1:]]
             # What the timed graph does per call: the mean over its rotating sets, whose routings differ (the first
             # set's alone made the Hy3-EP8 T=1 row report 0 experts hit while 7 of its 8 sets hit some).
-            hit, pairs = (sum(v) / len(sets) for v in zip(*(_local_hits(s, offset, e_local) for s in sets)))
+            hit, pairs = (sum(v) / len(counts) for v in zip(*counts))
             hit_bytes = max(hit * expert_bytes, 1)
             flops = 2.0 * pairs * 3 * h * i
             ws = torch.empty(fused_moe_workspace_size(tokens, top_k, e_local, h, i, quant), dtype=torch.uint8,
