@@ -6,6 +6,7 @@ waits, so its gap is negative and its duration includes the wait: the time it ad
 duration + gap. (The GPU machine has no Nsight Systems; this is what gave bench/NOTES.md's session-11 profiles.)"""
 import collections
 import math
+import os
 import statistics
 import sys
 from pathlib import Path
@@ -49,6 +50,13 @@ def moe():
 
     cases = {"qwen3-30b-a3b/fp8_tensor": (1, 16, 64, 256), "qwen3-30b-a3b/bf16": (1,), "hy3-tp8/fp8_tensor": (1, 16),
              "hy3-ep8/fp8_tensor": (1, 64), "dsv3-ep8/fp8_block128": (16,), "mixtral-8x7b/bf16": (64,)}
+    only = os.environ.get("HPC_PROFILE_MOE")  # e.g. "qwen3-30b-a3b/fp8_tensor:1,hy3-tp8/fp8_tensor:1"
+    if only:
+        picked = collections.defaultdict(list)
+        for item in only.split(","):
+            key, t = item.rsplit(":", 1)
+            picked[key].append(int(t))
+        cases = dict(picked)
     for key, token_counts in cases.items():
         (name, e_local, e_global, offset, h, i, top_k, quant), = bm._selected_shapes(key)
         w = bm._weights(e_local, h, i, quant, bm._generator(name, quant))  # the bench rows' own draws
