@@ -182,27 +182,14 @@ def _problem_for(case, quant):
                         x_fp8 and quant is not None, seed=tokens + 3 * experts, one_expert=one)
 
 
-def _overlaps(p):
-    from hpc_xla._ext import ext
-
-    T, H = p["x"].shape
-    E, I2, _ = p["w13"].shape
-    return ext().fused_moe_stream_overlaps(T, p["topk_ids"].shape[1], E, H, I2 // 2, QUANT_CODE[p["quant"]])
-
-
-@pytest.mark.parametrize("up,overlap", [("1", "0"), ("0", "0"), ("0", "1")])
-def test_stream_path_vs_oracle_and_cpu(tmp_path, up, overlap):
-    """Every stream-path case x quant in one child process forced onto the stream path (the knobs are read once per
+@pytest.mark.parametrize("up", ["1", "0"])
+def test_stream_path_vs_oracle_and_cpu(tmp_path, up):
+    """Every stream-path case x quant in one child process forced onto the stream path (the knob is read once per
     process), each against the float64 oracle and the CPU reference here. HPC_XLA_MOE_UP_WGMMA=1 runs fp8_tensor's
     gate-up on wgmma wherever the shape fits (T <= 8, H % 128 == 0, I % 32 == 0; clusters of 1-8 CTAs here), not only
-    where the default rule picks it; =0 on mma.sync. HPC_XLA_MOE_OVERLAP=0 turns the overlapped single-token layer
-    off (fp8_tensor at T*k <= 8 with H % 128 == 0: four of the cases take it by default, the rest never do)."""
-    if overlap == "1":
-        fits = [ci for ci, case in enumerate(STREAM_CASES) if _overlaps(_problem_for(case, "fp8_tensor"))]
-        assert fits == [0, 9, 10, 11], fits
+    where the default rule picks it; =0 on mma.sync."""
     dst = str(tmp_path / "stream.npz")
-    r = _run_child(_STREAM_CHILD, [dst], HPC_XLA_MOE_PATH="stream", HPC_XLA_MOE_UP_WGMMA=up,
-                   HPC_XLA_MOE_OVERLAP=overlap)
+    r = _run_child(_STREAM_CHILD, [dst], HPC_XLA_MOE_PATH="stream", HPC_XLA_MOE_UP_WGMMA=up)
     assert r.returncode == 0, r.stdout + r.stderr
     outs = np.load(dst)
     checked = 0
@@ -217,12 +204,11 @@ def test_stream_path_vs_oracle_and_cpu(tmp_path, up, overlap):
 
 
 @pytest.mark.parametrize("hidden,inter,x_fp8", [(2048, 768, False), (2048, 768, True), (4096, 192, False)])
-def test_overlap_layer_at_model_shapes(hidden, inter, x_fp8):
-    """T = 1 top-8 fp8_tensor at Qwen3-30B's H/I (gate-up clusters of 2, down clusters of 4 x 2 hit experts each) and
-    at the Hy3-like TP8 shard's (clusters of 8; I = 192: each down K group's second half is a 64-byte tail), over 16
-    experts: the overlapped layer by default."""
+def test_one_token_at_model_shapes(hidden, inter, x_fp8):
+    """T = 1 top-8 fp8_tensor at Qwen3-30B's H/I and at the Hy3-like TP8 shard's (I = 192: K tails of 64 bytes) over
+    16 experts, by the default path (the stream path; wgmma gate-up clusters of 2 / 4)."""
     p = make_problem(1, 16, hidden, inter, 8, "fp8_tensor", 0, 0, shared=True, x_fp8=x_fp8, seed=hidden + inter)
-    assert _tile_m(p) == STREAM_TILE and _overlaps(p)
+    assert _tile_m(p) == STREAM_TILE
     _check_oracle_and_cpu(p, run_cuda(p))
 
 

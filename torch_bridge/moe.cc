@@ -75,14 +75,6 @@ void BindMoe(nb::module_& m) {
       nb::arg("tokens"), nb::arg("top_k"), nb::arg("experts"), nb::arg("quant"),
       "The CUDA pipeline's M tile (rows of one expert per grouped-GEMM tile) for these shapes.");
   m.def(
-      "fused_moe_stream_overlaps",
-      [](int64_t tokens, int64_t top_k, int64_t experts, int64_t hidden, int64_t inter, int quant, int device) {
-        return FusedMoeStreamOverlaps(tokens, top_k, experts, hidden, inter, static_cast<MoeQuant>(quant), device);
-      },
-      nb::arg("tokens"), nb::arg("top_k"), nb::arg("experts"), nb::arg("hidden"), nb::arg("inter"), nb::arg("quant"),
-      nb::arg("device") = 0,
-      "Whether the CUDA pipeline runs these shapes as the overlapped single-token fp8_tensor layer on `device`.");
-  m.def(
       "fused_moe_grouped_cta_rows",
       [](int64_t tokens, int64_t top_k, int64_t experts, int64_t experts_global, int quant) {
         return FusedMoeGroupedCtaRows(tokens, top_k, experts, experts_global, static_cast<MoeQuant>(quant));

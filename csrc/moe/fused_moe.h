@@ -50,11 +50,6 @@ int FusedMoeGroupedCtaRows(int64_t tokens, int64_t top_k, int64_t experts, int64
 int64_t FusedMoeWorkspaceBytes(int64_t tokens, int64_t top_k, int64_t experts, int64_t hidden, int64_t inter,
                                MoeQuant quant);
 
-// Whether the CUDA pipeline runs these shapes as the overlapped single-token layer (stream path, fp8_tensor, T*k <= 8:
-// csrc/moe/stream_overlap.cu) on `device`; HPC_XLA_MOE_OVERLAP=0 (read once) turns it off. For tests and benchmarks.
-bool FusedMoeStreamOverlaps(int64_t tokens, int64_t top_k, int64_t experts, int64_t hidden, int64_t inter,
-                            MoeQuant quant, int device);
-
 Status ValidateFusedMoe(const FusedMoeArgs& args);
 // ValidateFusedMoe plus what the CUDA pipeline needs on top: H and I multiples of 64, E <= kMaxMoeCudaExperts,
 // a large enough workspace.

@@ -36,7 +36,6 @@
 #include "csrc/moe/fused_moe_stream.h"
 #include "csrc/moe/moe_common.cuh"
 #include "csrc/moe/stream_gate_up_wgmma.h"
-#include "csrc/moe/stream_overlap.h"
 
 namespace hpc::moe {
 namespace {
@@ -719,46 +718,10 @@ Status LaunchWgmmaGateUp(const StreamParams& p, cudaStream_t stream) {
   return LaunchStreamGateUpWgmma(a, stream);
 }
 
-// fp8_tensor at T * top_k <= 8 (single-token decode): the layer whose down weights stream during its gate-up
-// (stream_overlap.cu) wherever one gate-up and one down CTA fit on an SM together (Qwen3-30B, Hy3-TP8; not Hy3-EP8,
-// whose full-I w2 shares do not fit). HPC_XLA_MOE_OVERLAP=0 keeps the two-kernel stream path (A/B).
-bool OverlapEnabled() {
-  static const int knob = EnvInt("HPC_XLA_MOE_OVERLAP", -1);
-  return knob != 0;
-}
-
-template <Col C>
-bool LaunchedOverlap(const StreamParams& p, int device, cudaStream_t stream, Status* status) {
-  if (!OverlapEnabled()) return false;
-  const OverlapPlan plan = StreamOverlapPlanFor(p.tokens, p.top_k, p.experts, p.hidden, p.inter_size,
-                                                MultiprocessorCount(device));
-  if (!plan.fits) return false;
-  OverlapArgs a = {};
-  a.x = p.x;
-  a.x_fp8 = C == Col::kFp8;
-  a.w13 = p.w13;
-  a.w13_scale = p.w13_scale;
-  a.w2 = p.w2;
-  a.w2_scale = p.w2_scale;
-  a.a13_scale = p.a13_scale;
-  a.a2_scale = p.a2_scale;
-  a.weights = p.weights;
-  a.ids = p.ids;
-  a.shared = p.shared;
-  a.out = p.out;
-  a.inter = static_cast<uint8_t*>(p.inter);
-  a.tokens = p.tokens, a.top_k = p.top_k, a.experts = p.experts, a.expert_offset = p.expert_offset;
-  a.hidden = p.hidden, a.inter_size = p.inter_size;
-  *status = LaunchStreamOverlap(a, plan, stream);
-  return true;
-}
-
 template <MoeQuant Q, Col CUp, Col CDown>
 Status LaunchStream(const StreamParams& p, int device, cudaStream_t stream) {
   constexpr bool kFp8 = Q != MoeQuant::kNone;
   if constexpr (Q == MoeQuant::kFp8Tensor) {
-    Status overlapped = Status::Ok();
-    if (LaunchedOverlap<CUp>(p, device, stream, &overlapped)) return overlapped;
     if (UseWgmmaGateUp(p, device)) {
       HPC_RETURN_IF_ERROR(LaunchWgmmaGateUp<CUp>(p, stream));
     } else {
@@ -776,25 +739,6 @@ Status LaunchStream(const StreamParams& p, int device, cudaStream_t stream) {
 }
 
 }  // namespace
-
-}  // namespace hpc::moe
-
-namespace hpc {
-
-bool FusedMoeStreamOverlaps(int64_t tokens, int64_t top_k, int64_t experts, int64_t hidden, int64_t inter,
-                            MoeQuant quant, int device) {
-  if (quant != MoeQuant::kFp8Tensor || !moe::OverlapEnabled() ||
-      FusedMoeTileM(tokens, top_k, experts, quant) != moe::kStreamTileM) {
-    return false;
-  }
-  return moe::StreamOverlapPlanFor(static_cast<int>(tokens), static_cast<int>(top_k), static_cast<int>(experts),
-                                   static_cast<int>(hidden), static_cast<int>(inter), MultiprocessorCount(device))
-      .fits;
-}
-
-}  // namespace hpc
-
-namespace hpc::moe {
 
 Status RunStreamMoe(const FusedMoeArgs& a, const MoePlan& plan, cudaStream_t stream) {
   StreamParams sp = {};
