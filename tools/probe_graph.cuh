@@ -5,6 +5,7 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <vector>
@@ -53,4 +54,21 @@ double GraphMicrosPerCall(F&& launch, int reps = 20, int replays = 9) {
   CHECK(cudaStreamDestroy(s));
   std::sort(t.begin(), t.end());
   return t[t.size() / 2];
+}
+
+// The streaming probes' setup: the SM count, and `bytes` of weights-like source (filled, so no page is lazily
+// zero) that each launch reads a fresh slice of (cold L2), plus a small sink for results the compiler must keep.
+struct ProbeSetup {
+  int sms;
+  int64_t buf_bytes;
+  uint8_t* buf;
+  uint32_t* out;
+};
+inline ProbeSetup SetUpStreamProbe(int64_t bytes = int64_t{4} << 30) {
+  ProbeSetup p = {0, bytes, nullptr, nullptr};
+  CHECK(cudaDeviceGetAttribute(&p.sms, cudaDevAttrMultiProcessorCount, 0));
+  CHECK(cudaMalloc(&p.buf, bytes));
+  CHECK(cudaMemset(p.buf, 1, bytes));
+  CHECK(cudaMalloc(&p.out, 1 << 20));
+  return p;
 }

@@ -84,14 +84,7 @@ __global__ void LdgKernel(const uint8_t* src, Layout l, uint32_t* out) {
 }
 
 int main() {
-  int sms = 0;
-  CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
-  const int64_t buf_bytes = 4LL << 30;
-  uint8_t* buf;
-  uint32_t* out;
-  CHECK(cudaMalloc(&buf, buf_bytes));
-  CHECK(cudaMemset(buf, 1, buf_bytes));
-  CHECK(cudaMalloc(&out, 1 << 20));
+  const ProbeSetup ps = SetUpStreamProbe();
   for (auto k : {(const void*)CpAsyncKernel, (const void*)BulkKernel}) {
     CHECK(cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, 200 * 1024));
   }
@@ -112,17 +105,17 @@ int main() {
   std::printf("%-44s %-9s %6s %8s %9s %9s\n", "layout", "copy", "CTAs", "MB", "us/launch", "TB/s");
   for (const Case& c : cases) {
     for (int waves : {1, 4}) {
-      const int ctas = c.ctas_per_sm * sms * waves;
+      const int ctas = c.ctas_per_sm * ps.sms * waves;
       const int64_t bytes = static_cast<int64_t>(ctas) * c.l.rows * c.l.row_bytes;
       const int64_t span = static_cast<int64_t>(ctas) * c.l.cta_span;
-      const int slices = static_cast<int>(buf_bytes / span);
+      const int slices = static_cast<int>(ps.buf_bytes / span);
       const int smem = c.l.rows * c.l.row_bytes;
       for (int kind = 0; kind < 3; ++kind) {
         auto launch = [&](int it, cudaStream_t s) {
-          const uint8_t* src = buf + (it % slices) * span;
-          if (kind == 0) CpAsyncKernel<<<ctas, 128, smem, s>>>(src, c.l, out);
-          if (kind == 1) BulkKernel<<<ctas, 128, smem, s>>>(src, c.l, out);
-          if (kind == 2) LdgKernel<<<ctas, 128, 0, s>>>(src, c.l, out);
+          const uint8_t* src = ps.buf + (it % slices) * span;
+          if (kind == 0) CpAsyncKernel<<<ctas, 128, smem, s>>>(src, c.l, ps.out);
+          if (kind == 1) BulkKernel<<<ctas, 128, smem, s>>>(src, c.l, ps.out);
+          if (kind == 2) LdgKernel<<<ctas, 128, 0, s>>>(src, c.l, ps.out);
         };
         // 20 launches in one graph, each on its own cold slice
         const double us = GraphMicrosPerCall(launch, 20, 7);
