@@ -10,9 +10,17 @@
 //            contig: a stage is 8 KB contiguous
 //   CTAs/SM  1, 2, 3 (the 24 stages per SM split among them), ring depth 4 or 8 stages
 //   spin     cycles of busy work per stage after its data landed (0, or ~ a stage's wgmma chain)
-//   nvcc -std=c++17 -gencode arch=compute_90a,code=sm_90a -O3 -o ring_probe tools/ring_probe.cu && ./ring_probe
+//   mma      (second table) each landed stage also feeds the overlap gate-up's per-stage work: a proxy fence, then
+//            4 chained e4m3 wgmma m64n8k32 on it (B a 1 KB tile), waited for and promoted -- or issued and waited one
+//            stage later
+//   unit     (third table) with the mma: every 8 stages (a gate-up unit) a cluster barrier pair (clusters of 2) and/or
+//            busy cycles on rank 0 (the unit's epilogue), as the overlap kernel does
+//   nvcc -std=c++17 -I. -gencode arch=compute_90a,code=sm_90a -O3 -o ring_probe tools/ring_probe.cu && ./ring_probe
+#include <cooperative_groups.h>
+
 #include <cstdint>
 
+#include "csrc/moe/wgmma_sm90.cuh"
 #include "probe_graph.cuh"
 
 constexpr int kStageBytes = 8192;
@@ -23,6 +31,7 @@ struct Params {
   int stages;     // stages this CTA streams
   bool rows;      // layout
   int spin;       // busy cycles per stage
+  int unit_spin;  // busy cycles per 8 stages (rank 0)
   uint32_t* out;
 };
 
@@ -42,9 +51,15 @@ __device__ __forceinline__ void Spin(int cycles) {
   }
 }
 
-template <int S>
+// kMma: 0 none, 1 wgmma group per stage waited at once, 2 waited one stage later (the slot refilled is then j - 2's).
+// kUnit: every 8 stages, 1 = two cluster barriers then p.unit_spin cycles on rank 0 (launch in clusters of 2), 2 = the
+// busy cycles only, on every CTA.
+template <int S, int kMma = 0, int kUnit = 0>
 __global__ void __launch_bounds__(kThreads) CpAsyncRing(Params p, int64_t cta_span) {
   extern __shared__ __align__(1024) uint8_t ring[];
+  __shared__ __align__(1024) uint8_t b_tile[1024];
+  float acc[4] = {0.f, 0.f, 0.f, 0.f}, d[4] = {0.f, 0.f, 0.f, 0.f};
+  constexpr int kAhead = kMma == 2 ? S - 2 : S - 1;  // stages in flight
   const uint8_t* base = p.src + blockIdx.x * cta_span;
   auto issue = [&](int k) {
 #pragma unroll
@@ -54,21 +69,54 @@ __global__ void __launch_bounds__(kThreads) CpAsyncRing(Params p, int64_t cta_sp
                    "l"(base + ChunkOffset(p.rows, k, i)));
     }
   };
-  for (int k = 0; k < S - 1; ++k) {
+  if (kMma) reinterpret_cast<uint64_t*>(b_tile)[threadIdx.x] = 0;
+  for (int k = 0; k < kAhead; ++k) {
     if (k < p.stages) issue(k);
     asm volatile("cp.async.commit_group;\n" ::: "memory");
   }
-  uint32_t acc = 0;
+  uint32_t x = 0;
   for (int k = 0; k < p.stages; ++k) {
-    asm volatile("cp.async.wait_group %0;\n" ::"n"(S - 2) : "memory");
+    asm volatile("cp.async.wait_group %0;\n" ::"n"(kAhead - 1) : "memory");
+    if (kMma) hpc::moe::FenceProxyAsync();
     __syncthreads();
-    if (k + S - 1 < p.stages) issue(k + S - 1);
+    if (k + kAhead < p.stages) issue(k + kAhead);
     asm volatile("cp.async.commit_group;\n" ::: "memory");
-    acc ^= reinterpret_cast<const uint32_t*>(ring + (k % S) * kStageBytes)[threadIdx.x];
+    x ^= reinterpret_cast<const uint32_t*>(ring + (k % S) * kStageBytes)[threadIdx.x];
+    if constexpr (kMma == 1) {
+      hpc::moe::WgmmaGroupE4M3(acc, Smem(ring + (k % S) * kStageBytes), Smem(b_tile));
+    } else if constexpr (kMma == 2) {
+      if (k > 0) {
+        asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
+        hpc::moe::FenceRegs(d);
+        for (int i = 0; i < 4; ++i) acc[i] += d[i];
+      }
+      d[0] = d[1] = d[2] = d[3] = 0.f;
+      hpc::moe::FenceRegs(d);
+      hpc::moe::WgmmaFence();
+      const uint32_t at = Smem(ring + (k % S) * kStageBytes), bt = Smem(b_tile);
+#pragma unroll
+      for (int ks = 0; ks < 4; ++ks) {
+        hpc::moe::WgmmaE4M3(d, hpc::moe::SmemDescSw128(at + ks * 32), hpc::moe::SmemDescSw128(bt + ks * 32), ks);
+      }
+      hpc::moe::WgmmaCommit();
+    }
     Spin(p.spin);
+    if constexpr (kUnit != 0) {
+      if (k % 8 == 7) {
+        int rank = 0;
+        if constexpr (kUnit == 1) {
+          cooperative_groups::cluster_group cl = cooperative_groups::this_cluster();
+          cl.sync();
+          cl.sync();
+          rank = static_cast<int>(cl.block_rank());
+        }
+        if (rank == 0) Spin(p.unit_spin);
+      }
+    }
   }
+  if constexpr (kMma == 2) hpc::moe::WgmmaWaitAll();
   asm volatile("cp.async.wait_group 0;\n" ::: "memory");
-  if (acc == 0x12345678u) p.out[blockIdx.x] = acc;
+  if (x == 0x12345678u || acc[0] + d[0] == 1.2345f) p.out[blockIdx.x] = x;
 }
 
 template <int S>
@@ -119,33 +167,50 @@ __global__ void __launch_bounds__(kThreads) BulkRing(Params p, int64_t cta_span)
   if (acc == 0x12345678u) p.out[blockIdx.x] = acc;
 }
 
+constexpr int kStagesPerSm = 24;
+
+// One configuration: per_sm CTAs per SM share each SM's 24 stages; go(p, ctas, cta_span, stream) launches one call on
+// the slice p.src. Returns the microseconds per launch and sets *tbps.
+template <typename Go>
+double TimeRing(const ProbeSetup& ps, int per_sm, bool rows, Params base, Go&& go, double* tbps) {
+  const int ctas = per_sm * ps.sms, stages = kStagesPerSm / per_sm;
+  // rows: a CTA's span holds its units of 64 rows x 2 KB (only 1 KB of each row is read)
+  const int64_t cta_span = rows ? ((stages + 7) / 8) * 64 * 2048LL : stages * int64_t{kStageBytes};
+  const int64_t span = ctas * cta_span, bytes = static_cast<int64_t>(ctas) * stages * kStageBytes;
+  const int slices = static_cast<int>(ps.buf_bytes / span);
+  base.stages = stages;
+  base.rows = rows;
+  base.out = ps.out;
+  auto launch = [&](int it, cudaStream_t s) {
+    Params p = base;
+    p.src = ps.buf + (it % slices) * span;
+    go(p, ctas, cta_span, s);
+  };
+  const double us = GraphMicrosPerCall(launch, 20, 7);
+  *tbps = bytes / us / 1e6;
+  return us;
+}
+
 int main() {
   const ProbeSetup ps = SetUpStreamProbe();
   for (auto k : {(const void*)CpAsyncRing<4>, (const void*)CpAsyncRing<8>, (const void*)BulkRing<4>,
-                 (const void*)BulkRing<8>}) {
+                 (const void*)BulkRing<8>, (const void*)CpAsyncRing<8, 1>, (const void*)CpAsyncRing<8, 2>,
+                 (const void*)CpAsyncRing<8, 1, 1>, (const void*)CpAsyncRing<8, 1, 2>}) {
     CHECK(cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, 8 * kStageBytes));
     CHECK(cudaFuncSetAttribute(k, cudaFuncAttributePreferredSharedMemoryCarveout, cudaSharedmemCarveoutMaxShared));
   }
-  constexpr int kStagesPerSm = 24;
+  double tbps = 0;
   std::printf("%-6s %-6s %6s %6s %6s %9s %9s\n", "copy", "layout", "CTA/SM", "depth", "spin", "us/launch", "TB/s");
   for (int bulk = 0; bulk < 2; ++bulk) {
     for (int rows = 1; rows >= 0; --rows) {
       for (int per_sm : {1, 2, 3}) {
         for (int depth : {4, 8}) {
           for (int spin : {0, 1000}) {
-            const int ctas = per_sm * ps.sms, stages = kStagesPerSm / per_sm;
-            // rows: a CTA's span holds its units of 64 rows x 2 KB (only 1 KB of each row is read)
-            const int64_t cta_span = rows ? ((stages + 7) / 8) * 64 * 2048LL : stages * int64_t{kStageBytes};
-            const int64_t span = ctas * cta_span, bytes = static_cast<int64_t>(ctas) * stages * kStageBytes;
-            const int slices = static_cast<int>(ps.buf_bytes / span);
+            Params base = {};
+            base.spin = spin;
             const int smem = depth * kStageBytes;
-            auto launch = [&](int it, cudaStream_t s) {
-              Params p = {};
-              p.src = ps.buf + (it % slices) * span;
-              p.stages = stages;
-              p.rows = rows != 0;
-              p.spin = spin;
-              p.out = ps.out;
+            const double us = TimeRing(ps, per_sm, rows != 0, base, [&](const Params& p, int ctas, int64_t cta_span,
+                                                                        cudaStream_t s) {
               if (bulk) {
                 if (depth == 4) BulkRing<4><<<ctas, kThreads, smem, s>>>(p, cta_span);
                 else BulkRing<8><<<ctas, kThreads, smem, s>>>(p, cta_span);
@@ -153,13 +218,47 @@ int main() {
                 if (depth == 4) CpAsyncRing<4><<<ctas, kThreads, smem, s>>>(p, cta_span);
                 else CpAsyncRing<8><<<ctas, kThreads, smem, s>>>(p, cta_span);
               }
-            };
-            const double us = GraphMicrosPerCall(launch, 20, 7);
+            }, &tbps);
             std::printf("%-6s %-6s %6d %6d %6d %9.2f %9.2f\n", bulk ? "bulk" : "cp", rows ? "rows" : "contig", per_sm,
-                        depth, spin, us, bytes / us / 1e6);
+                        depth, spin, us, tbps);
           }
         }
       }
+    }
+  }
+  std::printf("\n%-6s %-6s %6s %6s %6s %9s %9s\n", "copy", "layout", "CTA/SM", "depth", "mma", "us/launch", "TB/s");
+  for (int per_sm : {1, 2, 3}) {
+    for (int mma : {0, 1, 2}) {
+      const double us = TimeRing(ps, per_sm, true, Params{}, [&](const Params& p, int ctas, int64_t cta_span,
+                                                                 cudaStream_t s) {
+        if (mma == 0) CpAsyncRing<8, 0><<<ctas, kThreads, 8 * kStageBytes, s>>>(p, cta_span);
+        if (mma == 1) CpAsyncRing<8, 1><<<ctas, kThreads, 8 * kStageBytes, s>>>(p, cta_span);
+        if (mma == 2) CpAsyncRing<8, 2><<<ctas, kThreads, 8 * kStageBytes, s>>>(p, cta_span);
+      }, &tbps);
+      std::printf("%-6s %-6s %6d %6d %6d %9.2f %9.2f\n", "cp", "rows", per_sm, 8, mma, us, tbps);
+    }
+  }
+  std::printf("\n%-8s %-10s %9s %9s\n", "cluster", "unit_spin", "us/launch", "TB/s");
+  for (int unit : {1, 2}) {
+    for (int unit_spin : {0, 2000}) {
+      Params base = {};
+      base.unit_spin = unit_spin;
+      const double us = TimeRing(ps, 1, true, base, [&](const Params& p, int ctas, int64_t cta_span, cudaStream_t s) {
+        cudaLaunchConfig_t config = {};
+        config.gridDim = dim3(ctas);
+        config.blockDim = dim3(kThreads);
+        config.dynamicSmemBytes = 8 * kStageBytes;
+        config.stream = s;
+        cudaLaunchAttribute attr;
+        attr.id = cudaLaunchAttributeClusterDimension;
+        attr.val.clusterDim.x = unit == 1 ? 2 : 1;
+        attr.val.clusterDim.y = attr.val.clusterDim.z = 1;
+        config.attrs = &attr;
+        config.numAttrs = 1;
+        if (unit == 1) CHECK(cudaLaunchKernelEx(&config, CpAsyncRing<8, 1, 1>, p, cta_span));
+        else CHECK(cudaLaunchKernelEx(&config, CpAsyncRing<8, 1, 2>, p, cta_span));
+      }, &tbps);
+      std::printf("%-8s %-10d %9.2f %9.2f\n", unit == 1 ? "2" : "none", unit_spin, us, tbps);
     }
   }
   return 0;
