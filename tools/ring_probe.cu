@@ -15,6 +15,9 @@
 //            stage later
 //   unit     (third table) with the mma: every 8 stages (a gate-up unit) a cluster barrier pair (clusters of 2) and/or
 //            busy cycles on rank 0 (the unit's epilogue), as the overlap kernel does
+//   links    (fourth table, not yet run on the GPU) with clusters, barriers and a 500-cycle epilogue: 3 dependent cold
+//            loads before the first copy (the kernel's ids -> expert -> address) and/or a cold load opening each
+//            epilogue (its w13_scale[e])
 //   nvcc -std=c++17 -I. -gencode arch=compute_90a,code=sm_90a -O3 -o ring_probe tools/ring_probe.cu && ./ring_probe
 #include <cooperative_groups.h>
 
@@ -32,8 +35,20 @@ struct Params {
   bool rows;      // layout
   int spin;       // busy cycles per stage
   int unit_spin;  // busy cycles per 8 stages (rank 0)
+  int hops;       // dependent cold global loads before the first copy (the kernel's ids -> expert -> address chain)
+  bool epi_load;  // rank 0's unit epilogue starts with a cold global load (the kernel's w13_scale[e])
+  const uint32_t* cold;  // what those loads read: a region no launch streams
+  int64_t cold_words;
   uint32_t* out;
 };
+
+// A dependent cold load: the next address depends on the value (memset bytes 1, so the value is 0x01010101).
+__device__ __forceinline__ uint32_t ColdHop(const Params& p, uint32_t seed) {
+  const int64_t i = (static_cast<int64_t>(seed) * 2654435761u + blockIdx.x * 40503u) % p.cold_words;
+  uint32_t v;
+  asm volatile("ld.global.cg.u32 %0, [%1];\n" : "=r"(v) : "l"(p.cold + i));
+  return v + seed;
+}
 
 __device__ __forceinline__ uint32_t Smem(const void* p) { return static_cast<uint32_t>(__cvta_generic_to_shared(p)); }
 
@@ -70,6 +85,9 @@ __global__ void __launch_bounds__(kThreads) CpAsyncRing(Params p, int64_t cta_sp
     }
   };
   if (kMma) reinterpret_cast<uint64_t*>(b_tile)[threadIdx.x] = 0;
+  uint32_t seed = 1;
+  for (int h = 0; h < p.hops; ++h) seed = ColdHop(p, seed);
+  if (seed == 0x12345678u) p.out[blockIdx.x] = seed;  // keeps the chain ahead of the first copy
   for (int k = 0; k < kAhead; ++k) {
     if (k < p.stages) issue(k);
     asm volatile("cp.async.commit_group;\n" ::: "memory");
@@ -110,7 +128,10 @@ __global__ void __launch_bounds__(kThreads) CpAsyncRing(Params p, int64_t cta_sp
           cl.sync();
           rank = static_cast<int>(cl.block_rank());
         }
-        if (rank == 0) Spin(p.unit_spin);
+        if (rank == 0) {
+          if (p.epi_load && ColdHop(p, k) == 0x12345678u) p.out[blockIdx.x] = k;
+          Spin(p.unit_spin);
+        }
       }
     }
   }
@@ -168,6 +189,23 @@ __global__ void __launch_bounds__(kThreads) BulkRing(Params p, int64_t cta_span)
 }
 
 constexpr int kStagesPerSm = 24;
+
+// A ring kernel (8 stages of dynamic shared memory) in clusters of `cluster` CTAs.
+void LaunchClustered(void (*kernel)(Params, int64_t), int cluster, int ctas, cudaStream_t s, const Params& p,
+                     int64_t cta_span) {
+  cudaLaunchConfig_t config = {};
+  config.gridDim = dim3(ctas);
+  config.blockDim = dim3(kThreads);
+  config.dynamicSmemBytes = 8 * kStageBytes;
+  config.stream = s;
+  cudaLaunchAttribute attr;
+  attr.id = cudaLaunchAttributeClusterDimension;
+  attr.val.clusterDim.x = cluster;
+  attr.val.clusterDim.y = attr.val.clusterDim.z = 1;
+  config.attrs = &attr;
+  config.numAttrs = 1;
+  CHECK(cudaLaunchKernelEx(&config, kernel, p, cta_span));
+}
 
 // One configuration: per_sm CTAs per SM share each SM's 24 stages; go(p, ctas, cta_span, stream) launches one call on
 // the slice p.src. Returns the microseconds per launch and sets *tbps.
@@ -244,21 +282,26 @@ int main() {
       Params base = {};
       base.unit_spin = unit_spin;
       const double us = TimeRing(ps, 1, true, base, [&](const Params& p, int ctas, int64_t cta_span, cudaStream_t s) {
-        cudaLaunchConfig_t config = {};
-        config.gridDim = dim3(ctas);
-        config.blockDim = dim3(kThreads);
-        config.dynamicSmemBytes = 8 * kStageBytes;
-        config.stream = s;
-        cudaLaunchAttribute attr;
-        attr.id = cudaLaunchAttributeClusterDimension;
-        attr.val.clusterDim.x = unit == 1 ? 2 : 1;
-        attr.val.clusterDim.y = attr.val.clusterDim.z = 1;
-        config.attrs = &attr;
-        config.numAttrs = 1;
-        if (unit == 1) CHECK(cudaLaunchKernelEx(&config, CpAsyncRing<8, 1, 1>, p, cta_span));
-        else CHECK(cudaLaunchKernelEx(&config, CpAsyncRing<8, 1, 2>, p, cta_span));
+        if (unit == 1) LaunchClustered(CpAsyncRing<8, 1, 1>, 2, ctas, s, p, cta_span);
+        else LaunchClustered(CpAsyncRing<8, 1, 2>, 1, ctas, s, p, cta_span);
       }, &tbps);
       std::printf("%-8s %-10d %9.2f %9.2f\n", unit == 1 ? "2" : "none", unit_spin, us, tbps);
+    }
+  }
+  // The kernel's other serial links on top of the clustered ring: the prologue's dependent loads, the epilogue's load.
+  std::printf("\n%-5s %-9s %-10s %9s %9s\n", "hops", "epi_load", "unit_spin", "us/launch", "TB/s");
+  for (int hops : {0, 3}) {
+    for (int epi : {0, 1}) {
+      Params base = {};
+      base.unit_spin = 500;
+      base.hops = hops;
+      base.epi_load = epi != 0;
+      base.cold = reinterpret_cast<const uint32_t*>(ps.buf + ps.buf_bytes - (int64_t{256} << 20));
+      base.cold_words = (int64_t{256} << 20) / 4;
+      const double us = TimeRing(ps, 1, true, base, [&](const Params& p, int ctas, int64_t cta_span, cudaStream_t s) {
+        LaunchClustered(CpAsyncRing<8, 1, 1>, 2, ctas, s, p, cta_span);
+      }, &tbps);
+      std::printf("%-5d %-9d %-10d %9.2f %9.2f\n", hops, epi, 500, us, tbps);
     }
   }
   return 0;
