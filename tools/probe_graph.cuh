@@ -1,5 +1,6 @@
-// Shared by the dev probes (tools/stream_probe.cu, tools/launch_probe.cu): error checks, and the time of one
-// repetition of some launches inside a CUDA graph -- the way the benchmarks time our ops.
+// Shared by the dev probes (tools/stream_probe.cu, tools/ring_probe.cu, tools/launch_probe.cu): error checks,
+// the time of one repetition of some launches inside a CUDA graph (the way the benchmarks time our ops), and the
+// streaming probes' setup.
 #pragma once
 
 #include <cuda_runtime.h>
