@@ -108,15 +108,7 @@ __global__ void __launch_bounds__(kThreads) CpAsyncRing(Params p, int64_t cta_sp
         hpc::moe::FenceRegs(d);
         for (int i = 0; i < 4; ++i) acc[i] += d[i];
       }
-      d[0] = d[1] = d[2] = d[3] = 0.f;
-      hpc::moe::FenceRegs(d);
-      hpc::moe::WgmmaFence();
-      const uint32_t at = Smem(ring + (k % S) * kStageBytes), bt = Smem(b_tile);
-#pragma unroll
-      for (int ks = 0; ks < 4; ++ks) {
-        hpc::moe::WgmmaE4M3(d, hpc::moe::SmemDescSw128(at + ks * 32), hpc::moe::SmemDescSw128(bt + ks * 32), ks);
-      }
-      hpc::moe::WgmmaCommit();
+      hpc::moe::WgmmaIssueGroupE4M3(d, Smem(ring + (k % S) * kStageBytes), Smem(b_tile));
     }
     Spin(p.spin);
     if constexpr (kUnit != 0) {
@@ -182,7 +174,7 @@ __global__ void __launch_bounds__(kThreads) BulkRing(Params p, int64_t cta_span)
     }
     acc ^= reinterpret_cast<const uint32_t*>(ring + (k % S) * kStageBytes)[threadIdx.x];
     Spin(p.spin);
-    __syncthreads();  // every thread is done with stage k - 1's slot... and k's (reused at k + S)
+    __syncthreads();  // every thread is done with stage k's slot, so stage k - 1's is surely free to refill
     if (threadIdx.x == 0 && k + S - 1 < p.stages) issue(k + S - 1);
   }
   if (acc == 0x12345678u) p.out[blockIdx.x] = acc;

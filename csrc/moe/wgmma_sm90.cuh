@@ -40,15 +40,21 @@ __device__ __forceinline__ void FenceRegs(float (&d)[4]) {
 // Generic-proxy writes to shared memory (st.shared, cp.async) made visible to wgmma's async proxy.
 __device__ __forceinline__ void FenceProxyAsync() { asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); }
 
-// One 128-deep K group of one tile: 4 wgmmas into a fresh d, then promoted into acc with fp32 adds (the fp8 tensor-
-// core accumulator is not a full fp32 one over thousands of terms). Every thread of the warpgroup calls it.
-__device__ __forceinline__ void WgmmaGroupE4M3(float (&acc)[4], uint32_t a_tile, uint32_t b_tile) {
-  float d[4] = {0.f, 0.f, 0.f, 0.f};
+// Issues one 128-deep K group of one tile -- 4 wgmmas into d, zeroed here -- as one committed group, not waited for.
+__device__ __forceinline__ void WgmmaIssueGroupE4M3(float (&d)[4], uint32_t a_tile, uint32_t b_tile) {
+  d[0] = d[1] = d[2] = d[3] = 0.f;
   FenceRegs(d);
   WgmmaFence();
 #pragma unroll
   for (int ks = 0; ks < 4; ++ks) WgmmaE4M3(d, SmemDescSw128(a_tile + ks * 32), SmemDescSw128(b_tile + ks * 32), ks);
   WgmmaCommit();
+}
+
+// One 128-deep K group of one tile: 4 wgmmas into a fresh d, then promoted into acc with fp32 adds (the fp8 tensor-
+// core accumulator is not a full fp32 one over thousands of terms). Every thread of the warpgroup calls it.
+__device__ __forceinline__ void WgmmaGroupE4M3(float (&acc)[4], uint32_t a_tile, uint32_t b_tile) {
+  float d[4];
+  WgmmaIssueGroupE4M3(d, a_tile, b_tile);
   WgmmaWaitAll();
   FenceRegs(d);
 #pragma unroll
