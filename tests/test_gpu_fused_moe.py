@@ -590,6 +590,55 @@ def test_grouped_other_tiles_agree(tokens, quant, tmp_path):
         assert err < _tol(p), "v1 vs grouped %s relative error %g" % (tile, err)
 
 
+_SPLIT_CHILD = r"""
+import sys
+import numpy as np
+sys.path.insert(0, "tests")
+from test_fused_moe import make_problem
+from test_gpu_fused_moe import _tile_m, run_cuda
+args = %r
+p = make_problem(*args[:5], quant=args[5], seed=args[6])
+half = dict(p)
+for k in ("x", "topk_ids", "topk_weights"):
+    half[k] = p[k][:args[0] // 2]
+np.save(sys.argv[1], run_cuda(p).view(np.uint16))
+np.save(sys.argv[2], run_cuda(half).view(np.uint16))
+from hpc_xla.torch.moe import fused_moe_workspace_size
+print("TILE", _tile_m(p), _tile_m(half), "WS", fused_moe_workspace_size(args[0], args[4], args[1], args[2], args[3], args[5]))
+"""
+
+
+@pytest.mark.parametrize("quant", QUANTS)
+def test_tiled_persistent_grid_and_gate_up_splits(quant, tmp_path):
+    """The tiled path's persistent GEMM grid and its gate-up K splits, on a shape where the default rule splits
+    (8 experts x 2 N blocks of I=128 are few units: 2 splits for fp8 at H=1024, 4 for bf16), with the knobs in
+    child processes: HPC_XLA_MOE_PERSIST=0 (one CTA per item) equals =1 (the persistent grid; the default only for
+    fp8_tensor) bitwise at HPC_XLA_MOE_UP_SPLITS=1 (the same sums in the same order); 1, the default and 8 splits are each
+    within the oracle tolerance; and every run is batch-invariant: the first T rows of a 2T-token batch equal the
+    T-token batch bitwise (the split points are fixed by the shapes, not by the routing). The workspace is
+    poisoned, so counters the align kernel failed to zero would show."""
+    args = (40, 8, 1024, 128, 2, quant, 123)  # avg 10 / 5 rows per expert: M tile 16 for both batches
+    runs = [({"HPC_XLA_MOE_PERSIST": "0", "HPC_XLA_MOE_UP_SPLITS": "1"}),
+            ({"HPC_XLA_MOE_PERSIST": "1", "HPC_XLA_MOE_UP_SPLITS": "1"}), ({}), ({"HPC_XLA_MOE_UP_SPLITS": "8"})]
+    started = []
+    for i, env in enumerate(runs):
+        dst = [str(tmp_path / ("full_%d.npy" % i)), str(tmp_path / ("half_%d.npy" % i))]
+        started.append((dst, _start_child(_SPLIT_CHILD % (args,), dst, HPC_XLA_MOE_PATH="v1", **env)))
+    outs, ws = [], []
+    for dst, proc in started:
+        r = _finish_child(proc)
+        assert r.returncode == 0, r.stdout + r.stderr
+        assert r.stdout.split("TILE")[1].split()[:2] == ["16", "16"], r.stdout
+        ws.append(int(r.stdout.split("WS")[1].split()[0]))
+        outs.append([np.load(d) for d in dst])
+    p = make_problem(*args[:5], quant=args[5], seed=args[6])
+    for env, (full, half) in zip(runs, outs):
+        _check_oracle(p, full.view(BF16))
+        assert np.array_equal(full[:args[0] // 2], half), env
+    assert np.array_equal(outs[0][0], outs[1][0])
+    assert ws[0] == ws[1] < ws[2] < ws[3]  # the knob took effect: the split partials' room grows with the splits
+
+
 def test_gemm_tile_knob_rejects_unknown_values(tmp_path):
     args = (800, 4, 256, 256, 2, None, 1, 2, True, 5)
     r = _run_child(_PATH_CHILD % (args,), [str(tmp_path / "x.npy")], HPC_XLA_MOE_PATH="grouped",
@@ -597,8 +646,7 @@ def test_gemm_tile_knob_rejects_unknown_values(tmp_path):
     assert r.returncode != 0 and "HPC_XLA_MOE_GEMM_TILE must be" in r.stdout + r.stderr, r.stdout + r.stderr
 
 
-def test_moe_path_knob_rejects_unknown_values():
-    code = r"""
+_KNOB_CHILD = r"""
 import sys
 sys.path.insert(0, "tests")
 from test_fused_moe import make_problem
@@ -608,5 +656,12 @@ try:
 except ValueError as e:
     print("ERR", e)
 """
-    r = _run_child(code, HPC_XLA_MOE_PATH="cutlass")
-    assert "HPC_XLA_MOE_PATH must be 'v1', 'grouped', 'stream', 'auto' or unset; got 'cutlass'" in r.stdout, r.stdout + r.stderr
+
+
+@pytest.mark.parametrize("knob, value, message", [
+    ("HPC_XLA_MOE_PATH", "cutlass", "HPC_XLA_MOE_PATH must be 'v1', 'grouped', 'stream', 'auto' or unset; got 'cutlass'"),
+    ("HPC_XLA_MOE_UP_SPLITS", "9", "HPC_XLA_MOE_UP_SPLITS must be an integer in [1, 8] or unset; got '9'"),
+])
+def test_moe_knobs_reject_unknown_values(knob, value, message):
+    r = _run_child(_KNOB_CHILD, **{knob: value})
+    assert message in r.stdout, r.stdout + r.stderr

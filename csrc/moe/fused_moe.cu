@@ -11,9 +11,10 @@
 //   5. reduce    y[t] = sum_j (j order) w[t,j] * down[t*k+j] over local experts (+ shared_output) -> bf16
 // Grouped path (M tile 128): fused_moe_grouped.cu (CUTLASS WGMMA grouped GEMMs).
 // Stream path (M tile 8, decode regime): fused_moe_stream.cu (two kernels, no align).
-// Workspace layout and the M tile: fused_moe_plan.h. The GEMM grids are (max_tiles, N / BN); CTAs past the
-// real tile count exit at once. Every kernel calls PdlWait() before anything else, so each one waits for the
-// complete previous kernel, transitively for all earlier ones (and for the previous op on the stream).
+// Workspace layout and the M tile: fused_moe_plan.h. The GEMMs work on (N block, tile, K split) items, each CTA
+// a contiguous range of them (moe_gemm.cuh): a persistent grid for fp8_tensor and split gate-ups, one CTA per item
+// otherwise (LaunchGemm). Every kernel calls PdlWait() before anything else, so each one waits for the complete previous
+// kernel, transitively for all earlier ones (and for the previous op on the stream).
 #include <cuda_runtime.h>
 
 #include <cub/block/block_scan.cuh>
@@ -51,6 +52,8 @@ struct AlignParams {
   int32_t* expert_count;  // [E]
   int32_t* expert_first;  // [E]
   int32_t* pair_row;      // [T*k] sorted row of each pair, -1 if its expert is not local
+  int32_t* zero;          // tiled path with gate-up K splits: the GEMM's arrival counters, zeroed here; else null
+  int zero_count;
   int pairs, experts, expert_offset, tile_m;
 };
 
@@ -67,6 +70,7 @@ __global__ void __launch_bounds__(kAlignThreads) MoeAlignKernel(const __grid_con
   PdlWait();
   PdlLaunchDependents();
   for (int i = tid; i < kAlignWarps * p.experts; i += kAlignThreads) cursor[i] = 0;
+  for (int i = tid; i < p.zero_count; i += kAlignThreads) p.zero[i] = 0;
   __syncthreads();
   const int seg = (p.pairs + kAlignWarps - 1) / kAlignWarps;
   const int begin = min(p.pairs, warp * seg), end = min(p.pairs, begin + seg);
@@ -156,28 +160,44 @@ __global__ void __launch_bounds__(kQuantThreads) MoeQuantKernel(const __grid_con
 // ------------------------------------------------------------------------------------------- launcher
 using moe::AllowSmem;
 
+// The GEMMs' grid: persistent (at most one wave: resident CTAs per SM x SMs, each CTA a contiguous range of items)
+// for the fp8_tensor wgmma kernels and for a gate-up with K splits; else one CTA per possible item (CTAs past the
+// real items exit at once). Measured on the H200 (bench/NOTES.md, session 17): the persistent grid lost on the bf16
+// mma.sync kernels -- Qwen3-30B T=8-64 +3-5 us, Mixtral T=64 +41% (384 items of 3.6 MB on 264 CTAs: 192 CTAs took
+// two items each while 72 idled) -- and is part of the fp8_tensor set that gained (Qwen3 T=8 89 -> 83 us, Hy3-TP8
+// T=16 111 -> 99); with K splits one CTA per possible item is S times as many CTAs, nearly all exiting at once
+// (DeepSeek-V3 EP8 block128 T=8, one CTA per SM: 4352 CTAs, 110 -> 142 us). HPC_XLA_MOE_PERSIST=1 / 0 forces
+// either grid (A/B runs).
 template <GemmKind KIND, MoeQuant Q, int BM>
-Status LaunchGemm(const GemmParams& gp, int64_t max_tiles, int n, cudaStream_t stream) {
+Status LaunchGemm(const GemmParams& gp, int64_t max_tiles, int device, cudaStream_t stream) {
   using S = GemmShape<KIND, Q, BM>;
   auto* fn = &moe::MoeGemmKernel<KIND, Q, BM>;
   HPC_RETURN_IF_ERROR(AllowSmem(reinterpret_cast<const void*>(fn), S::kSmemBytes));
-  const dim3 grid(static_cast<unsigned>(max_tiles), static_cast<unsigned>((n + S::kBN - 1) / S::kBN));
-  return Launch(KIND == GemmKind::kGateUp ? "fused_moe gate-up GEMM launch" : "fused_moe down GEMM launch", fn, grid,
-                dim3(moe::kGemmThreads), S::kSmemBytes, stream, gp);
+  int per_sm = 0;
+  HPC_RETURN_IF_ERROR(ResidentCtasPerSm(reinterpret_cast<const void*>(fn), moe::kGemmThreads, S::kSmemBytes,
+                                        "fused_moe GEMM occupancy", &per_sm));
+  static const int knob = EnvInt("HPC_XLA_MOE_PERSIST", -1);
+  const bool persist = knob < 0 ? S::kWgmma || gp.splits > 1 : knob != 0;
+  const int64_t max_items = max_tiles * ((gp.n + S::kBN - 1) / S::kBN) * gp.splits;
+  const int64_t wave = static_cast<int64_t>(per_sm) * MultiprocessorCount(device);
+  const int64_t grid = persist ? std::min(max_items, wave) : max_items;
+  return Launch(KIND == GemmKind::kGateUp ? "fused_moe gate-up GEMM launch" : "fused_moe down GEMM launch", fn,
+                dim3(static_cast<unsigned>(grid)), dim3(moe::kGemmThreads), S::kSmemBytes, stream, gp);
 }
 
 template <MoeQuant Q, int BM>
-Status LaunchGemms(const GemmParams& up, const GemmParams& down, int64_t max_tiles, cudaStream_t stream) {
-  HPC_RETURN_IF_ERROR((LaunchGemm<GemmKind::kGateUp, Q, BM>(up, max_tiles, up.n, stream)));
-  return LaunchGemm<GemmKind::kDown, Q, BM>(down, max_tiles, down.n, stream);
+Status LaunchGemms(const GemmParams& up, const GemmParams& down, int64_t max_tiles, int device, cudaStream_t stream) {
+  HPC_RETURN_IF_ERROR((LaunchGemm<GemmKind::kGateUp, Q, BM>(up, max_tiles, device, stream)));
+  return LaunchGemm<GemmKind::kDown, Q, BM>(down, max_tiles, device, stream);
 }
 
 template <MoeQuant Q>
-Status DispatchTile(int tile_m, const GemmParams& up, const GemmParams& down, int64_t max_tiles, cudaStream_t s) {
+Status DispatchTile(int tile_m, const GemmParams& up, const GemmParams& down, int64_t max_tiles, int device,
+                    cudaStream_t s) {
   switch (tile_m) {
-    case 16: return LaunchGemms<Q, 16>(up, down, max_tiles, s);
-    case 32: return LaunchGemms<Q, 32>(up, down, max_tiles, s);
-    case 64: return LaunchGemms<Q, 64>(up, down, max_tiles, s);
+    case 16: return LaunchGemms<Q, 16>(up, down, max_tiles, device, s);
+    case 32: return LaunchGemms<Q, 32>(up, down, max_tiles, device, s);
+    case 64: return LaunchGemms<Q, 64>(up, down, max_tiles, device, s);
     default: return Status::Internal("fused_moe: no kernel for M tile " + std::to_string(tile_m));
   }
 }
@@ -235,6 +255,9 @@ Status FusedMoeCuda(const FusedMoeArgs& a, cudaStream_t stream) {
     ap.expert_count = reinterpret_cast<int32_t*>(ws + plan.expert_count);
     ap.expert_first = reinterpret_cast<int32_t*>(ws + plan.expert_first);
     ap.pair_row = reinterpret_cast<int32_t*>(ws + plan.pair_row);
+  } else if (plan.up_splits > 1) {
+    ap.zero = reinterpret_cast<int32_t*>(ws + plan.up_arrivals);
+    ap.zero_count = static_cast<int>(plan.up_units);
   }
   const int align_smem = static_cast<int>(kAlignWarps * experts * 4);
   HPC_RETURN_IF_ERROR(AllowSmem(reinterpret_cast<const void*>(&MoeAlignKernel), kAlignWarps * kMaxMoeCudaExperts * 4));
@@ -278,6 +301,11 @@ Status FusedMoeCuda(const FusedMoeArgs& a, cudaStream_t stream) {
   up.k_blocks = static_cast<int>(hidden / kMoeBlock);
   up.n = static_cast<int>(inter);
   up.top_k = static_cast<int>(top_k);
+  up.pairs = static_cast<int>(plan.pairs);
+  up.splits = plan.up_splits;
+  up.split_k_tiles = moe::SplitKTiles(moe::TiledKTiles(hidden, a.quant), plan.up_splits);
+  up.partial = plan.up_splits > 1 ? reinterpret_cast<float*>(ws + plan.up_partial) : nullptr;
+  up.arrivals = plan.up_splits > 1 ? reinterpret_cast<int32_t*>(ws + plan.up_arrivals) : nullptr;
 
   GemmParams down = up;
   down.a = ws + plan.inter;
@@ -292,17 +320,21 @@ Status FusedMoeCuda(const FusedMoeArgs& a, cudaStream_t stream) {
   down.b_expert_bytes = hidden * inter * elem;
   down.k_blocks = static_cast<int>(inter / kMoeBlock);
   down.n = static_cast<int>(hidden);
+  down.splits = 1;
+  down.split_k_tiles = moe::TiledKTiles(inter, a.quant);
+  down.partial = nullptr;
+  down.arrivals = nullptr;
 
   if (plan.max_tiles > 0) {
     switch (a.quant) {
       case MoeQuant::kNone:
-        HPC_RETURN_IF_ERROR(DispatchTile<MoeQuant::kNone>(plan.tile_m, up, down, plan.max_tiles, stream));
+        HPC_RETURN_IF_ERROR(DispatchTile<MoeQuant::kNone>(plan.tile_m, up, down, plan.max_tiles, a.x.device_id, stream));
         break;
       case MoeQuant::kFp8Tensor:
-        HPC_RETURN_IF_ERROR(DispatchTile<MoeQuant::kFp8Tensor>(plan.tile_m, up, down, plan.max_tiles, stream));
+        HPC_RETURN_IF_ERROR(DispatchTile<MoeQuant::kFp8Tensor>(plan.tile_m, up, down, plan.max_tiles, a.x.device_id, stream));
         break;
       default:
-        HPC_RETURN_IF_ERROR(DispatchTile<MoeQuant::kFp8Block128>(plan.tile_m, up, down, plan.max_tiles, stream));
+        HPC_RETURN_IF_ERROR(DispatchTile<MoeQuant::kFp8Block128>(plan.tile_m, up, down, plan.max_tiles, a.x.device_id, stream));
     }
   }
 

@@ -24,6 +24,8 @@
 //   inter         bf16|e4m3[max_rows, I] silu(gate)*up, rounded/quantized like the reference
 //   inter_scale   f32[max_rows, I/128]  fp8_block128 only
 //   down          f32[T*k, H]           expert output of each local pair (rows of other ranks' pairs unused)
+//   up_partial    f32[S, T*k, 2I]       gate-up K splits (S = MoeUpSplits > 1 only): raw sums per split and pair
+//   up_arrivals   int32[max_tiles * I/BN]  splits arrived per gate-up unit, zeroed by the align kernel
 //
 // Grouped path. Sorted rows are the local pairs grouped by expert (stable by pair index), NOT padded: expert e
 // owns rows [expert_first[e], expert_first[e] + expert_count[e]), at most P rows in all.
@@ -142,15 +144,58 @@ inline int StreamDownSplits(int64_t pairs, int64_t experts, int64_t inter, int w
   return kp;
 }
 
+// Tiled path, gate-up GEMM: K splits per (M tile, N block) unit, a function of the shapes only (never of T or the
+// routing, so a row's sums never depend on the other tokens). The persistent GEMM grid balances work items of equal
+// size, at best to within one item per CTA; a shape whose units are few (N = 2I small, E small) against the grid
+// (~2 CTAs x 132 SMs on an H200: kNominalGemmCtas) has too few items to balance (Hy3-TP8: 3 N blocks x 192 experts,
+// 93 hit at T=16: 279 units of 512 KB for 264 CTAs). Such shapes split K into up to 8 parts of >= 4 K tiles until
+// the units at full expert coverage reach 8 x the grid; fp8_block128 (one CTA per SM, 256-row N blocks) at most 2:
+// DeepSeek-V3 EP8 T=1 / 2 / 4 / 8 ran 58.6 / 84.9 / 85.5 / 109.1 us unsplit, 41.3 / 65.6 / 66.5 / 117.3 with 2
+// splits, 39.2 / 71.1 / 71.7 / 127.5 with 8 (H200, session 17). Measured for fp8_tensor: Hy3-TP8 T=16 4 splits
+// 111 -> 99 us. HPC_XLA_MOE_UP_SPLITS=N (1-8) forces N (A/B runs).
+constexpr int kNominalGemmCtas = 264;
+constexpr int kMaxUpSplits = 8;
+constexpr int kMaxUpSplitsBlock128 = 2;
+int MoeUpSplitsFromEnv();  // fused_moe_validate.cc: 0 unset, else the forced count (validated there)
+
+inline int TiledKTiles(int64_t hidden, MoeQuant quant) {
+  return static_cast<int>((hidden * (quant == MoeQuant::kNone ? 2 : 1) + 127) / 128);
+}
+inline int TiledUpNBlocks(int64_t inter, MoeQuant quant) {
+  const int64_t bn = quant == MoeQuant::kFp8Block128 ? 128 : 64;  // GemmShape<kGateUp>::kBN
+  return static_cast<int>((inter + bn - 1) / bn);
+}
+
+// K tiles per split: the splits cover K with equal parts except possibly a shorter last one.
+inline int SplitKTiles(int k_tiles, int splits) { return (k_tiles + splits - 1) / splits; }
+
+inline int MoeUpSplits(int64_t experts, int64_t hidden, int64_t inter, MoeQuant quant) {
+  const int k_tiles = std::max(1, TiledKTiles(hidden, quant));
+  const int most = quant == MoeQuant::kFp8Block128 ? kMaxUpSplitsBlock128 : kMaxUpSplits;
+  const int cap = std::max(1, std::min(most, k_tiles / 4));
+  const int forced = MoeUpSplitsFromEnv();
+  int s = 1;
+  if (forced > 0) {
+    s = std::min(forced, k_tiles);
+  } else if (static_cast<int64_t>(TiledUpNBlocks(inter, quant)) * experts < 4 * kNominalGemmCtas) {
+    const int64_t units = static_cast<int64_t>(TiledUpNBlocks(inter, quant)) * experts;
+    while (s < cap && s * units < 8 * kNominalGemmCtas) s *= 2;
+  }
+  // As many splits as parts of SplitKTiles(k_tiles, s) cover K: no split is ever empty (the GEMM's loader and math
+  // walk every item's K range in lockstep and need at least one stage per item).
+  return (k_tiles + SplitKTiles(k_tiles, s) - 1) / SplitKTiles(k_tiles, s);
+}
+
 struct MoePlan {
   int tile_m = 16;
+  int up_splits = 1;  // tiled path: gate-up K splits (MoeUpSplits)
   bool grouped = false;
   bool stream = false;
   int64_t pairs = 0, max_tiles = 0, max_rows = 0;
   // both paths
   int64_t header = 0, sorted_pairs = 0, inter = 0, inter_scale = 0, total = 0;
   // tiled path
-  int64_t tile_expert = 0, x_q = 0, x_q_scale = 0, down = 0;
+  int64_t tile_expert = 0, x_q = 0, x_q_scale = 0, down = 0, up_partial = 0, up_arrivals = 0, up_units = 0;
   // grouped path
   int64_t expert_count = 0, expert_first = 0, pair_row = 0, gemm_args = 0, gemm_ws = 0, rows = 0, rows_scale = 0,
           gate_up = 0;
@@ -202,6 +247,12 @@ inline MoePlan MakeMoePlan(int64_t tokens, int64_t top_k, int64_t experts, int64
     p.inter = take(p.max_rows * inter * (fp8 ? 1 : 2));
     p.inter_scale = take(block ? p.max_rows * (inter / kMoeBlock) * 4 : 0);
     p.down = take(p.pairs * hidden * 4);
+    p.up_splits = MoeUpSplits(experts, hidden, inter, quant);
+    if (p.up_splits > 1) {
+      p.up_units = p.max_tiles * TiledUpNBlocks(inter, quant);
+      p.up_partial = take(static_cast<int64_t>(p.up_splits) * p.pairs * 2 * inter * 4);
+      p.up_arrivals = take(p.up_units * 4);
+    }
   }
   p.total = at;
   return p;

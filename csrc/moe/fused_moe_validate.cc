@@ -3,6 +3,7 @@
 #include <cstring>
 #include <string>
 
+#include "csrc/common/arch.h"
 #include "csrc/common/check.h"
 #include "csrc/moe/fused_moe.h"
 #include "csrc/moe/fused_moe_plan.h"
@@ -51,6 +52,12 @@ MoePathChoice MoePathFromEnv() {
     return MoePathChoice::kInvalid;
   }();
   return choice;
+}
+
+// HPC_XLA_MOE_UP_SPLITS: 0 when unset, else the value (ValidateFusedMoeCuda rejects anything outside 1-8).
+int MoeUpSplitsFromEnv() {
+  static const int splits = EnvInt("HPC_XLA_MOE_UP_SPLITS", 0);
+  return splits >= 1 && splits <= kMaxUpSplits ? splits : 0;
 }
 
 const char* GroupedGemmTileEnvText() {
@@ -195,6 +202,10 @@ Status ValidateFusedMoeCuda(const FusedMoeArgs& a) {
   if (moe::MoePathFromEnv() == moe::MoePathChoice::kInvalid) {
     return c.Fail(std::string("HPC_XLA_MOE_PATH must be 'v1', 'grouped', 'stream', 'auto' or unset; got '") + MoePathEnvText() +
                   "'");
+  }
+  if (const char* v = std::getenv("HPC_XLA_MOE_UP_SPLITS"); v != nullptr && *v != '\0' && moe::MoeUpSplitsFromEnv() == 0) {
+    return c.Fail("HPC_XLA_MOE_UP_SPLITS must be an integer in [1, " + std::to_string(moe::kMaxUpSplits) +
+                  "] or unset; got '" + v + "'");
   }
   if (!moe::GroupedGemmTileFromEnv().valid) {
     return c.Fail(std::string("HPC_XLA_MOE_GEMM_TILE must be '128x256', '128x128', '64x256', '64x128' or unset; got '") +
