@@ -178,35 +178,24 @@ __global__ void __launch_bounds__(kGemmThreads, (GemmShape<KIND, Q, BM>::kMinBlo
   for (int i = 0; i < kALoads; ++i) a_off[i] = Swz(lrow + 32 * i, lchunk);
 #pragma unroll
   for (int i = 0; i < kBLoads; ++i) b_off[i] = S::kABytes + Swz(lrow + 32 * i, lchunk);
-  // A tile's rows and expert are loaded one unit ahead of the loader's entry into it (ncu: the load at entry, on
-  // every item of the N-block-major order, was 4% of the stall samples plus the barrier time it cost the others).
-  int ld_tile = -1, nx_tile = -1, nx_expert = 0;
-  int nx_pair[kALoads];
-  auto fetch_tile = [&](int item) {
-    if (item >= item_end) return;
-    const int u = item / p.splits, nb = u / tiles, t = u - nb * tiles;
-    if (t == nx_tile) return;
-    nx_tile = t;
-#pragma unroll
-    for (int i = 0; i < kALoads; ++i) nx_pair[i] = lrow + 32 * i < BM ? p.sorted_pairs[t * BM + lrow + 32 * i] : -1;
-    nx_expert = p.tile_expert[t];
-  };
-  auto enter = [&](const GemmItem& it, int item) {
+  int ld_tile = -1;
+  auto enter = [&](const GemmItem& it) {
     if (it.tile != ld_tile) {
       ld_tile = it.tile;
-      fetch_tile(item);  // a no-op when the previous entry prefetched it
       const int row0 = it.tile * BM;
 #pragma unroll
       for (int i = 0; i < kALoads; ++i) {
         const int r = lrow + 32 * i;
         a_src[i] = nullptr;
-        if (r < BM && nx_pair[i] >= 0) {
-          const int64_t arow = S::kGateUp ? nx_pair[i] / p.top_k : row0 + r;
-          a_src[i] = p.a + arow * p.k_bytes + lchunk * 16;
+        if (r < BM) {
+          const int pair = p.sorted_pairs[row0 + r];
+          if (pair >= 0) {
+            const int64_t arow = S::kGateUp ? pair / p.top_k : row0 + r;
+            a_src[i] = p.a + arow * p.k_bytes + lchunk * 16;
+          }
         }
       }
-      b_expert = p.b + static_cast<int64_t>(nx_expert) * p.b_expert_bytes + lchunk * 16;
-      fetch_tile((item / p.splits + 1) * p.splits);  // the next unit's tile
+      b_expert = p.b + static_cast<int64_t>(p.tile_expert[it.tile]) * p.b_expert_bytes + lchunk * 16;
     }
 #pragma unroll
     for (int i = 0; i < kBLoads; ++i) {
@@ -245,7 +234,7 @@ __global__ void __launch_bounds__(kGemmThreads, (GemmShape<KIND, Q, BM>::kMinBlo
   const uint32_t ring_end = ring_s + S::kStages * S::kStageBytes;
   int ld_item = item_begin;
   GemmItem ld = decode(ld_item);
-  enter(ld, ld_item);
+  enter(ld);
   int ld_kt = ld.kt0;
   uint32_t ld_slot = ring_s;
   auto load_next = [&]() {
@@ -253,7 +242,7 @@ __global__ void __launch_bounds__(kGemmThreads, (GemmShape<KIND, Q, BM>::kMinBlo
       load_stage(ld_slot, ld_kt);
       if (++ld_kt == ld.kt1 && ++ld_item < item_end) {
         ld = decode(ld_item);
-        enter(ld, ld_item);
+        enter(ld);
         ld_kt = ld.kt0;
       }
     }
@@ -276,13 +265,6 @@ __global__ void __launch_bounds__(kGemmThreads, (GemmShape<KIND, Q, BM>::kMinBlo
       // against tokens 8j + 2q + b in acc[4j + b] / acc[4j + 2 + b]. Gate-up rows are stored 8 gate, 8 up (enter):
       // R is the gate row and R + 8 the up row of one output column, so silu(gate) * up stays in the thread.
       const int wg = warp / 4, w4 = warp % 4;
-      // The epilogue's inputs are loaded before the K loop, so they land while it runs.
-      int pairs[BM / 8][2];
-#pragma unroll
-      for (int j = 0; j < BM / 8; ++j)
-#pragma unroll
-        for (int b = 0; b < 2; ++b) pairs[j][b] = p.sorted_pairs[row0 + 8 * j + 2 * q + b];
-      const float w_scale = p.b_scale[e];
       float acc[BM / 2];
 #pragma unroll
       for (int i = 0; i < BM / 2; ++i) acc[i] = 0.f;
@@ -296,6 +278,11 @@ __global__ void __launch_bounds__(kGemmThreads, (GemmShape<KIND, Q, BM>::kMinBlo
         if (cs_slot == ring_end) cs_slot = ring_s;
       }
       const int rw = 64 * wg + 16 * w4 + g;  // this thread's first weight row of the CTA's kNB
+      int pairs[BM / 8][2];
+#pragma unroll
+      for (int j = 0; j < BM / 8; ++j)
+#pragma unroll
+        for (int b = 0; b < 2; ++b) pairs[j][b] = p.sorted_pairs[row0 + 8 * j + 2 * q + b];
       if constexpr (S::kGateUp) {
         const int col = n0 + rw / 16 * 8 + g;  // (64 wg + 16 w4) / 16 * 8 + g: the column of rows rw, rw + 8
         if (p.splits > 1) {  // as on the mma.sync path below: raw sums per split, the last arrival adds them in order
@@ -331,7 +318,7 @@ __global__ void __launch_bounds__(kGemmThreads, (GemmShape<KIND, Q, BM>::kMinBlo
               acc[4 * j + b] = gate, acc[4 * j + 2 + b] = up;
             }
         }
-        const float ts = __fmul_rn(*p.a_tensor_scale, w_scale);
+        const float ts = __fmul_rn(*p.a_tensor_scale, p.b_scale[e]);
         const float mul = QuantMultiplier(*p.out_tensor_scale);
         uint8_t* out = static_cast<uint8_t*>(p.out);
 #pragma unroll
@@ -343,7 +330,7 @@ __global__ void __launch_bounds__(kGemmThreads, (GemmShape<KIND, Q, BM>::kMinBlo
                 __nv_cvt_float_to_fp8(h * mul, __NV_SATFINITE, __NV_E4M3);
           }
       } else {
-        const float ts = __fmul_rn(*p.a_tensor_scale, w_scale);
+        const float ts = __fmul_rn(*p.a_tensor_scale, p.b_scale[e]);
 #pragma unroll
         for (int j = 0; j < BM / 8; ++j)
 #pragma unroll
