@@ -18,6 +18,7 @@
 #include <cuda_runtime.h>
 
 #include <cub/block/block_scan.cuh>
+#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -179,6 +180,10 @@ Status LaunchGemm(const GemmParams& gp, int64_t max_tiles, int device, cudaStrea
   static const int knob = EnvInt("HPC_XLA_MOE_PERSIST", -1);
   const bool persist = knob < 0 ? S::kWgmma || gp.splits > 1 : knob != 0;
   const int64_t max_items = max_tiles * ((gp.n + S::kBN - 1) / S::kBN) * gp.splits;
+  if (max_items > INT32_MAX) {  // the kernel indexes items with int (only a forced v1 path at huge T gets here)
+    return Status::InvalidArgument("fused_moe: the tiled path's GEMM has " + std::to_string(max_items) +
+                                   " work items, more than 2^31 - 1; use fewer tokens per call or the default path");
+  }
   const int64_t wave = static_cast<int64_t>(per_sm) * MultiprocessorCount(device);
   const int64_t grid = persist ? std::min(max_items, wave) : max_items;
   return Launch(KIND == GemmKind::kGateUp ? "fused_moe gate-up GEMM launch" : "fused_moe down GEMM launch", fn,
