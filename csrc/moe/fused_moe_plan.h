@@ -174,11 +174,11 @@ inline int MoeUpSplits(int64_t experts, int64_t hidden, int64_t inter, MoeQuant 
   const int most = quant == MoeQuant::kFp8Block128 ? kMaxUpSplitsBlock128 : kMaxUpSplits;
   const int cap = std::max(1, std::min(most, k_tiles / 4));
   const int forced = MoeUpSplitsFromEnv();
+  const int64_t units = static_cast<int64_t>(TiledUpNBlocks(inter, quant)) * experts;
   int s = 1;
   if (forced > 0) {
     s = std::min(forced, k_tiles);
-  } else if (static_cast<int64_t>(TiledUpNBlocks(inter, quant)) * experts < 4 * kNominalGemmCtas) {
-    const int64_t units = static_cast<int64_t>(TiledUpNBlocks(inter, quant)) * experts;
+  } else if (units < 4 * kNominalGemmCtas) {
     while (s < cap && s * units < 8 * kNominalGemmCtas) s *= 2;
   }
   // As many splits as parts of SplitKTiles(k_tiles, s) cover K: no split is ever empty (the GEMM's loader and math
