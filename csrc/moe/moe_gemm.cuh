@@ -104,7 +104,13 @@ struct GemmShape {
   static constexpr int kNI = kWarpN / 8;
   static_assert(kWarpN % 16 == 0 && kWarpM % 16 == 0, "warp tile");
   static constexpr int kABytes = BM * kLineBytes;
-  static constexpr int kStageBytes = (BM + kNB) * kLineBytes;
+  // Loader geometry. The wgmma kernels run two independent pipelines, one per warpgroup: each copies its own 64
+  // weight rows and its own copy of the tile's A rows into its region of the stage and syncs on a named barrier of
+  // its 128 threads (ncu: the CTA-wide barrier per stage was the top stall, 24%). mma.sync: one region, 256 threads.
+  static constexpr int kLoaders = kWgmma ? 128 : kGemmThreads;  // threads filling one region
+  static constexpr int kRegionRows = kWgmma ? 64 : kNB;         // weight rows per region
+  static constexpr int kRegionBytes = (BM + kRegionRows) * kLineBytes;
+  static constexpr int kStageBytes = (kWgmma ? 2 : 1) * kRegionBytes;
   // Two CTAs per SM (<= 128 registers, <= ~100 KB each) except block128, whose doubled accumulators (partial
   // sums per K block) need more registers: one CTA with a deeper ring.
   static constexpr int kMinBlocks = kBlock ? 1 : 2;
@@ -113,7 +119,7 @@ struct GemmShape {
   static constexpr int kRedBytes = kBlock && kGateUp ? kWarpsN * BM * 4 : 0;  // row amax exchange
   static constexpr int kAlignPad = kWgmma ? 1024 : 0;  // the 128-byte swizzle wants 1024-byte aligned stages
   static constexpr int kSmemBytes = kStages * kStageBytes + kRedBytes + kAlignPad;
-  static_assert(!kWgmma || (kNB == 128 && kABytes % 1024 == 0 && kStageBytes % 1024 == 0), "wgmma tiles");
+  static_assert(!kWgmma || (kNB == 128 && kABytes % 1024 == 0 && kRegionBytes % 1024 == 0), "wgmma tiles");
   static_assert(kSmemBytes <= 227 * 1024, "shared memory");
 };
 
@@ -166,40 +172,56 @@ __global__ void __launch_bounds__(kGemmThreads, (GemmShape<KIND, Q, BM>::kMinBlo
   // ---- loader: per-thread load assignments (rows tid/8 + 32 i, 16-byte chunk tid % 8 of each 128-byte line),
   // re-derived when the loader enters a new item (the A rows and the expert only when the tile changes): per
   // stage a copy is then one 64-bit add and a predicate (the addresses were ~95 of 232 instructions per stage).
-  constexpr int kALoads = (BM * 8 + kGemmThreads - 1) / kGemmThreads;
-  constexpr int kBLoads = S::kNB * 8 / kGemmThreads;
-  const int lchunk = tid % 8, lrow = tid / 8;
+  constexpr int kALoads = (BM * 8 + S::kLoaders - 1) / S::kLoaders;
+  constexpr int kBLoads = S::kRegionRows * 8 / S::kLoaders;
+  constexpr int kRowStep = S::kLoaders / 8;  // rows between one thread's loads
+  const int lt = tid % S::kLoaders, region = tid / S::kLoaders;
+  const int lchunk = lt % 8, lrow = lt / 8;
+  const uint32_t region_off = region * S::kRegionBytes;
   const int k_bytes = static_cast<int>(p.k_bytes);
   const uint8_t* a_src[kALoads];
   const uint8_t* b_src[kBLoads];  // this thread's chunk of each B row at K 0, null past N
   const uint8_t* b_expert = p.b;
   uint32_t a_off[kALoads], b_off[kBLoads];  // swizzled stage offsets
 #pragma unroll
-  for (int i = 0; i < kALoads; ++i) a_off[i] = Swz(lrow + 32 * i, lchunk);
+  for (int i = 0; i < kALoads; ++i) a_off[i] = region_off + Swz(lrow + kRowStep * i, lchunk);
 #pragma unroll
-  for (int i = 0; i < kBLoads; ++i) b_off[i] = S::kABytes + Swz(lrow + 32 * i, lchunk);
-  int ld_tile = -1;
-  auto enter = [&](const GemmItem& it) {
+  for (int i = 0; i < kBLoads; ++i) b_off[i] = region_off + S::kABytes + Swz(lrow + kRowStep * i, lchunk);
+  // A tile's rows and expert are loaded one unit ahead of the loader's entry into it (ncu: the load at entry, on
+  // every item of the N-block-major order, was 4% of the stall samples plus the barrier time it cost the others).
+  int ld_tile = -1, nx_tile = -1, nx_expert = 0;
+  int nx_pair[kALoads];
+  auto fetch_tile = [&](int item) {
+    if (item >= item_end) return;
+    const int u = item / p.splits, nb = u / tiles, t = u - nb * tiles;
+    if (t == nx_tile) return;
+    nx_tile = t;
+#pragma unroll
+    for (int i = 0; i < kALoads; ++i) {
+      nx_pair[i] = lrow + kRowStep * i < BM ? p.sorted_pairs[t * BM + lrow + kRowStep * i] : -1;
+    }
+    nx_expert = p.tile_expert[t];
+  };
+  auto enter = [&](const GemmItem& it, int item) {
     if (it.tile != ld_tile) {
       ld_tile = it.tile;
+      fetch_tile(item);  // a no-op when the previous entry prefetched it
       const int row0 = it.tile * BM;
 #pragma unroll
       for (int i = 0; i < kALoads; ++i) {
-        const int r = lrow + 32 * i;
+        const int r = lrow + kRowStep * i;
         a_src[i] = nullptr;
-        if (r < BM) {
-          const int pair = p.sorted_pairs[row0 + r];
-          if (pair >= 0) {
-            const int64_t arow = S::kGateUp ? pair / p.top_k : row0 + r;
-            a_src[i] = p.a + arow * p.k_bytes + lchunk * 16;
-          }
+        if (r < BM && nx_pair[i] >= 0) {
+          const int64_t arow = S::kGateUp ? nx_pair[i] / p.top_k : row0 + r;
+          a_src[i] = p.a + arow * p.k_bytes + lchunk * 16;
         }
       }
-      b_expert = p.b + static_cast<int64_t>(p.tile_expert[it.tile]) * p.b_expert_bytes + lchunk * 16;
+      b_expert = p.b + static_cast<int64_t>(nx_expert) * p.b_expert_bytes + lchunk * 16;
+      fetch_tile((item / p.splits + 1) * p.splits);  // the next unit's tile
     }
 #pragma unroll
     for (int i = 0; i < kBLoads; ++i) {
-      const int r = lrow + 32 * i;
+      const int r = region * S::kRegionRows + lrow + kRowStep * i;  // weight row among the CTA's kNB
       int col, wrow;
       if constexpr (S::kGateUp) {
         col = it.n0 + (r / 16) * 8 + r % 8;
@@ -217,7 +239,7 @@ __global__ void __launch_bounds__(kGemmThreads, (GemmShape<KIND, Q, BM>::kMinBlo
     const bool k_ok = kb + lchunk * 16 < k_bytes;
 #pragma unroll
     for (int i = 0; i < kALoads; ++i) {
-      if (lrow + 32 * i < BM) {
+      if (lrow + kRowStep * i < BM) {
         const bool ok = a_src[i] != nullptr && k_ok;
         CpAsync16(st + a_off[i], ok ? a_src[i] + kb : p.a, ok);
       }
@@ -234,7 +256,7 @@ __global__ void __launch_bounds__(kGemmThreads, (GemmShape<KIND, Q, BM>::kMinBlo
   const uint32_t ring_end = ring_s + S::kStages * S::kStageBytes;
   int ld_item = item_begin;
   GemmItem ld = decode(ld_item);
-  enter(ld);
+  enter(ld, ld_item);
   int ld_kt = ld.kt0;
   uint32_t ld_slot = ring_s;
   auto load_next = [&]() {
@@ -242,7 +264,7 @@ __global__ void __launch_bounds__(kGemmThreads, (GemmShape<KIND, Q, BM>::kMinBlo
       load_stage(ld_slot, ld_kt);
       if (++ld_kt == ld.kt1 && ++ld_item < item_end) {
         ld = decode(ld_item);
-        enter(ld);
+        enter(ld, ld_item);
         ld_kt = ld.kt0;
       }
     }
@@ -265,24 +287,29 @@ __global__ void __launch_bounds__(kGemmThreads, (GemmShape<KIND, Q, BM>::kMinBlo
       // against tokens 8j + 2q + b in acc[4j + b] / acc[4j + 2 + b]. Gate-up rows are stored 8 gate, 8 up (enter):
       // R is the gate row and R + 8 the up row of one output column, so silu(gate) * up stays in the thread.
       const int wg = warp / 4, w4 = warp % 4;
+      // The epilogue's inputs are loaded before the K loop, so they land while it runs.
+      int pairs[BM / 8][2];
+#pragma unroll
+      for (int j = 0; j < BM / 8; ++j)
+#pragma unroll
+        for (int b = 0; b < 2; ++b) pairs[j][b] = p.sorted_pairs[row0 + 8 * j + 2 * q + b];
+      const float w_scale = p.b_scale[e];
       float acc[BM / 2];
 #pragma unroll
       for (int i = 0; i < BM / 2; ++i) acc[i] = 0.f;
       for (int kt = it.kt0; kt < it.kt1; ++kt) {
         CpAsyncWait<S::kStages - 2>();
         FenceProxyAsync();  // our cp.async writes -> visible to wgmma's async proxy
-        __syncthreads();    // ... and everyone's; the previous stage's wgmmas are complete (waited), so refill it
+        // ... and the whole warpgroup's (its region only; named barrier 1 + wg); the previous stage's wgmmas are
+        // complete (waited), so the warpgroup may refill its region of that slot
+        asm volatile("bar.sync %0, 128;\n" ::"r"(1 + wg) : "memory");
         load_next();
-        WgmmaGroupE4M3N<BM>(acc, cs_slot + S::kABytes + wg * 64 * kLineBytes, cs_slot);
+        const uint32_t mine = cs_slot + wg * S::kRegionBytes;
+        WgmmaGroupE4M3N<BM>(acc, mine + S::kABytes, mine);
         cs_slot += S::kStageBytes;
         if (cs_slot == ring_end) cs_slot = ring_s;
       }
       const int rw = 64 * wg + 16 * w4 + g;  // this thread's first weight row of the CTA's kNB
-      int pairs[BM / 8][2];
-#pragma unroll
-      for (int j = 0; j < BM / 8; ++j)
-#pragma unroll
-        for (int b = 0; b < 2; ++b) pairs[j][b] = p.sorted_pairs[row0 + 8 * j + 2 * q + b];
       if constexpr (S::kGateUp) {
         const int col = n0 + rw / 16 * 8 + g;  // (64 wg + 16 w4) / 16 * 8 + g: the column of rows rw, rw + 8
         if (p.splits > 1) {  // as on the mma.sync path below: raw sums per split, the last arrival adds them in order
@@ -318,7 +345,7 @@ __global__ void __launch_bounds__(kGemmThreads, (GemmShape<KIND, Q, BM>::kMinBlo
               acc[4 * j + b] = gate, acc[4 * j + 2 + b] = up;
             }
         }
-        const float ts = __fmul_rn(*p.a_tensor_scale, p.b_scale[e]);
+        const float ts = __fmul_rn(*p.a_tensor_scale, w_scale);
         const float mul = QuantMultiplier(*p.out_tensor_scale);
         uint8_t* out = static_cast<uint8_t*>(p.out);
 #pragma unroll
@@ -330,7 +357,7 @@ __global__ void __launch_bounds__(kGemmThreads, (GemmShape<KIND, Q, BM>::kMinBlo
                 __nv_cvt_float_to_fp8(h * mul, __NV_SATFINITE, __NV_E4M3);
           }
       } else {
-        const float ts = __fmul_rn(*p.a_tensor_scale, p.b_scale[e]);
+        const float ts = __fmul_rn(*p.a_tensor_scale, w_scale);
 #pragma unroll
         for (int j = 0; j < BM / 8; ++j)
 #pragma unroll
