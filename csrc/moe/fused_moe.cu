@@ -43,7 +43,6 @@ using moe::GemmShape;
 // ---------------------------------------------------------------------------------------------- 1. align
 constexpr int kAlignThreads = 1024;
 constexpr int kAlignWarps = kAlignThreads / 32;
-constexpr int kAlignBatch = 8;  // rounds of 32 ids a warp loads at once
 
 struct AlignParams {
   const int32_t* ids;  // [T*k]
@@ -56,13 +55,6 @@ struct AlignParams {
   int32_t* pair_row;      // [T*k] sorted row of each pair, -1 if its expert is not local
   int32_t* zero;          // tiled path with gate-up K splits: the GEMM's arrival counters, zeroed here; else null
   int zero_count;
-  // tiled path with the reduce fused into the down GEMM (else token_arrivals is null): each token's counters
-  // [T, down_blocks] preset to its slots that will never arrive (ids outside the local experts); a token with no
-  // local slot at all gets y = shared_output (or 0) here, since no GEMM CTA will ever complete it.
-  int32_t* token_arrivals;
-  const __nv_bfloat16* shared;
-  __nv_bfloat16* y;
-  int down_blocks, top_k, hidden;
   int pairs, experts, expert_offset, tile_m;
 };
 
@@ -80,39 +72,12 @@ __global__ void __launch_bounds__(kAlignThreads) MoeAlignKernel(const __grid_con
   PdlLaunchDependents();
   for (int i = tid; i < kAlignWarps * p.experts; i += kAlignThreads) cursor[i] = 0;
   for (int i = tid; i < p.zero_count; i += kAlignThreads) p.zero[i] = 0;
-  if (p.token_arrivals != nullptr) {
-    for (int t = tid; t < p.pairs / p.top_k; t += kAlignThreads) {
-      int missing = 0;
-      for (int j = 0; j < p.top_k; ++j) {
-        const int e = p.ids[t * p.top_k + j] - p.expert_offset;
-        missing += e < 0 || e >= p.experts;
-      }
-      for (int b = 0; b < p.down_blocks; ++b) p.token_arrivals[t * p.down_blocks + b] = missing;
-      if (missing == p.top_k) {  // only with ids outside [0, E) (unchecked bad input): the reduce's y = shared
-        for (int c = 0; c < p.hidden; c += 8) {
-          float s[8] = {0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f};
-          if (p.shared != nullptr) LoadVec8(p.shared + static_cast<int64_t>(t) * p.hidden + c, s);
-          StoreVec8(p.y + static_cast<int64_t>(t) * p.hidden + c, s);
-        }
-      }
-    }
-  }
   __syncthreads();
   const int seg = (p.pairs + kAlignWarps - 1) / kAlignWarps;
   const int begin = min(p.pairs, warp * seg), end = min(p.pairs, begin + seg);
-  // Both passes load kAlignBatch rounds of 32 ids before using any: one round at a time left a warp one DRAM latency
-  // per 32 pairs (H200: 43 us at T*k = 32768, session 18).
-  for (int i0 = begin; i0 < end; i0 += 32 * kAlignBatch) {
-    int e[kAlignBatch];
-#pragma unroll
-    for (int u = 0; u < kAlignBatch; ++u) {
-      const int i = i0 + 32 * u + lane;
-      e[u] = i < end ? p.ids[i] - p.expert_offset : -1;
-    }
-#pragma unroll
-    for (int u = 0; u < kAlignBatch; ++u) {
-      if (e[u] >= 0 && e[u] < p.experts) atomicAdd(&cursor[warp * p.experts + e[u]], 1);
-    }
+  for (int i = begin + lane; i < end; i += 32) {
+    const int e = p.ids[i] - p.expert_offset;
+    if (e >= 0 && e < p.experts) atomicAdd(&cursor[warp * p.experts + e], 1);
   }
   __syncthreads();
   // one expert per thread (experts <= 1024): total and per-warp exclusive prefix
@@ -140,29 +105,21 @@ __global__ void __launch_bounds__(kAlignThreads) MoeAlignKernel(const __grid_con
     for (int w = 0; w < kAlignWarps; ++w) cursor[w * p.experts + tid] += base;
   }
   __syncthreads();
-  for (int b0 = begin; b0 < end; b0 += 32 * kAlignBatch) {
-    int eb[kAlignBatch];
-#pragma unroll
-    for (int u = 0; u < kAlignBatch; ++u) {
-      const int i = b0 + 32 * u + lane;
-      eb[u] = i < end ? p.ids[i] - p.expert_offset : -1;
+  for (int i0 = begin; i0 < end; i0 += 32) {
+    const int i = i0 + lane;
+    int e = i < end ? p.ids[i] - p.expert_offset : -1;
+    if (e < 0 || e >= p.experts) e = -1;
+    const unsigned same = __match_any_sync(0xffffffffu, e);
+    const int rank = __popc(same & ((1u << lane) - 1u));
+    int* cur = e >= 0 ? &cursor[warp * p.experts + e] : nullptr;
+    const int pos = e >= 0 ? *cur + rank : 0;
+    __syncwarp();
+    if (e >= 0) {
+      p.sorted_pairs[pos] = i;
+      if (rank == 0) *cur += __popc(same);
     }
-#pragma unroll
-    for (int u = 0; u < kAlignBatch; ++u) {
-      const int i = b0 + 32 * u + lane;
-      const int e = eb[u] >= 0 && eb[u] < p.experts ? eb[u] : -1;
-      const unsigned same = __match_any_sync(0xffffffffu, e);
-      const int rank = __popc(same & ((1u << lane) - 1u));
-      int* cur = e >= 0 ? &cursor[warp * p.experts + e] : nullptr;
-      const int pos = e >= 0 ? *cur + rank : 0;
-      __syncwarp();
-      if (e >= 0) {
-        p.sorted_pairs[pos] = i;
-        if (rank == 0) *cur += __popc(same);
-      }
-      if (p.pair_row != nullptr && i < end) p.pair_row[i] = e >= 0 ? pos : -1;
-      __syncwarp();
-    }
+    if (p.pair_row != nullptr && i < end) p.pair_row[i] = e >= 0 ? pos : -1;
+    __syncwarp();
   }
 }
 
@@ -286,12 +243,6 @@ Status FusedMoeCuda(const FusedMoeArgs& a, cudaStream_t stream) {
   int32_t* sorted_pairs = reinterpret_cast<int32_t*>(ws + plan.sorted_pairs);
   const bool fp8 = a.quant != MoeQuant::kNone, block = a.quant == MoeQuant::kFp8Block128;
   const int elem = fp8 ? 1 : 2;
-  // Tiled path: the reduce runs inside the down GEMM when every expert is local (no expert parallelism: then every
-  // token has top_k rows to wait for; under EP a third of the tokens may have none, and y for those would fall to
-  // the one-CTA align kernel). Measured: bench/NOTES.md fused_moe "Session 18". HPC_XLA_MOE_FUSED_REDUCE=0 keeps
-  // the separate reduce kernel (A/B runs).
-  static const int fused_knob = EnvInt("HPC_XLA_MOE_FUSED_REDUCE", 1);
-  const bool fused_reduce = !plan.grouped && fused_knob != 0 && a.expert_offset == 0 && global == experts;
 
   // 1. align
   AlignParams ap = {};
@@ -309,20 +260,10 @@ Status FusedMoeCuda(const FusedMoeArgs& a, cudaStream_t stream) {
     ap.expert_count = reinterpret_cast<int32_t*>(ws + plan.expert_count);
     ap.expert_first = reinterpret_cast<int32_t*>(ws + plan.expert_first);
     ap.pair_row = reinterpret_cast<int32_t*>(ws + plan.pair_row);
-  } else {
-    if (plan.up_splits > 1) {
-      ap.zero = reinterpret_cast<int32_t*>(ws + plan.up_arrivals);
-      ap.zero_count = static_cast<int>(plan.up_units);
-    }
-    if (fused_reduce) {
-      ap.token_arrivals = reinterpret_cast<int32_t*>(ws + plan.down_arrivals);
-      ap.shared = a.shared_output.present() ? a.shared_output.ptr<const __nv_bfloat16>() : nullptr;
-      ap.y = a.out.ptr<__nv_bfloat16>();
-      ap.down_blocks = moe::TiledDownNBlocks(hidden);
-      ap.hidden = static_cast<int>(hidden);
-    }
+  } else if (plan.up_splits > 1) {
+    ap.zero = reinterpret_cast<int32_t*>(ws + plan.up_arrivals);
+    ap.zero_count = static_cast<int>(plan.up_units);
   }
-  ap.top_k = static_cast<int>(top_k);
   const int align_smem = static_cast<int>(kAlignWarps * experts * 4);
   HPC_RETURN_IF_ERROR(AllowSmem(reinterpret_cast<const void*>(&MoeAlignKernel), kAlignWarps * kMaxMoeCudaExperts * 4));
   HPC_RETURN_IF_ERROR(Launch("fused_moe align launch", MoeAlignKernel, dim3(1), dim3(kAlignThreads), align_smem,
@@ -388,15 +329,6 @@ Status FusedMoeCuda(const FusedMoeArgs& a, cudaStream_t stream) {
   down.split_k_tiles = moe::TiledKTiles(inter, a.quant);
   down.partial = nullptr;
   down.arrivals = nullptr;
-  if (fused_reduce) {
-    down.y = a.out.ptr<__nv_bfloat16>();
-    down.topk_weights = a.topk_weights.ptr<const float>();
-    down.ids = a.topk_ids.ptr<const int32_t>();
-    down.shared = a.shared_output.present() ? a.shared_output.ptr<const __nv_bfloat16>() : nullptr;
-    down.token_arrivals = ap.token_arrivals;
-    down.experts = static_cast<int>(experts);
-    down.expert_offset = static_cast<int>(a.expert_offset);
-  }
 
   if (plan.max_tiles > 0) {
     switch (a.quant) {
@@ -411,8 +343,7 @@ Status FusedMoeCuda(const FusedMoeArgs& a, cudaStream_t stream) {
     }
   }
 
-  // 5. reduce (unless the down GEMM did it)
-  if (fused_reduce && plan.max_tiles > 0) return Status::Ok();
+  // 5. reduce
   moe::ReduceParams<float> rp = {};
   rp.down = reinterpret_cast<const float*>(ws + plan.down);
   rp.weights = a.topk_weights.ptr<const float>();

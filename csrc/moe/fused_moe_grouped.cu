@@ -27,8 +27,8 @@
 namespace hpc::moe {
 namespace {
 
-constexpr int kRowThreads = 256;  // gather / act: 8-column vectors, rows flattened
-constexpr int kRowCtasPerSm = 4;  // 1024 threads per SM, <= 64 registers each (the unrolled loads' registers)
+constexpr int kRowThreads = 256;  // gather / act: one 8-column vector per thread, rows flattened
+constexpr int kRowCtasPerSm = 6;  // 1536 threads per SM, <= 40 registers each (32 made the gather spill)
 
 // The 8-column vector v of the sorted rows (flattened: vec_per_row vectors per row). The kernels walk the
 // vectors of the real rows grid-stride, in steps of whole CTAs, so the loop condition is CTA-uniform and every
@@ -77,52 +77,32 @@ struct GatherParams {
   GatherMode mode;
 };
 
-// Each Op splits a vector's work into Load (global reads into raw registers) and Store (math, global writes), so
-// that MoeRowsKernel can issue the loads of kUnroll vectors per thread (64 bytes) before any of their stores.
 struct GatherVector {
   using Params = GatherParams;
-  static constexpr int kUnroll = 4;
-  struct Raw {
-    uint4 x;
-    int64_t token;
-  };
-  static __device__ __forceinline__ void Load(const GatherParams& p, const RowVector& rv, Raw& r);
-  static __device__ __forceinline__ void Store(const GatherParams& p, const RowVector& rv, const Raw& r);
+  static __device__ __forceinline__ void Run(const GatherParams& p, const RowVector& rv);
 };
 
-__device__ __forceinline__ void GatherVector::Load(const GatherParams& p, const RowVector& rv, Raw& r) {
-  r.token = rv.valid ? p.sorted_pairs[rv.row] / p.top_k : 0;
-  r.x = make_uint4(0u, 0u, 0u, 0u);
-  if (!rv.valid) return;
-  const int64_t src = r.token * p.hidden + rv.col;  // elements
-  if (p.mode == GatherMode::kCopyFp8) {
-    const uint2 v = *reinterpret_cast<const uint2*>(p.x + src);
-    r.x.x = v.x, r.x.y = v.y;
-  } else {
-    r.x = *reinterpret_cast<const uint4*>(p.x + src * 2);
-  }
-}
-
-__device__ __forceinline__ void GatherVector::Store(const GatherParams& p, const RowVector& rv, const Raw& r) {
-  const int64_t dst = rv.row * p.hidden + rv.col;  // elements
+__device__ __forceinline__ void GatherVector::Run(const GatherParams& p, const RowVector& rv) {
+  const int64_t token = rv.valid ? p.sorted_pairs[rv.row] / p.top_k : 0;
+  const int64_t src = token * p.hidden + rv.col, dst = rv.row * p.hidden + rv.col;  // elements
   const int64_t kb = p.hidden / kMoeBlock;
   if (p.mode == GatherMode::kQuantBlock) {
-    float x[8];
-    UnpackVec8<__nv_bfloat16>(r.x, x);
+    float x[8] = {0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f};
+    if (rv.valid) LoadVec8(reinterpret_cast<const __nv_bfloat16*>(p.x) + src, x);
     StoreBlock128(rv, x, p.rows + dst, p.rows_scale, kb);
     return;
   }
   if (!rv.valid) return;
   if (p.mode == GatherMode::kCopyBf16) {
-    StoreGlobal16(p.rows + dst * 2, r.x);
+    StoreGlobal16(p.rows + dst * 2, *reinterpret_cast<const uint4*>(p.x + src * 2));
   } else if (p.mode == GatherMode::kCopyFp8) {
-    *reinterpret_cast<uint2*>(p.rows + dst) = make_uint2(r.x.x, r.x.y);
+    *reinterpret_cast<uint2*>(p.rows + dst) = *reinterpret_cast<const uint2*>(p.x + src);
     if (p.rows_scale != nullptr && rv.col % kMoeBlock == 0) {
-      p.rows_scale[rv.row * kb + rv.col / kMoeBlock] = p.x_scale[r.token * kb + rv.col / kMoeBlock];
+      p.rows_scale[rv.row * kb + rv.col / kMoeBlock] = p.x_scale[token * kb + rv.col / kMoeBlock];
     }
   } else {  // kQuantTensor
     float x[8];
-    UnpackVec8<__nv_bfloat16>(r.x, x);
+    LoadVec8(reinterpret_cast<const __nv_bfloat16*>(p.x) + src, x);
     StoreE4M3x8(p.rows + dst, x, *p.static_scale);
   }
 }
@@ -141,28 +121,16 @@ struct ActParams {
 
 struct ActVector {
   using Params = ActParams;
-  static constexpr int kUnroll = 2;  // gate + up: 32 bytes per vector (4 spilled at 64 registers)
-  struct Raw {
-    uint4 gate, up;
-  };
-  static __device__ __forceinline__ void Load(const ActParams& p, const RowVector& rv, Raw& r);
-  static __device__ __forceinline__ void Store(const ActParams& p, const RowVector& rv, const Raw& r);
+  static __device__ __forceinline__ void Run(const ActParams& p, const RowVector& rv);
 };
 
-__device__ __forceinline__ void ActVector::Load(const ActParams& p, const RowVector& rv, Raw& r) {
-  r.gate = r.up = make_uint4(0u, 0u, 0u, 0u);
-  if (!rv.valid) return;
-  const __nv_bfloat16* src = p.gate_up + rv.row * 2 * p.inter_dim + rv.col;
-  r.gate = *reinterpret_cast<const uint4*>(src);
-  r.up = *reinterpret_cast<const uint4*>(src + p.inter_dim);
-}
-
-__device__ __forceinline__ void ActVector::Store(const ActParams& p, const RowVector& rv, const Raw& r) {
+__device__ __forceinline__ void ActVector::Run(const ActParams& p, const RowVector& rv) {
   float h[8] = {0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f};
   if (rv.valid) {
     float gate[8], up[8];
-    UnpackVec8<__nv_bfloat16>(r.gate, gate);
-    UnpackVec8<__nv_bfloat16>(r.up, up);
+    const __nv_bfloat16* src = p.gate_up + rv.row * 2 * p.inter_dim + rv.col;
+    LoadVec8(src, gate);
+    LoadVec8(src + p.inter_dim, up);
 #pragma unroll
     for (int i = 0; i < 8; ++i) h[i] = __fmul_rn(Silu(gate[i]), up[i]);  // the reference's fp32 h
   }
@@ -178,38 +146,24 @@ __device__ __forceinline__ void ActVector::Store(const ActParams& p, const RowVe
   }
 }
 
-// The gather and act kernels: Op on every 8-column vector of the real rows, grid-stride in steps of Op::kUnroll
-// whole CTAs: the loads of kUnroll vectors per thread are issued before any store. (One vector per step kept a
-// single dependent pair -> x chain in flight per thread: H200, Qwen3-30B fp8 T=4096, the gather took 56 us for
-// ~83 MB of DRAM traffic, the act 45 us for 125 MB -- session 18.)
+// The gather and act kernels: Op::Run on every 8-column vector of the real rows, grid-stride in whole CTAs.
 template <class Op>
 __global__ void __launch_bounds__(kRowThreads, kRowCtasPerSm)
     MoeRowsKernel(const __grid_constant__ typename Op::Params p) {
   PdlWait();
   PdlLaunchDependents();
   const int64_t rows = *p.row_count, vectors = rows * p.vec_per_row;
-  constexpr int kU = Op::kUnroll;
-  constexpr int64_t kStep = int64_t{kRowThreads} * kU;
-  for (int64_t v0 = static_cast<int64_t>(blockIdx.x) * kStep; v0 < vectors; v0 += static_cast<int64_t>(gridDim.x) * kStep) {
-    RowVector rv[kU];
-    typename Op::Raw raw[kU];
-#pragma unroll
-    for (int u = 0; u < kU; ++u) {
-      rv[u] = RowVectorAt(v0 + u * kRowThreads + threadIdx.x, p.vec_per_row, rows);
-      Op::Load(p, rv[u], raw[u]);
-    }
-#pragma unroll
-    for (int u = 0; u < kU; ++u) Op::Store(p, rv[u], raw[u]);
+  for (int64_t v0 = static_cast<int64_t>(blockIdx.x) * kRowThreads; v0 < vectors;
+       v0 += static_cast<int64_t>(gridDim.x) * kRowThreads) {
+    Op::Run(p, RowVectorAt(v0 + threadIdx.x, p.vec_per_row, rows));
   }
 }
 
 // Grid of the gather / act kernels: enough CTAs for the most rows, at most kRowCtasPerSm per SM; they walk the
 // real rows grid-stride, so an EP rank with few local rows launches no flood of CTAs that find nothing to do.
 // A function of the shapes and the device only.
-template <class Op>
 dim3 RowGrid(int64_t max_rows, int64_t vec_per_row, int sms) {
-  const int64_t step = int64_t{kRowThreads} * Op::kUnroll;
-  const int64_t need = (max_rows * vec_per_row + step - 1) / step;
+  const int64_t need = (max_rows * vec_per_row + kRowThreads - 1) / kRowThreads;
   return dim3(static_cast<unsigned>(std::max<int64_t>(1, std::min<int64_t>(need, int64_t{sms} * kRowCtasPerSm))));
 }
 
@@ -271,7 +225,7 @@ Status RunGroupedMoe(const FusedMoeArgs& a, const MoePlan& plan, cudaStream_t st
             : block                     ? GatherMode::kQuantBlock
                                         : GatherMode::kQuantTensor;
   HPC_RETURN_IF_ERROR(Launch("fused_moe gather launch", MoeRowsKernel<GatherVector>,
-                             RowGrid<GatherVector>(plan.max_rows, gp.vec_per_row, sms), dim3(kRowThreads), 0, stream, gp));
+                             RowGrid(plan.max_rows, gp.vec_per_row, sms), dim3(kRowThreads), 0, stream, gp));
 
   HPC_RETURN_IF_ERROR(LaunchGroupedGemm(groups, gate_up, stream));
 
@@ -285,7 +239,7 @@ Status RunGroupedMoe(const FusedMoeArgs& a, const MoePlan& plan, cudaStream_t st
   ap.vec_per_row = static_cast<int>(inter / 8);
   ap.quant = a.quant;
   HPC_RETURN_IF_ERROR(Launch("fused_moe act launch", MoeRowsKernel<ActVector>,
-                             RowGrid<ActVector>(plan.max_rows, ap.vec_per_row, sms), dim3(kRowThreads), 0, stream, ap));
+                             RowGrid(plan.max_rows, ap.vec_per_row, sms), dim3(kRowThreads), 0, stream, ap));
 
   HPC_RETURN_IF_ERROR(LaunchGroupedGemm(groups, down, stream));
 

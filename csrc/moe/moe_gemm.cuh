@@ -79,16 +79,6 @@ struct GemmParams {
   int splits;                // K splits per (tile, N block): 1, or the gate-up's MoeUpSplits
   int split_k_tiles;         // 128-byte K tiles per split (the last split may have fewer)
   int pairs;                 // T*k: the partial's rows
-  // Down GEMM with the reduce fused (tiled path, every expert local; else y is null and MoeReduceKernel runs):
-  // a counter per (token, N block), preset by the align kernel to the token's slots that never arrive (ids outside
-  // the local experts), counts the token's down rows stored for that block; the CTA whose arrival completes it adds
-  // y[t, block] = sum_j (j order) w[t,j] * down[t*k+j] (+ shared) -> bf16, exactly MoeReduceKernel's sums.
-  __nv_bfloat16* y;
-  const float* topk_weights;   // [T, k]
-  const int32_t* ids;          // topk_ids [T*k]
-  const __nv_bfloat16* shared;  // [T, H] or null
-  int32_t* token_arrivals;     // [T, down N blocks]
-  int experts, expert_offset;
 };
 
 // One work item: M tile, its first output column, its K range in 128-byte tiles, its split.
@@ -133,68 +123,6 @@ struct GemmShape {
   static_assert(kSmemBytes <= 227 * 1024, "shared memory");
 };
 
-// The fused reduce (GemmParams::y): called by every thread of the CTA once its down rows of an item (M tile from
-// sorted row row0, output columns [n0, n0 + 128) = N block nb) are stored. Writers fence before their arrival;
-// the completing CTA fences after it and reads the other CTAs' rows from L2 (__ldcg). No CTA ever waits for
-// another, so a partial grid cannot hang. last_token: BM ints of shared memory (the next call's first barrier
-// orders its reuse).
-template <int BM>
-__device__ __forceinline__ void DownArriveAndReduce(const GemmParams& p, int row0, int n0, int nb, int n_blocks,
-                                                    int* last_token) {
-  const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
-  __threadfence();
-  __syncthreads();
-  if (tid < BM) {
-    const int pair = p.sorted_pairs[row0 + tid];
-    int token = -1;
-    if (pair >= 0 && atomicAdd(&p.token_arrivals[(pair / p.top_k) * n_blocks + nb], 1) == p.top_k - 1) {
-      token = pair / p.top_k;
-    }
-    last_token[tid] = token;
-  }
-  __syncthreads();
-  __threadfence();
-  const int col = n0 + 4 * lane;  // 4 of the block's 128 columns per lane
-  for (int r = warp; r < BM; r += kGemmThreads / 32) {
-    const int t = last_token[r];
-    if (t < 0 || col >= p.n) continue;
-    float y[4] = {0.f, 0.f, 0.f, 0.f};
-    constexpr int kBatch = 8;  // slots whose loads are issued together (as MoeReduceKernel)
-    for (int j0 = 0; j0 < p.top_k; j0 += kBatch) {
-      bool local[kBatch];
-      float w[kBatch];
-      float4 d[kBatch];
-#pragma unroll
-      for (int b = 0; b < kBatch; ++b) {
-        const int64_t pair = static_cast<int64_t>(t) * p.top_k + j0 + b;
-        const int e = j0 + b < p.top_k ? p.ids[pair] - p.expert_offset : -1;
-        local[b] = e >= 0 && e < p.experts;
-        w[b] = local[b] ? p.topk_weights[pair] : 0.f;
-        d[b] = local[b] ? __ldcg(reinterpret_cast<const float4*>(static_cast<const float*>(p.out) + pair * p.n + col))
-                        : make_float4(0.f, 0.f, 0.f, 0.f);
-      }
-#pragma unroll
-      for (int b = 0; b < kBatch; ++b) {
-        if (!local[b]) continue;
-        y[0] = __fadd_rn(y[0], __fmul_rn(w[b], d[b].x));  // the reference's y += w * acc
-        y[1] = __fadd_rn(y[1], __fmul_rn(w[b], d[b].y));
-        y[2] = __fadd_rn(y[2], __fmul_rn(w[b], d[b].z));
-        y[3] = __fadd_rn(y[3], __fmul_rn(w[b], d[b].w));
-      }
-    }
-    const int64_t off = static_cast<int64_t>(t) * p.n + col;
-    if (p.shared != nullptr) {
-      const uint2 raw = *reinterpret_cast<const uint2*>(p.shared + off);
-      const float2 s0 = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&raw.x));
-      const float2 s1 = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&raw.y));
-      y[0] = __fadd_rn(y[0], s0.x), y[1] = __fadd_rn(y[1], s0.y), y[2] = __fadd_rn(y[2], s1.x), y[3] = __fadd_rn(y[3], s1.y);
-    }
-    const __nv_bfloat162 lo = __floats2bfloat162_rn(y[0], y[1]), hi = __floats2bfloat162_rn(y[2], y[3]);
-    *reinterpret_cast<uint2*>(p.y + off) =
-        make_uint2(*reinterpret_cast<const uint32_t*>(&lo), *reinterpret_cast<const uint32_t*>(&hi));
-  }
-}
-
 __device__ __forceinline__ int Swz(int row, int chunk) { return row * kLineBytes + ((chunk ^ (row & 7)) << 4); }
 
 template <GemmKind KIND, MoeQuant Q, int BM>
@@ -203,7 +131,6 @@ __global__ void __launch_bounds__(kGemmThreads, (GemmShape<KIND, Q, BM>::kMinBlo
   using S = GemmShape<KIND, Q, BM>;
   extern __shared__ __align__(128) char smem[];
   __shared__ int last_split;  // split path: this CTA's split of the unit arrived last
-  __shared__ int last_token[BM];  // fused reduce: tokens whose N block this CTA completes
   const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
   const int wm = warp / S::kWarpsN, wn = warp % S::kWarpsN;
   const int g = lane / 4, q = lane % 4;
@@ -440,7 +367,6 @@ __global__ void __launch_bounds__(kGemmThreads, (GemmShape<KIND, Q, BM>::kMinBlo
             if (n0 + rw < p.n) dst[0] = __fmul_rn(acc[4 * j + b], ts);
             if (n0 + rw + 8 < p.n) dst[8] = __fmul_rn(acc[4 * j + 2 + b], ts);
           }
-        if (p.y != nullptr) DownArriveAndReduce<BM>(p, row0, n0, n0 / S::kBN, n_blocks, last_token);
       }
     } else {
       float acc[S::kMI][S::kNI][4];
@@ -697,7 +623,6 @@ __global__ void __launch_bounds__(kGemmThreads, (GemmShape<KIND, Q, BM>::kMinBlo
               *reinterpret_cast<float2*>(dst + col) = make_float2(acc[mi][ni][2 * h], acc[mi][ni][2 * h + 1]);
             }
           }
-        if (p.y != nullptr) DownArriveAndReduce<BM>(p, row0, n0, n0 / S::kBN, n_blocks, last_token);
       }
     }
   }
