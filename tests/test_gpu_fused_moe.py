@@ -570,6 +570,21 @@ def test_v1_and_grouped_paths_agree(tokens, quant, tmp_path):
         assert err < _tol(p), "v1 vs %s relative error %g" % (name, err)
 
 
+@pytest.mark.parametrize("quant", [None, "fp8_tensor"])
+def test_grouped_multi_cta_align_equals_one_cta(quant, tmp_path):
+    """The grouped path's align on several CTAs (T*k = 4800 pairs: a count kernel, then 5 chunks of 960 pairs) under
+    expert parallelism (ids of 3 other ranks' experts mixed in) against HPC_XLA_MOE_ALIGN_CTAS=1 (one CTA sorts all):
+    bitwise equal outputs -- the same sorted rows, stable by pair index -- and within the oracle tolerance."""
+    args = (1200, 8, 256, 128, 4, quant, 1, 2, True, 99)
+    (multi, tile), (one, _) = _run_paths([("grouped", {}), ("grouped", {"HPC_XLA_MOE_ALIGN_CTAS": "1"})], args,
+                                         tmp_path)
+    assert tile == GROUPED_TILE
+    assert np.array_equal(multi.view(np.uint16), one.view(np.uint16))
+    p = make_problem(*args[:5], quant=args[5], expert_offset=args[6], extra_experts=args[7], shared=args[8],
+                     seed=args[9])
+    _check_oracle(p, multi)
+
+
 @pytest.mark.parametrize("quant", QUANTS)
 @pytest.mark.parametrize("tokens", [5, 800])
 def test_grouped_other_tiles_agree(tokens, quant, tmp_path):

@@ -1,7 +1,8 @@
 // fused_moe on sm_90a: kernels chained with PDL (Launch() + PdlWait()), no host sync, no allocation, launch
 // configuration from shapes only (CUDA-graph / XLA command-buffer safe). Two paths, picked by the M tile
 // (fused_moe_plan.h); both start with the same align kernel:
-//   1. align     (1 CTA)   counting pass over topk_ids -> pairs sorted by expert (stable by pair index) + the
+//   1. align     (1 CTA; grouped path: a count kernel + one CTA per chunk of pairs, moe::AlignCtas)
+//                          counting pass over topk_ids -> pairs sorted by expert (stable by pair index) + the
 //                          tile list (tiled path) | per-expert counts/first rows and pair -> row (grouped path)
 // Tiled path (v1, this file, M tile 16/32/64):
 //   2. quant     (fp8 with bf16 x only) x -> e4m3 (static a13 | per token per 128 columns, scale = amax/448)
@@ -55,8 +56,32 @@ struct AlignParams {
   int32_t* pair_row;      // [T*k] sorted row of each pair, -1 if its expert is not local
   int32_t* zero;          // tiled path with gate-up K splits: the GEMM's arrival counters, zeroed here; else null
   int zero_count;
+  // multi-CTA align (grouped path, moe::AlignCtas): CTA c sorts pairs [c * chunk, (c + 1) * chunk) after the
+  // earlier chunks' pairs of each expert; chunk_counts [gridDim.x, experts] from MoeAlignCountKernel. One CTA:
+  // chunk = pairs, chunk_counts null.
+  const int32_t* chunk_counts;
+  int chunk;
   int pairs, experts, expert_offset, tile_m;
 };
+
+// Multi-CTA align, first pass: CTA c counts the local pairs of its chunk per expert -> counts[c, experts].
+constexpr int kAlignCountThreads = 256;
+__global__ void __launch_bounds__(kAlignCountThreads) MoeAlignCountKernel(const __grid_constant__ AlignParams p,
+                                                                          int32_t* counts) {
+  extern __shared__ int32_t hist[];  // [experts]
+  const int tid = threadIdx.x;
+  PdlWait();
+  PdlLaunchDependents();
+  for (int e = tid; e < p.experts; e += kAlignCountThreads) hist[e] = 0;
+  __syncthreads();
+  const int begin = min(p.pairs, static_cast<int>(blockIdx.x) * p.chunk), end = min(p.pairs, begin + p.chunk);
+  for (int i = begin + tid; i < end; i += kAlignCountThreads) {
+    const int e = p.ids[i] - p.expert_offset;
+    if (e >= 0 && e < p.experts) atomicAdd(&hist[e], 1);
+  }
+  __syncthreads();
+  for (int e = tid; e < p.experts; e += kAlignCountThreads) counts[blockIdx.x * p.experts + e] = hist[e];
+}
 
 // Each warp owns a contiguous segment of pairs. Pass 1 counts per (warp, expert) in shared memory; those counts
 // become per-(warp, expert) cursors at base(expert) + pairs of earlier warps; pass 2 walks each segment in order,
@@ -70,11 +95,15 @@ __global__ void __launch_bounds__(kAlignThreads) MoeAlignKernel(const __grid_con
   const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
   PdlWait();
   PdlLaunchDependents();
+  const int chunk = blockIdx.x;
   for (int i = tid; i < kAlignWarps * p.experts; i += kAlignThreads) cursor[i] = 0;
-  for (int i = tid; i < p.zero_count; i += kAlignThreads) p.zero[i] = 0;
+  if (chunk == 0) {
+    for (int i = tid; i < p.zero_count; i += kAlignThreads) p.zero[i] = 0;
+  }
   __syncthreads();
-  const int seg = (p.pairs + kAlignWarps - 1) / kAlignWarps;
-  const int begin = min(p.pairs, warp * seg), end = min(p.pairs, begin + seg);
+  const int r0 = min(p.pairs, chunk * p.chunk), r1 = min(p.pairs, r0 + p.chunk);
+  const int seg = (r1 - r0 + kAlignWarps - 1) / kAlignWarps;
+  const int begin = min(r1, r0 + warp * seg), end = min(r1, begin + seg);
   for (int i = begin + lane; i < end; i += 32) {
     const int e = p.ids[i] - p.expert_offset;
     if (e >= 0 && e < p.experts) atomicAdd(&cursor[warp * p.experts + e], 1);
@@ -89,20 +118,33 @@ __global__ void __launch_bounds__(kAlignThreads) MoeAlignKernel(const __grid_con
       count += c;
     }
   }
-  const int tiles = (count + p.tile_m - 1) / p.tile_m;
+  // multi-CTA: the expert's pairs in all chunks (total) and in the chunks before this one (before)
+  int total = count, before = 0;
+  if (p.chunk_counts != nullptr && tid < p.experts) {
+    total = 0;
+#pragma unroll 8
+    for (int c = 0; c < static_cast<int>(gridDim.x); ++c) {
+      const int v = p.chunk_counts[c * p.experts + tid];
+      before += c < chunk ? v : 0;
+      total += v;
+    }
+  }
+  const int tiles = (total + p.tile_m - 1) / p.tile_m;
   int first_tile, total_tiles;
   BlockScan(scan).ExclusiveSum(tiles, first_tile, total_tiles);
-  if (tid == 0) p.header[0] = total_tiles;
+  if (tid == 0 && chunk == 0) p.header[0] = total_tiles;
   if (tid < p.experts) {
     const int base = first_tile * p.tile_m;
     if (p.expert_count != nullptr) {
-      p.expert_count[tid] = count;
-      p.expert_first[tid] = base;
-    } else {
+      if (chunk == 0) {
+        p.expert_count[tid] = total;
+        p.expert_first[tid] = base;
+      }
+    } else {  // tiled path: always one CTA
       for (int t = 0; t < tiles; ++t) p.tile_expert[first_tile + t] = tid;
-      for (int r = base + count; r < base + tiles * p.tile_m; ++r) p.sorted_pairs[r] = -1;  // padding
+      for (int r = base + total; r < base + tiles * p.tile_m; ++r) p.sorted_pairs[r] = -1;  // padding
     }
-    for (int w = 0; w < kAlignWarps; ++w) cursor[w * p.experts + tid] += base;
+    for (int w = 0; w < kAlignWarps; ++w) cursor[w * p.experts + tid] += base + before;
   }
   __syncthreads();
   for (int i0 = begin; i0 < end; i0 += 32) {
@@ -264,10 +306,18 @@ Status FusedMoeCuda(const FusedMoeArgs& a, cudaStream_t stream) {
     ap.zero = reinterpret_cast<int32_t*>(ws + plan.up_arrivals);
     ap.zero_count = static_cast<int>(plan.up_units);
   }
+  const int align_ctas = plan.grouped ? moe::AlignCtas(plan.pairs) : 1;
+  ap.chunk = static_cast<int>((plan.pairs + align_ctas - 1) / align_ctas);
+  if (align_ctas > 1) {
+    int32_t* counts = reinterpret_cast<int32_t*>(ws + plan.align_counts);
+    HPC_RETURN_IF_ERROR(Launch("fused_moe align count launch", MoeAlignCountKernel, dim3(align_ctas),
+                               dim3(kAlignCountThreads), static_cast<int>(experts * 4), stream, ap, counts));
+    ap.chunk_counts = counts;
+  }
   const int align_smem = static_cast<int>(kAlignWarps * experts * 4);
   HPC_RETURN_IF_ERROR(AllowSmem(reinterpret_cast<const void*>(&MoeAlignKernel), kAlignWarps * kMaxMoeCudaExperts * 4));
-  HPC_RETURN_IF_ERROR(Launch("fused_moe align launch", MoeAlignKernel, dim3(1), dim3(kAlignThreads), align_smem,
-                             stream, ap));
+  HPC_RETURN_IF_ERROR(Launch("fused_moe align launch", MoeAlignKernel, dim3(align_ctas), dim3(kAlignThreads),
+                             align_smem, stream, ap));
   if (plan.grouped) return moe::RunGroupedMoe(a, plan, stream);
 
   // 2. activation quant (fp8 with bf16 x)

@@ -34,6 +34,7 @@
 //   expert_first  int32[E]
 //   sorted_pairs  int32[P]              pair of each sorted row
 //   pair_row      int32[P]              sorted row of each pair, -1 for another rank's expert (the reduce)
+//   align_counts  int32[kAlignMaxCtas, E]  local pairs per expert in each chunk of the multi-CTA align (AlignCtas)
 //   gemm_args     2 x E x kGroupedGemmArgsBytesPerExpert   per-group arguments of GEMM1 and GEMM2
 //   gemm_ws       kGroupedGemmWorkspaceBytes               CUTLASS's TMA descriptors (the GEMMs run in turn)
 //   rows          e4m3|bf16[P, H] then bf16[P, H]   A of GEMM1 (x gathered + quantized), then D of GEMM2
@@ -186,6 +187,22 @@ inline int MoeUpSplits(int64_t experts, int64_t hidden, int64_t inter, MoeQuant 
   return (k_tiles + SplitKTiles(k_tiles, s) - 1) / SplitKTiles(k_tiles, s);
 }
 
+// The grouped path's align runs on several CTAs, each a contiguous chunk of >= kAlignChunkMin pairs, at most
+// kAlignMaxCtas: one CTA sorted T*k = 32768 pairs in ~43 us on the H200 (session 18), bound by its 2 scattered
+// 4-byte stores per pair from one SM. A count kernel first writes each chunk's per-expert counts; every CTA then
+// places its pairs after those of the earlier chunks: the same order (by expert, stable by pair index) as one CTA.
+// HPC_XLA_MOE_ALIGN_CTAS=1 forces one CTA (A/B runs and the bitwise test).
+constexpr int kAlignChunkMin = 1024;
+constexpr int kAlignMaxCtas = 128;
+int MoeAlignCtasFromEnv();  // fused_moe_validate.cc: 0 unset, else the forced count (1)
+inline int AlignCtas(int64_t pairs) {
+  // <= 2 chunks (T*k <= 2048, e.g. Qwen3 T=256 at top-8): one CTA -- there the count kernel's launch cost about what
+  // the second CTA saved (H200, session 18: +1..3 us at T=256, -15..79 us at T = 4096-16384)
+  if (MoeAlignCtasFromEnv() == 1 || pairs <= 2 * kAlignChunkMin) return 1;
+  const int64_t ctas = (pairs + kAlignChunkMin - 1) / kAlignChunkMin;
+  return static_cast<int>(std::max<int64_t>(1, std::min<int64_t>(ctas, kAlignMaxCtas)));
+}
+
 struct MoePlan {
   int tile_m = 16;
   int up_splits = 1;  // tiled path: gate-up K splits (MoeUpSplits)
@@ -197,7 +214,7 @@ struct MoePlan {
   // tiled path
   int64_t tile_expert = 0, x_q = 0, x_q_scale = 0, down = 0, up_partial = 0, up_arrivals = 0, up_units = 0;
   // grouped path
-  int64_t expert_count = 0, expert_first = 0, pair_row = 0, gemm_args = 0, gemm_ws = 0, rows = 0, rows_scale = 0,
+  int64_t expert_count = 0, expert_first = 0, pair_row = 0, align_counts = 0, gemm_args = 0, gemm_ws = 0, rows = 0, rows_scale = 0,
           gate_up = 0;
 };
 
@@ -228,6 +245,7 @@ inline MoePlan MakeMoePlan(int64_t tokens, int64_t top_k, int64_t experts, int64
     p.expert_first = take(experts * 4);
     p.sorted_pairs = take(p.pairs * 4);
     p.pair_row = take(p.pairs * 4);
+    p.align_counts = take(kAlignMaxCtas * experts * 4);
     p.gemm_args = take(2 * experts * kGroupedGemmArgsBytesPerExpert);
     p.gemm_ws = take(kGroupedGemmWorkspaceBytes);
     p.rows = take(p.pairs * hidden * 2);  // bf16 down rows >= A rows (1 or 2 bytes)

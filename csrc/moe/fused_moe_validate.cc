@@ -54,6 +54,11 @@ MoePathChoice MoePathFromEnv() {
   return choice;
 }
 
+int MoeAlignCtasFromEnv() {
+  static const int ctas = EnvInt("HPC_XLA_MOE_ALIGN_CTAS", 0);
+  return ctas;
+}
+
 // HPC_XLA_MOE_UP_SPLITS: 0 when unset, else the value (ValidateFusedMoeCuda rejects anything outside 1-8).
 int MoeUpSplitsFromEnv() {
   static const int splits = EnvInt("HPC_XLA_MOE_UP_SPLITS", 0);
