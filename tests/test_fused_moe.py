@@ -180,8 +180,7 @@ def _plan(tokens, top_k, experts, hidden, inter, quant):
     max_tiles = min(pairs, (pairs + experts * (bm - 1)) // bm)
     total = (up(64 * 4) + up(max_tiles * 4) + up(max_tiles * bm * 4) + up(tokens * hidden if fp8 else 0)
              + up(tokens * hidden // 128 * 4 if block else 0) + up(max_tiles * bm * inter * (1 if fp8 else 2))
-             + up(max_tiles * bm * inter // 128 * 4 if block else 0) + up(pairs * hidden * 4)
-             + up(tokens * -(-hidden // 128) * 4))  # down_arrivals: the fused reduce's counters
+             + up(max_tiles * bm * inter // 128 * 4 if block else 0) + up(pairs * hidden * 4))
     return bm, max_tiles, total
 
 

@@ -654,55 +654,6 @@ def test_tiled_persistent_grid_and_gate_up_splits(quant, tmp_path):
     assert ws[0] == ws[1] < ws[2] < ws[3]  # the knob took effect: the split partials' room grows with the splits
 
 
-_FUSED_REDUCE_CHILD = r"""
-import sys
-import numpy as np
-sys.path.insert(0, "tests")
-from test_fused_moe import make_problem
-from test_gpu_fused_moe import _tile_m, run_cuda
-args = %r
-p = make_problem(*args[:5], quant=args[5], shared=True, seed=args[6])
-bad = dict(p)
-ids = p["topk_ids"].copy()
-e = args[1]
-ids[0, :] = e          # no local slot at all: y = shared_output (written by the align kernel when fused)
-ids[1, 1] = ids[1, 0]  # one expert twice: two rows of one token in one M tile
-ids[2, 0] = e + 1      # one slot that never arrives
-bad["topk_ids"] = ids
-np.save(sys.argv[1], run_cuda(p).view(np.uint16))
-np.save(sys.argv[2], run_cuda(bad).view(np.uint16))
-print("TILE", _tile_m(p))
-"""
-
-
-@pytest.mark.parametrize("quant", ["fp8_tensor"])
-@pytest.mark.parametrize("tokens, tile", [(40, "16"), (200, "64")])
-def test_tiled_fused_reduce_matches_reduce_kernel(quant, tokens, tile, tmp_path):
-    """The tiled path's reduce done by the fp8_tensor down GEMM's CTAs after their last work item (default when
-    every expert is local) against the separate reduce kernel (HPC_XLA_MOE_FUSED_REDUCE=0), in child processes:
-    bitwise equal (the same sums in the same slot
-    order), with shared_output, on valid routing (also within the oracle tolerance) and on routing with ids outside
-    the experts (a token with none local, a token with one slot missing) and a token routed twice to one expert.
-    Output and workspace are poisoned with NaN bytes: a row the fused reduce failed to write, or a counter the align
-    kernel failed to preset, would show."""
-    args = (tokens, 8, 256, 128, 2, quant, 321 + tokens)
-    started = []
-    for i, env in enumerate(({"HPC_XLA_MOE_FUSED_REDUCE": "0"}, {})):
-        dst = [str(tmp_path / ("ok_%d.npy" % i)), str(tmp_path / ("bad_%d.npy" % i))]
-        started.append((dst, _start_child(_FUSED_REDUCE_CHILD % (args,), dst, HPC_XLA_MOE_PATH="v1", **env)))
-    outs = []
-    for dst, proc in started:
-        r = _finish_child(proc)
-        assert r.returncode == 0, r.stdout + r.stderr
-        assert r.stdout.split("TILE")[1].split()[0] == tile, r.stdout
-        outs.append([np.load(d) for d in dst])
-    (ok0, bad0), (ok1, bad1) = outs
-    assert np.array_equal(ok0, ok1) and np.array_equal(bad0, bad1)
-    p = make_problem(*args[:5], quant=args[5], shared=True, seed=args[6])
-    _check_oracle(p, ok1.view(BF16))
-    assert np.array_equal(bad1[0], p["shared_output"][0].view(np.uint16))  # no local slot: y = shared_output
-
-
 def test_gemm_tile_knob_rejects_unknown_values(tmp_path):
     args = (800, 4, 256, 256, 2, None, 1, 2, True, 5)
     r = _run_child(_PATH_CHILD % (args,), [str(tmp_path / "x.npy")], HPC_XLA_MOE_PATH="grouped",

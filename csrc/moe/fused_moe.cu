@@ -61,13 +61,6 @@ struct AlignParams {
   // chunk = pairs, chunk_counts null.
   const int32_t* chunk_counts;
   int chunk;
-  // tiled path with the reduce fused into the down GEMM (else token_arrivals is null): each token's counters
-  // [T, down_blocks] preset to its slots that will never arrive (ids outside the local experts); a token with no
-  // local slot at all gets y = shared_output (or 0) here, since no GEMM CTA will ever complete it.
-  int32_t* token_arrivals;
-  const __nv_bfloat16* shared;
-  __nv_bfloat16* y;
-  int down_blocks, top_k, hidden;
   int pairs, experts, expert_offset, tile_m;
 };
 
@@ -106,23 +99,6 @@ __global__ void __launch_bounds__(kAlignThreads) MoeAlignKernel(const __grid_con
   for (int i = tid; i < kAlignWarps * p.experts; i += kAlignThreads) cursor[i] = 0;
   if (chunk == 0) {
     for (int i = tid; i < p.zero_count; i += kAlignThreads) p.zero[i] = 0;
-  }
-  if (p.token_arrivals != nullptr) {  // tiled path: one CTA
-    for (int t = tid; t < p.pairs / p.top_k; t += kAlignThreads) {
-      int missing = 0;
-      for (int j = 0; j < p.top_k; ++j) {
-        const int e = p.ids[t * p.top_k + j] - p.expert_offset;
-        missing += e < 0 || e >= p.experts;
-      }
-      for (int b = 0; b < p.down_blocks; ++b) p.token_arrivals[t * p.down_blocks + b] = missing;
-      if (missing == p.top_k) {  // only with ids outside [0, E) (unchecked bad input): the reduce's y = shared
-        for (int c = 0; c < p.hidden; c += 8) {
-          float s[8] = {0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f};
-          if (p.shared != nullptr) LoadVec8(p.shared + static_cast<int64_t>(t) * p.hidden + c, s);
-          StoreVec8(p.y + static_cast<int64_t>(t) * p.hidden + c, s);
-        }
-      }
-    }
   }
   __syncthreads();
   const int r0 = min(p.pairs, chunk * p.chunk), r1 = min(p.pairs, r0 + p.chunk);
@@ -309,14 +285,6 @@ Status FusedMoeCuda(const FusedMoeArgs& a, cudaStream_t stream) {
   int32_t* sorted_pairs = reinterpret_cast<int32_t*>(ws + plan.sorted_pairs);
   const bool fp8 = a.quant != MoeQuant::kNone, block = a.quant == MoeQuant::kFp8Block128;
   const int elem = fp8 ? 1 : 2;
-  // Tiled path, fp8_tensor (a persistent down grid) with every expert local: the down GEMM's CTAs add the top-k
-  // sums after their last work item (moe::DownReduceAfterItems) instead of a separate reduce kernel. Under expert
-  // parallelism a third of the tokens may have no local slot, and y for those would fall to the one-CTA align
-  // kernel. HPC_XLA_MOE_FUSED_REDUCE=0 keeps the reduce kernel (A/B runs).
-  static const int fused_knob = EnvInt("HPC_XLA_MOE_FUSED_REDUCE", 1);
-  static const int persist_knob = EnvInt("HPC_XLA_MOE_PERSIST", -1);
-  const bool fused_reduce = !plan.grouped && !plan.stream && fused_knob != 0 && persist_knob != 0 &&
-                            a.quant == MoeQuant::kFp8Tensor && a.expert_offset == 0 && global == experts;
 
   // 1. align
   AlignParams ap = {};
@@ -334,20 +302,10 @@ Status FusedMoeCuda(const FusedMoeArgs& a, cudaStream_t stream) {
     ap.expert_count = reinterpret_cast<int32_t*>(ws + plan.expert_count);
     ap.expert_first = reinterpret_cast<int32_t*>(ws + plan.expert_first);
     ap.pair_row = reinterpret_cast<int32_t*>(ws + plan.pair_row);
-  } else {
-    if (plan.up_splits > 1) {
-      ap.zero = reinterpret_cast<int32_t*>(ws + plan.up_arrivals);
-      ap.zero_count = static_cast<int>(plan.up_units);
-    }
-    if (fused_reduce) {
-      ap.token_arrivals = reinterpret_cast<int32_t*>(ws + plan.down_arrivals);
-      ap.shared = a.shared_output.present() ? a.shared_output.ptr<const __nv_bfloat16>() : nullptr;
-      ap.y = a.out.ptr<__nv_bfloat16>();
-      ap.down_blocks = moe::TiledDownNBlocks(hidden);
-      ap.hidden = static_cast<int>(hidden);
-    }
+  } else if (plan.up_splits > 1) {
+    ap.zero = reinterpret_cast<int32_t*>(ws + plan.up_arrivals);
+    ap.zero_count = static_cast<int>(plan.up_units);
   }
-  ap.top_k = static_cast<int>(top_k);
   const int align_ctas = plan.grouped ? moe::AlignCtas(plan.pairs) : 1;
   ap.chunk = static_cast<int>((plan.pairs + align_ctas - 1) / align_ctas);
   if (align_ctas > 1) {
@@ -421,15 +379,6 @@ Status FusedMoeCuda(const FusedMoeArgs& a, cudaStream_t stream) {
   down.split_k_tiles = moe::TiledKTiles(inter, a.quant);
   down.partial = nullptr;
   down.arrivals = nullptr;
-  if (fused_reduce) {
-    down.y = a.out.ptr<__nv_bfloat16>();
-    down.topk_weights = a.topk_weights.ptr<const float>();
-    down.ids = a.topk_ids.ptr<const int32_t>();
-    down.shared = a.shared_output.present() ? a.shared_output.ptr<const __nv_bfloat16>() : nullptr;
-    down.token_arrivals = ap.token_arrivals;
-    down.experts = static_cast<int>(experts);
-    down.expert_offset = static_cast<int>(a.expert_offset);
-  }
 
   if (plan.max_tiles > 0) {
     switch (a.quant) {
@@ -444,8 +393,7 @@ Status FusedMoeCuda(const FusedMoeArgs& a, cudaStream_t stream) {
     }
   }
 
-  // 5. reduce (unless the down GEMM did it)
-  if (fused_reduce && plan.max_tiles > 0) return Status::Ok();
+  // 5. reduce
   moe::ReduceParams<float> rp = {};
   rp.down = reinterpret_cast<const float*>(ws + plan.down);
   rp.weights = a.topk_weights.ptr<const float>();

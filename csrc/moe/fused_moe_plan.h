@@ -167,8 +167,6 @@ inline int TiledUpNBlocks(int64_t inter, MoeQuant quant) {
   return static_cast<int>((inter + bn - 1) / bn);
 }
 
-inline int TiledDownNBlocks(int64_t hidden) { return static_cast<int>((hidden + 127) / 128); }  // GemmShape<kDown>::kBN
-
 // K tiles per split: the splits cover K with equal parts except possibly a shorter last one.
 inline int SplitKTiles(int k_tiles, int splits) { return (k_tiles + splits - 1) / splits; }
 
@@ -214,8 +212,7 @@ struct MoePlan {
   // both paths
   int64_t header = 0, sorted_pairs = 0, inter = 0, inter_scale = 0, total = 0;
   // tiled path
-  int64_t tile_expert = 0, x_q = 0, x_q_scale = 0, down = 0, up_partial = 0, up_arrivals = 0, up_units = 0,
-          down_arrivals = 0;  // [T, H/128 blocks] int32: the fused reduce's counters (GemmParams::token_arrivals)
+  int64_t tile_expert = 0, x_q = 0, x_q_scale = 0, down = 0, up_partial = 0, up_arrivals = 0, up_units = 0;
   // grouped path
   int64_t expert_count = 0, expert_first = 0, pair_row = 0, align_counts = 0, gemm_args = 0, gemm_ws = 0, rows = 0, rows_scale = 0,
           gate_up = 0;
@@ -268,7 +265,6 @@ inline MoePlan MakeMoePlan(int64_t tokens, int64_t top_k, int64_t experts, int64
     p.inter = take(p.max_rows * inter * (fp8 ? 1 : 2));
     p.inter_scale = take(block ? p.max_rows * (inter / kMoeBlock) * 4 : 0);
     p.down = take(p.pairs * hidden * 4);
-    p.down_arrivals = take(tokens * TiledDownNBlocks(hidden) * 4);
     p.up_splits = MoeUpSplits(experts, hidden, inter, quant);
     if (p.up_splits > 1) {
       p.up_units = p.max_tiles * TiledUpNBlocks(inter, quant);

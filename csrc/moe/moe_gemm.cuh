@@ -79,15 +79,6 @@ struct GemmParams {
   int splits;                // K splits per (tile, N block): 1, or the gate-up's MoeUpSplits
   int split_k_tiles;         // 128-byte K tiles per split (the last split may have fewer)
   int pairs;                 // T*k: the partial's rows
-  // Down GEMM with the reduce fused (tiled path, fp8_tensor's persistent grid, every expert local; else y is null
-  // and MoeReduceKernel runs): DownReduceAfterItems. A counter per (token, N block), preset by the align kernel to
-  // the token's slots that never arrive (ids outside the local experts), counts the token's down rows stored.
-  __nv_bfloat16* y;
-  const float* topk_weights;   // [T, k]
-  const int32_t* ids;          // topk_ids [T*k]
-  const __nv_bfloat16* shared;  // [T, H] or null
-  int32_t* token_arrivals;     // [T, down N blocks]
-  int experts, expert_offset;
 };
 
 // One work item: M tile, its first output column, its K range in 128-byte tiles, its split.
@@ -132,79 +123,6 @@ struct GemmShape {
   static_assert(kSmemBytes <= 227 * 1024, "shared memory");
 };
 
-// The fused reduce (GemmParams::y), run by every thread of a down CTA after its last work item (its ring idle):
-// each of its rows (pair, N block) arrives at the pair's token counter; a token whose arrivals complete the top_k
-// slots goes on a list in shared memory (`list`, room for `cap` entries: the ring), and the CTA's warps then add
-// y[t, block] = sum_j (j order) w[t,j] * down[t*k+j] (+ shared) -> bf16, MoeReduceKernel's sums exactly. One fence
-// and one round of atomics per CTA, not per item: a fence + barrier + atomics after EVERY item (session 18, commit
-// a2647f0) stalled each item's successor (Hy3-TP8 T=16 96 -> 122 us). Rows are counted in chunks of `cap` so any
-// number of items fits. Writers fence before arriving; the completing CTA fences after and reads through L2. No CTA
-// waits for another: a partial grid cannot hang.
-template <int BM, int BN>
-__device__ __forceinline__ void DownReduceAfterItems(const GemmParams& p, int item_begin, int item_end, int tiles,
-                                                     int n_blocks, int* list, int cap, int* list_count) {
-  const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
-  __threadfence();
-  const int rows = (item_end - item_begin) * BM;
-  for (int c0 = 0; c0 < rows; c0 += cap) {
-    __syncthreads();  // every thread's rows stored and fenced (first chunk); the previous chunk's list consumed
-    if (tid == 0) *list_count = 0;
-    __syncthreads();
-    for (int idx = c0 + tid; idx < min(rows, c0 + cap); idx += kGemmThreads) {
-      const int item = item_begin + idx / BM, r = idx % BM;
-      const int nb = item / tiles, tile = item - nb * tiles;  // down items: (N block, tile), one K split
-      const int pair = p.sorted_pairs[tile * BM + r];
-      if (pair < 0) continue;
-      const int token = pair / p.top_k;
-      if (atomicAdd(&p.token_arrivals[token * n_blocks + nb], 1) == p.top_k - 1) {
-        list[atomicAdd(list_count, 1)] = token * n_blocks + nb;
-      }
-    }
-    __syncthreads();
-    __threadfence();
-    const int count = *list_count;
-    for (int e = warp; e < count; e += kGemmThreads / 32) {
-      const int entry = list[e];
-      const int t = entry / n_blocks, col = (entry - t * n_blocks) * BN + 4 * lane;  // 4 of the block's columns
-      if (col >= p.n) continue;
-      float y[4] = {0.f, 0.f, 0.f, 0.f};
-      constexpr int kBatch = 8;  // slots whose loads are issued together (as MoeReduceKernel)
-      for (int j0 = 0; j0 < p.top_k; j0 += kBatch) {
-        bool local[kBatch];
-        float w[kBatch];
-        float4 d[kBatch];
-#pragma unroll
-        for (int b = 0; b < kBatch; ++b) {
-          const int64_t pair = static_cast<int64_t>(t) * p.top_k + j0 + b;
-          const int ex = j0 + b < p.top_k ? p.ids[pair] - p.expert_offset : -1;
-          local[b] = ex >= 0 && ex < p.experts;
-          w[b] = local[b] ? p.topk_weights[pair] : 0.f;
-          d[b] = local[b] ? __ldcg(reinterpret_cast<const float4*>(static_cast<const float*>(p.out) + pair * p.n + col))
-                          : make_float4(0.f, 0.f, 0.f, 0.f);
-        }
-#pragma unroll
-        for (int b = 0; b < kBatch; ++b) {
-          if (!local[b]) continue;
-          y[0] = __fadd_rn(y[0], __fmul_rn(w[b], d[b].x));  // the reference's y += w * acc
-          y[1] = __fadd_rn(y[1], __fmul_rn(w[b], d[b].y));
-          y[2] = __fadd_rn(y[2], __fmul_rn(w[b], d[b].z));
-          y[3] = __fadd_rn(y[3], __fmul_rn(w[b], d[b].w));
-        }
-      }
-      const int64_t off = static_cast<int64_t>(t) * p.n + col;
-      if (p.shared != nullptr) {
-        const uint2 raw = *reinterpret_cast<const uint2*>(p.shared + off);
-        const float2 s0 = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&raw.x));
-        const float2 s1 = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&raw.y));
-        y[0] = __fadd_rn(y[0], s0.x), y[1] = __fadd_rn(y[1], s0.y), y[2] = __fadd_rn(y[2], s1.x), y[3] = __fadd_rn(y[3], s1.y);
-      }
-      const __nv_bfloat162 lo = __floats2bfloat162_rn(y[0], y[1]), hi = __floats2bfloat162_rn(y[2], y[3]);
-      *reinterpret_cast<uint2*>(p.y + off) =
-          make_uint2(*reinterpret_cast<const uint32_t*>(&lo), *reinterpret_cast<const uint32_t*>(&hi));
-    }
-  }
-}
-
 __device__ __forceinline__ int Swz(int row, int chunk) { return row * kLineBytes + ((chunk ^ (row & 7)) << 4); }
 
 template <GemmKind KIND, MoeQuant Q, int BM>
@@ -213,7 +131,6 @@ __global__ void __launch_bounds__(kGemmThreads, (GemmShape<KIND, Q, BM>::kMinBlo
   using S = GemmShape<KIND, Q, BM>;
   extern __shared__ __align__(128) char smem[];
   __shared__ int last_split;  // split path: this CTA's split of the unit arrived last
-  __shared__ int list_count;  // fused reduce: completed (token, N block) entries
   const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
   const int wm = warp / S::kWarpsN, wn = warp % S::kWarpsN;
   const int g = lane / 4, q = lane % 4;
@@ -710,12 +627,6 @@ __global__ void __launch_bounds__(kGemmThreads, (GemmShape<KIND, Q, BM>::kMinBlo
     }
   }
   CpAsyncWait<0>();
-  if constexpr (!S::kGateUp) {
-    if (p.y != nullptr) {
-      DownReduceAfterItems<BM, S::kBN>(p, item_begin, item_end, tiles, n_blocks, reinterpret_cast<int*>(ring),
-                                       S::kStages * S::kStageBytes / 4, &list_count);
-    }
-  }
 }
 
 }  // namespace hpc::moe
