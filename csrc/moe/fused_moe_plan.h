@@ -199,8 +199,7 @@ inline int AlignCtas(int64_t pairs) {
   // <= 2 chunks (T*k <= 2048, e.g. Qwen3 T=256 at top-8): one CTA -- there the count kernel's launch cost about what
   // the second CTA saved (H200, session 18: +1..3 us at T=256, -15..79 us at T = 4096-16384)
   if (MoeAlignCtasFromEnv() == 1 || pairs <= 2 * kAlignChunkMin) return 1;
-  const int64_t ctas = (pairs + kAlignChunkMin - 1) / kAlignChunkMin;
-  return static_cast<int>(std::max<int64_t>(1, std::min<int64_t>(ctas, kAlignMaxCtas)));
+  return static_cast<int>(std::min<int64_t>((pairs + kAlignChunkMin - 1) / kAlignChunkMin, kAlignMaxCtas));
 }
 
 struct MoePlan {
