@@ -46,6 +46,11 @@ __device__ __forceinline__ RowVector RowVectorAt(int64_t v, int vec_per_row, int
   return rv;
 }
 
+// 16 bytes in one load (a plain uint4 dereference of the bf16 x row compiled to four 4-byte loads, seen in SASS):
+// x, an input nothing in the op writes, through the read-only path; the previous kernel's output through L2.
+__device__ __forceinline__ uint4 LoadInput16(const void* src) { return __ldg(reinterpret_cast<const uint4*>(src)); }
+__device__ __forceinline__ uint4 Load16(const void* src) { return __ldcg(reinterpret_cast<const uint4*>(src)); }
+
 // fp8_block128 quantization of 8 columns: each aligned 16-lane group owns one 128-column block of one row
 // (columns % 128 == 0), scale = amax / 448 (the tiled path's MoeQuantKernel and the reference, bit for bit).
 // Every lane calls it; only valid lanes store.
@@ -79,22 +84,26 @@ struct GatherParams {
 
 struct GatherVector {
   using Params = GatherParams;
-  static __device__ __forceinline__ void Run(const GatherParams& p, const RowVector& rv);
+  // fp8_tensor's quantization multiplier, once per thread (it was a load and an IEEE reciprocal per vector)
+  static __device__ __forceinline__ float Multiplier(const GatherParams& p) {
+    return p.mode == GatherMode::kQuantTensor ? QuantMultiplier(*p.static_scale) : 1.f;
+  }
+  static __device__ __forceinline__ void Run(const GatherParams& p, const RowVector& rv, float mul);
 };
 
-__device__ __forceinline__ void GatherVector::Run(const GatherParams& p, const RowVector& rv) {
+__device__ __forceinline__ void GatherVector::Run(const GatherParams& p, const RowVector& rv, float mul) {
   const int64_t token = rv.valid ? p.sorted_pairs[rv.row] / p.top_k : 0;
   const int64_t src = token * p.hidden + rv.col, dst = rv.row * p.hidden + rv.col;  // elements
   const int64_t kb = p.hidden / kMoeBlock;
   if (p.mode == GatherMode::kQuantBlock) {
     float x[8] = {0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f};
-    if (rv.valid) LoadVec8(reinterpret_cast<const __nv_bfloat16*>(p.x) + src, x);
+    if (rv.valid) UnpackVec8<__nv_bfloat16>(LoadInput16(p.x + src * 2), x);
     StoreBlock128(rv, x, p.rows + dst, p.rows_scale, kb);
     return;
   }
   if (!rv.valid) return;
   if (p.mode == GatherMode::kCopyBf16) {
-    StoreGlobal16(p.rows + dst * 2, *reinterpret_cast<const uint4*>(p.x + src * 2));
+    StoreGlobal16(p.rows + dst * 2, LoadInput16(p.x + src * 2));
   } else if (p.mode == GatherMode::kCopyFp8) {
     *reinterpret_cast<uint2*>(p.rows + dst) = *reinterpret_cast<const uint2*>(p.x + src);
     if (p.rows_scale != nullptr && rv.col % kMoeBlock == 0) {
@@ -102,8 +111,8 @@ __device__ __forceinline__ void GatherVector::Run(const GatherParams& p, const R
     }
   } else {  // kQuantTensor
     float x[8];
-    LoadVec8(reinterpret_cast<const __nv_bfloat16*>(p.x) + src, x);
-    StoreE4M3x8(p.rows + dst, x, *p.static_scale);
+    UnpackVec8<__nv_bfloat16>(LoadInput16(p.x + src * 2), x);
+    StoreE4M3x8Scaled(p.rows + dst, x, mul);
   }
 }
 
@@ -121,16 +130,19 @@ struct ActParams {
 
 struct ActVector {
   using Params = ActParams;
-  static __device__ __forceinline__ void Run(const ActParams& p, const RowVector& rv);
+  static __device__ __forceinline__ float Multiplier(const ActParams& p) {
+    return p.quant == MoeQuant::kFp8Tensor ? QuantMultiplier(*p.static_scale) : 1.f;
+  }
+  static __device__ __forceinline__ void Run(const ActParams& p, const RowVector& rv, float mul);
 };
 
-__device__ __forceinline__ void ActVector::Run(const ActParams& p, const RowVector& rv) {
+__device__ __forceinline__ void ActVector::Run(const ActParams& p, const RowVector& rv, float mul) {
   float h[8] = {0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f};
   if (rv.valid) {
     float gate[8], up[8];
     const __nv_bfloat16* src = p.gate_up + rv.row * 2 * p.inter_dim + rv.col;
-    LoadVec8(src, gate);
-    LoadVec8(src + p.inter_dim, up);
+    UnpackVec8<__nv_bfloat16>(Load16(src), gate);
+    UnpackVec8<__nv_bfloat16>(Load16(src + p.inter_dim), up);
 #pragma unroll
     for (int i = 0; i < 8; ++i) h[i] = __fmul_rn(Silu(gate[i]), up[i]);  // the reference's fp32 h
   }
@@ -141,7 +153,7 @@ __device__ __forceinline__ void ActVector::Run(const ActParams& p, const RowVect
     if (p.quant == MoeQuant::kNone) {
       StoreVec8(reinterpret_cast<__nv_bfloat16*>(p.inter) + dst, h);
     } else {
-      StoreE4M3x8(p.inter + dst, h, *p.static_scale);
+      StoreE4M3x8Scaled(p.inter + dst, h, mul);
     }
   }
 }
@@ -153,9 +165,10 @@ __global__ void __launch_bounds__(kRowThreads, kRowCtasPerSm)
   PdlWait();
   PdlLaunchDependents();
   const int64_t rows = *p.row_count, vectors = rows * p.vec_per_row;
+  const float mul = Op::Multiplier(p);
   for (int64_t v0 = static_cast<int64_t>(blockIdx.x) * kRowThreads; v0 < vectors;
        v0 += static_cast<int64_t>(gridDim.x) * kRowThreads) {
-    Op::Run(p, RowVectorAt(v0 + threadIdx.x, p.vec_per_row, rows));
+    Op::Run(p, RowVectorAt(v0 + threadIdx.x, p.vec_per_row, rows), mul);
   }
 }
 
