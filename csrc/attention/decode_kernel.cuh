@@ -687,6 +687,12 @@ __global__ void __launch_bounds__(kCombineThreads) DecodeCombineKernel(const __g
   // The zero fill and the task lookup read only what was ready before the attention kernel started (seq_lens,
   // the plan): the CTAs without a merge task, most of the grid, leave before PdlWait and the ones with work run
   // in one wave (waiting first kept all 264 x rows CTAs resident for ~2 us each: 8-20 us per combine, ncu).
+  // Block (0, 0) waits even without a task: a grid none of whose CTAs waits could complete before the attention
+  // grid does, and the next PDL-launched kernel, which waits for this grid only, would read `out` too early.
+  const bool anchor = blockIdx.x == 0 && blockIdx.y == 0;
+  auto leave = [&]() {
+    if (anchor) PdlWait();
+  };
   const int D = p.head_dim;
   if (blockIdx.y == 0) {
     for (int b = blockIdx.x; b < p.batch; b += gridDim.x) {
@@ -699,12 +705,12 @@ __global__ void __launch_bounds__(kCombineThreads) DecodeCombineKernel(const __g
     }
   }
   const int r = blockIdx.y;
-  if (r >= p.rows) return;
+  if (r >= p.rows) return leave();
   int unit, count;
   int64_t first_slot, second_slot, stride_slot;  // slot k (k >= 1) = second_slot + (k - 1) * stride_slot
   if (p.dynamic) {
     MergeTask task;
-    if (!MergeTaskAt(p.plan, blockIdx.x, &task)) return;
+    if (!MergeTaskAt(p.plan, blockIdx.x, &task)) return leave();
     unit = task.unit;
     first_slot = task.first_slot;
     count = task.last_cta - task.first_cta + 1;
@@ -712,10 +718,10 @@ __global__ void __launch_bounds__(kCombineThreads) DecodeCombineKernel(const __g
     stride_slot = 2;
   } else {
     unit = blockIdx.x;
-    if (unit >= p.batch * p.num_kv_heads) return;
+    if (unit >= p.batch * p.num_kv_heads) return leave();
     const int n = TilesOf(p.seq_lens[unit % p.batch]);
     const int chunk = (n + p.static_splits - 1) / p.static_splits;
-    if (n == 0 || chunk >= n) return;  // written directly by the attention kernel
+    if (n == 0 || chunk >= n) return leave();  // written directly by the attention kernel
     first_slot = static_cast<int64_t>(unit) * p.static_splits;
     count = p.static_splits;
     second_slot = first_slot + 1;
