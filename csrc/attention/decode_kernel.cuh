@@ -661,7 +661,8 @@ __global__ void __launch_bounds__(kDecodeThreads) DecodeAttentionKernel(const __
 // unit cut at the start of CTA i (MergeTaskAt); static, task u owns unit u's splits. A long sequence can be
 // cut into hundreds of pieces, so the pieces are spread over the block's threads: weights from a block-wide
 // max / sum of the pieces' log-sum-exps, then `groups` thread groups each accumulate (4 columns per thread) an
-// interleaved subset of the pieces and the group sums are added in a fixed order (bitwise reproducible).
+// interleaved subset of the pieces and the group sums are added in a fixed order (bitwise reproducible). Tasks of
+// few pieces and rows (most of them) take WarpMergeRows instead: one CTA per task, a warp per row.
 constexpr int kCombineThreads = 256;
 constexpr int kMaxPieces = 2048;
 
@@ -678,6 +679,63 @@ __device__ __forceinline__ float BlockReduce(float v, float* scratch, bool is_ma
   float r = scratch[0];
   for (int w = 1; w < kCombineThreads / 32; ++w) r = is_max ? fmaxf(r, scratch[w]) : r + scratch[w];
   return r;
+}
+
+// Pieces per row that WarpMergeRows keeps in registers (D / 64 float2 per lane and piece).
+template <int D>
+constexpr int kWarpMergePieces = D > 128 ? 4 : 8;
+constexpr int kWarpMergeMaxRows = 2 * (kCombineThreads / 32);
+
+// A task with few pieces, all its rows in one CTA: warp w merges rows w, w + 8. Every load is issued before any
+// math -- the lse of piece `lane` and this lane's columns of every piece -- so a row costs one memory round trip
+// after the wait (the per-row CTA path costs three: lse -> block reductions -> partials), and the grid has one CTA
+// per task instead of one per (task, row), all resident at once. Weights and sum by warp shuffles, pieces added in
+// ascending order: bitwise reproducible.
+template <int D>
+__device__ __forceinline__ void WarpMergeRows(const DecodeParams& p, int unit, int count, int64_t first_slot,
+                                              int64_t second_slot, int64_t stride_slot) {
+  constexpr int kVecs = D / 64, kPieces = kWarpMergePieces<D>;
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+  const float* po = p.workspace;
+  const float* plse = p.workspace + p.num_slots * p.rows * D;
+  auto slot_of = [&](int k) { return k == 0 ? first_slot : second_slot + (k - 1) * stride_slot; };
+  const int b = unit % p.batch, h = unit / p.batch;
+  for (int r = warp; r < p.rows; r += kCombineThreads / 32) {
+    float2 o[kPieces][kVecs];
+#pragma unroll
+    for (int k = 0; k < kPieces; ++k) {
+      const float* src = po + (slot_of(k) * p.rows + r) * D + 2 * lane;
+#pragma unroll
+      for (int j = 0; j < kVecs; ++j) {
+        o[k][j] = k < count ? *reinterpret_cast<const float2*>(src + 64 * j) : make_float2(0.f, 0.f);
+      }
+    }
+    const float lse = lane < count ? plse[slot_of(lane) * p.rows + r] : -INFINITY;
+    float mx = lse;
+#pragma unroll
+    for (int off = 16; off > 0; off /= 2) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, off));
+    const float w = mx == -INFINITY || lse == -INFINITY ? 0.f : exp2f(lse - mx);
+    float denom = w;
+#pragma unroll
+    for (int off = 16; off > 0; off /= 2) denom += __shfl_xor_sync(0xffffffffu, denom, off);
+    float2 acc[kVecs];
+#pragma unroll
+    for (int j = 0; j < kVecs; ++j) acc[j] = make_float2(0.f, 0.f);
+#pragma unroll
+    for (int k = 0; k < kPieces; ++k) {
+      const float wk = __shfl_sync(0xffffffffu, w, k);
+      if (k >= count) break;
+#pragma unroll
+      for (int j = 0; j < kVecs; ++j) {
+        acc[j].x += wk * o[k][j].x;
+        acc[j].y += wk * o[k][j].y;
+      }
+    }
+    const float inv = denom > 0.f ? 1.f / denom : 0.f;
+    const int64_t out = OutOffset(p, b, h, r) + 2 * lane;
+#pragma unroll
+    for (int j = 0; j < kVecs; ++j) StoreOut2(p, out + 64 * j, acc[j].x * inv, acc[j].y * inv);
+  }
 }
 
 __global__ void __launch_bounds__(kCombineThreads) DecodeCombineKernel(const __grid_constant__ DecodeParams p) {
@@ -726,6 +784,21 @@ __global__ void __launch_bounds__(kCombineThreads) DecodeCombineKernel(const __g
     count = p.static_splits;
     second_slot = first_slot + 1;
     stride_slot = 1;
+  }
+  // Few pieces and rows (a unit cut by one or a few CTA boundaries, the common case): CTA (task, 0) merges every row
+  // of the task with warps; the task's other CTAs leave.
+  const int warp_pieces = D == 256 ? kWarpMergePieces<256> : kWarpMergePieces<128>;
+  if (count <= warp_pieces && p.rows <= kWarpMergeMaxRows) {
+    if (r != 0) return leave();
+    PdlWait();  // the partials come from the attention kernel
+    if (D == 64) {
+      WarpMergeRows<64>(p, unit, count, first_slot, second_slot, stride_slot);
+    } else if (D == 128) {
+      WarpMergeRows<128>(p, unit, count, first_slot, second_slot, stride_slot);
+    } else {
+      WarpMergeRows<256>(p, unit, count, first_slot, second_slot, stride_slot);
+    }
+    return;
   }
   PdlWait();  // the partials come from the attention kernel
   const float* po = p.workspace;
