@@ -255,7 +255,10 @@ Status DecodeAttentionCuda(const DecodeAttentionArgs& a, cudaStream_t stream) {
   using KernelFn = void (*)(DecodeParams);
   HPC_RETURN_IF_ERROR(Launch("decode_attention kernel launch", reinterpret_cast<KernelFn>(const_cast<void*>(kernel.fn)),
                              dim3(grid), dim3(attention::kDecodeThreads), kernel.smem, stream, p));
-  return Launch("decode_attention combine launch", attention::DecodeCombineKernel, dim3(combine_grid, p.rows),
+  // Dynamic with <= kWarpMergeMaxRows rows: one combine CTA per CTA boundary (the boundaries of a long unit share its
+  // rows); more rows: a CTA per (boundary, row). Static: a CTA per (unit, row).
+  const int combine_rows = p.dynamic && p.rows <= attention::kWarpMergeMaxRows ? 1 : p.rows;
+  return Launch("decode_attention combine launch", attention::DecodeCombineKernel, dim3(combine_grid, combine_rows),
                 dim3(attention::kCombineThreads), 0, stream, p);
 }
 

@@ -657,8 +657,9 @@ __global__ void __launch_bounds__(kDecodeThreads) DecodeAttentionKernel(const __
   CpAsyncWait<0>();
 }
 
-// Merges split pieces and zero-fills the rows of empty sequences. Grid (task, row): dynamic, task i owns the
-// unit cut at the start of CTA i (MergeTaskAt); static, task u owns unit u's splits. A long sequence can be
+// Merges split pieces and zero-fills the rows of empty sequences. Dynamic: a CTA per CTA boundary i (per (i, row)
+// beyond kWarpMergeMaxRows rows); task i is the unit cut at the start of CTA i (MergeTaskAt). Static: grid (task,
+// row), task u owns unit u's splits. A long sequence can be
 // cut into hundreds of pieces, so the pieces are spread over the block's threads: weights from a block-wide
 // max / sum of the pieces' log-sum-exps, then `groups` thread groups each accumulate (4 columns per thread) an
 // interleaved subset of the pieces and the group sums are added in a fixed order (bitwise reproducible). Tasks of
@@ -762,19 +763,32 @@ __global__ void __launch_bounds__(kCombineThreads) DecodeCombineKernel(const __g
       }
     }
   }
-  const int r = blockIdx.y;
-  if (r >= p.rows) return leave();
-  int unit, count;
+  // Dynamic: a 1-D grid, CTA i for boundary i. Its task is the unit boundary i cuts; rank j = i's place among that
+  // unit's boundaries. Small tasks: the j = 0 CTA merges every row with warps. Larger ones: rows j, j + (count - 1),
+  // ... per CTA (a unit of count pieces has count - 1 boundaries, so rows > 8 share them). Static: grid (task, row).
+  int unit, count, r, row_step;
   int64_t first_slot, second_slot, stride_slot;  // slot k (k >= 1) = second_slot + (k - 1) * stride_slot
   if (p.dynamic) {
     MergeTask task;
-    if (!MergeTaskAt(p.plan, blockIdx.x, &task)) return leave();
+    int rank;
+    if (!MergeTaskCovering(p.plan, blockIdx.x, &task, &rank)) return leave();
     unit = task.unit;
     first_slot = task.first_slot;
     count = task.last_cta - task.first_cta + 1;
     second_slot = PartialSlot(task.first_cta + 1, true);
     stride_slot = 2;
+    if (gridDim.y > 1) {  // rows > kWarpMergeMaxRows: grid (boundary, row), the task's own boundary does the rows
+      if (rank != 0) return leave();
+      r = blockIdx.y;
+      row_step = p.rows;
+    } else {
+      r = rank;
+      row_step = count - 1;
+    }
   } else {
+    r = blockIdx.y;
+    row_step = p.rows;
+    if (r >= p.rows) return leave();
     unit = blockIdx.x;
     if (unit >= p.batch * p.num_kv_heads) return leave();
     const int n = TilesOf(p.seq_lens[unit % p.batch]);
@@ -785,8 +799,8 @@ __global__ void __launch_bounds__(kCombineThreads) DecodeCombineKernel(const __g
     second_slot = first_slot + 1;
     stride_slot = 1;
   }
-  // Few pieces and rows (a unit cut by one or a few CTA boundaries, the common case): CTA (task, 0) merges every row
-  // of the task with warps; the task's other CTAs leave.
+  // Few pieces and rows (a unit cut by one or a few CTA boundaries, the common case): one CTA merges every row of
+  // the task with warps; the task's other CTAs leave.
   const int warp_pieces = D == 256 ? kWarpMergePieces<256> : kWarpMergePieces<128>;
   if (count <= warp_pieces && p.rows <= kWarpMergeMaxRows) {
     if (r != 0) return leave();
@@ -800,51 +814,56 @@ __global__ void __launch_bounds__(kCombineThreads) DecodeCombineKernel(const __g
     }
     return;
   }
+  if (r >= p.rows) return leave();
   PdlWait();  // the partials come from the attention kernel
   const float* po = p.workspace;
   const float* plse = p.workspace + p.num_slots * p.rows * D;
   auto slot_of = [&](int k) { return k == 0 ? first_slot : second_slot + (k - 1) * stride_slot; };
-  float mx = -INFINITY;
-  for (int k = threadIdx.x; k < count; k += kCombineThreads) {
-    const float lse = plse[slot_of(k) * p.rows + r];
-    weights[k] = lse;
-    mx = fmaxf(mx, lse);
-  }
-  mx = BlockReduce(mx, scratch, true);
-  float local = 0.f;
-  for (int k = threadIdx.x; k < count; k += kCombineThreads) {
-    const float w = mx == -INFINITY || weights[k] == -INFINITY ? 0.f : exp2f(weights[k] - mx);
-    weights[k] = w;
-    local += w;
-  }
-  const float denom = BlockReduce(local, scratch, false);  // also orders the weights[] writes before reads
-  const int cols = D / 4;                        // float4 columns of a row
-  const int groups = kCombineThreads / cols;     // 4 (D=256), 8 (D=128) or 16 (D=64)
-  const int col = threadIdx.x % cols, group = threadIdx.x / cols;
-  float4 acc = make_float4(0.f, 0.f, 0.f, 0.f);
+  for (; r < p.rows; r += row_step) {
+    float mx = -INFINITY;
+    for (int k = threadIdx.x; k < count; k += kCombineThreads) {
+      const float lse = plse[slot_of(k) * p.rows + r];
+      weights[k] = lse;
+      mx = fmaxf(mx, lse);
+    }
+    mx = BlockReduce(mx, scratch, true);
+    float local = 0.f;
+    for (int k = threadIdx.x; k < count; k += kCombineThreads) {
+      const float w = mx == -INFINITY || weights[k] == -INFINITY ? 0.f : exp2f(weights[k] - mx);
+      weights[k] = w;
+      local += w;
+    }
+    const float denom = BlockReduce(local, scratch, false);  // also orders the weights[] writes before reads
+    const int cols = D / 4;                        // float4 columns of a row
+    const int groups = kCombineThreads / cols;     // 4 (D=256), 8 (D=128) or 16 (D=64)
+    const int col = threadIdx.x % cols, group = threadIdx.x / cols;
+    float4 acc = make_float4(0.f, 0.f, 0.f, 0.f);
 #pragma unroll 8
-  for (int k = group; k < count; k += groups) {
-    const float w = weights[k];
-    const float4 o = *reinterpret_cast<const float4*>(po + (slot_of(k) * p.rows + r) * D + 4 * col);
-    acc.x += w * o.x;
-    acc.y += w * o.y;
-    acc.z += w * o.z;
-    acc.w += w * o.w;
+    for (int k = group; k < count; k += groups) {
+      const float w = weights[k];
+      const float4 o = *reinterpret_cast<const float4*>(po + (slot_of(k) * p.rows + r) * D + 4 * col);
+      acc.x += w * o.x;
+      acc.y += w * o.y;
+      acc.z += w * o.z;
+      acc.w += w * o.w;
+    }
+    group_sums[threadIdx.x] = acc;
+    __syncthreads();
+    if (group == 0) {
+      for (int g = 1; g < groups; ++g) {
+        const float4 other = group_sums[g * cols + col];
+        acc.x += other.x;
+        acc.y += other.y;
+        acc.z += other.z;
+        acc.w += other.w;
+      }
+      const float inv = denom > 0.f ? 1.f / denom : 0.f;
+      const int b = unit % p.batch, h = unit / p.batch;
+      const int64_t out = OutOffset(p, b, h, r) + 4 * col;
+      StoreOut2(p, out, acc.x * inv, acc.y * inv);
+      StoreOut2(p, out + 2, acc.z * inv, acc.w * inv);
+    }
+    __syncthreads();  // weights[] and group_sums are refilled for the next row
   }
-  group_sums[threadIdx.x] = acc;
-  __syncthreads();
-  if (group != 0) return;
-  for (int g = 1; g < groups; ++g) {
-    const float4 other = group_sums[g * cols + col];
-    acc.x += other.x;
-    acc.y += other.y;
-    acc.z += other.z;
-    acc.w += other.w;
-  }
-  const float inv = denom > 0.f ? 1.f / denom : 0.f;
-  const int b = unit % p.batch, h = unit / p.batch;
-  const int64_t out = OutOffset(p, b, h, r) + 4 * col;
-  StoreOut2(p, out, acc.x * inv, acc.y * inv);
-  StoreOut2(p, out + 2, acc.z * inv, acc.w * inv);
 }
 }  // namespace hpc::attention

@@ -195,4 +195,23 @@ HPC_PLAN_HD bool MergeTaskAt(const int32_t* plan, int i, MergeTask* task) {
   return true;
 }
 
+// The merge task whose unit boundary i (1 <= i < num_ctas) cuts, whichever boundary of the unit it is, and i's
+// rank among the unit's boundaries (0 for the task's own boundary, MergeTaskAt(i)). The combine's CTAs at the
+// other boundaries of a long unit have no task of their own and share its rows.
+HPC_PLAN_HD bool MergeTaskCovering(const int32_t* plan, int i, MergeTask* task, int* rank) {
+  const int batch = plan[kFieldBatch];
+  const int num_ctas = plan[kFieldNumCtas];
+  if (i < 1 || i >= num_ctas) return false;
+  const int32_t* start = PlanStart(plan, batch);
+  const int unit = start[2 * i];
+  if (start[2 * i + 1] == 0) return false;  // boundary between units
+  // The unit's first tile sits at cost position h*W + prefix[b] + piece_cost; its CTA is that position / capacity,
+  // and the unit's first boundary is the next one.
+  const int h = unit / batch, b = unit % batch;
+  const int64_t first_pos = static_cast<int64_t>(h) * plan[kFieldHeadCost] + PlanPrefix(plan)[b] + plan[kFieldPieceCost];
+  const int first_boundary = static_cast<int>(first_pos / plan[kFieldCapacity]) + 1;
+  *rank = i - first_boundary;
+  return *rank >= 0 && MergeTaskAt(plan, first_boundary, task);
+}
+
 }  // namespace hpc::attention
