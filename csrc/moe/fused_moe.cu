@@ -14,8 +14,9 @@
 // Stream path (M tile 8, decode regime): fused_moe_stream.cu (two kernels, no align).
 // Workspace layout and the M tile: fused_moe_plan.h. The GEMMs work on (N block, tile, K split) items, each CTA
 // a contiguous range of them (moe_gemm.cuh): a persistent grid for fp8_tensor and split gate-ups, one CTA per item
-// otherwise (LaunchGemm). Every kernel calls PdlWait() before anything else, so each one waits for the complete previous
-// kernel, transitively for all earlier ones (and for the previous op on the stream).
+// otherwise (LaunchGemm). Every kernel calls PdlWait() before anything else (the quant kernel: before it ends, see
+// there), so each one waits for the complete previous kernel, transitively for all earlier ones (and for the
+// previous op on the stream).
 #include <cuda_runtime.h>
 
 #include <cub/block/block_scan.cuh>
@@ -96,14 +97,17 @@ __global__ void __launch_bounds__(kAlignThreads) MoeAlignKernel(const __grid_con
   PdlWait();
   PdlLaunchDependents();
   const int chunk = blockIdx.x;
-  for (int i = tid; i < kAlignWarps * p.experts; i += kAlignThreads) cursor[i] = 0;
+  const int r0 = min(p.pairs, chunk * p.chunk), r1 = min(p.pairs, r0 + p.chunk);
+  // Segments of at least 32 pairs: few pairs (decode, T*k of 8-512) use few warps, so the per-expert prefix below
+  // walks `warps` cursors instead of 32 (it was most of this CTA's serial time at T = 16).
+  const int seg = max(32, (r1 - r0 + kAlignWarps - 1) / kAlignWarps);
+  const int warps = max(1, (r1 - r0 + seg - 1) / seg);
+  for (int i = tid; i < warps * p.experts; i += kAlignThreads) cursor[i] = 0;
   if (chunk == 0) {
     for (int i = tid; i < p.zero_count; i += kAlignThreads) p.zero[i] = 0;
   }
   __syncthreads();
-  const int r0 = min(p.pairs, chunk * p.chunk), r1 = min(p.pairs, r0 + p.chunk);
-  const int seg = (r1 - r0 + kAlignWarps - 1) / kAlignWarps;
-  const int begin = min(r1, r0 + warp * seg), end = min(r1, begin + seg);
+  const int begin = min(r1, r0 + warp * seg), end = min(r1, begin + seg);  // empty for warps >= `warps`
   for (int i = begin + lane; i < end; i += 32) {
     const int e = p.ids[i] - p.expert_offset;
     if (e >= 0 && e < p.experts) atomicAdd(&cursor[warp * p.experts + e], 1);
@@ -112,7 +116,7 @@ __global__ void __launch_bounds__(kAlignThreads) MoeAlignKernel(const __grid_con
   // one expert per thread (experts <= 1024): total and per-warp exclusive prefix
   int count = 0;
   if (tid < p.experts) {
-    for (int w = 0; w < kAlignWarps; ++w) {
+    for (int w = 0; w < warps; ++w) {
       const int c = cursor[w * p.experts + tid];
       cursor[w * p.experts + tid] = count;
       count += c;
@@ -144,7 +148,7 @@ __global__ void __launch_bounds__(kAlignThreads) MoeAlignKernel(const __grid_con
       for (int t = 0; t < tiles; ++t) p.tile_expert[first_tile + t] = tid;
       for (int r = base + total; r < base + tiles * p.tile_m; ++r) p.sorted_pairs[r] = -1;  // padding
     }
-    for (int w = 0; w < kAlignWarps; ++w) cursor[w * p.experts + tid] += base + before;
+    for (int w = 0; w < warps; ++w) cursor[w * p.experts + tid] += base + before;
   }
   __syncthreads();
   for (int i0 = begin; i0 < end; i0 += 32) {
@@ -179,8 +183,11 @@ struct QuantParams {
 constexpr int kQuantThreads = 256;
 
 // Groups of 16 lanes own 128 consecutive columns of one token (8 per lane): exactly one block128 block.
+// The one kernel that waits at its END: x is complete when it starts (align, which launches it, has waited for the
+// op's predecessors), and xq's last reader (the previous call's gate-up) finished before that; the wait only keeps
+// this grid from completing before align, whose tile list the gate-up GEMM (which waits for us) reads. So the
+// quantization overlaps the align kernel instead of following it.
 __global__ void __launch_bounds__(kQuantThreads) MoeQuantKernel(const __grid_constant__ QuantParams p) {
-  PdlWait();
   PdlLaunchDependents();
   const int64_t v = static_cast<int64_t>(blockIdx.x) * kQuantThreads + threadIdx.x;
   const bool valid = v < p.vectors;  // vectors is a multiple of 16: groups are all valid or all not
@@ -198,6 +205,7 @@ __global__ void __launch_bounds__(kQuantThreads) MoeQuantKernel(const __grid_con
     scale = *p.static_scale;
   }
   if (valid) StoreE4M3x8(p.xq + v * 8, x, scale);
+  PdlWait();
 }
 
 // ------------------------------------------------------------------------------------------- launcher
