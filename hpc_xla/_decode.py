@@ -96,3 +96,19 @@ def plan_pieces(plan, seq_lens):
                 out.append((cta, unit, tile, end))
             unit, tile = unit + 1, 0
     return out
+
+
+def merge_task_covering(plan, i):
+    """(the first boundary of the unit that CTA boundary i cuts, i's rank among that unit's boundaries), or None when
+    boundary i falls between units (mirrors MergeTaskCovering in decode_plan.h: the combine CTA of boundary i)."""
+    info = read_plan(plan)
+    if i < 1 or i >= info["num_ctas"]:
+        return None
+    unit, tile = info["starts"][i]
+    if tile == 0:
+        return None
+    h, b = divmod(unit, info["batch"])
+    first_pos = h * info["head_cost"] + int(info["prefix"][b]) + info["piece_cost"]
+    first = first_pos // info["capacity"] + 1
+    return first, i - first
+

@@ -88,6 +88,34 @@ def test_merge_tasks_cover_each_split_unit_once(lens, num_kv_heads, max_ctas):
         assert tiles[u % batch] > 0
 
 
+@settings(max_examples=100, deadline=None)
+@given(lens=lengths, num_kv_heads=st.integers(1, 4), max_ctas=st.integers(2, 300))
+def test_combine_boundaries_find_their_task(lens, num_kv_heads, max_ctas):
+    """The combine's CTA for boundary i finds the unit that i cuts and its rank in O(1) (merge_task_covering mirrors
+    MergeTaskCovering): the task is the unit's first cutting boundary (the walk-back definition), and the ranks of a
+    unit of n pieces are exactly 0 .. n - 2, so rows r = rank + j * (n - 1) give every row of a long unit one CTA."""
+    plan = _plan(lens, num_kv_heads, max_ctas)
+    info = _decode.read_plan(plan)
+    starts = info["starts"]
+    by_unit = {}
+    for cta, unit, t0, t1 in _decode.plan_pieces(plan, lens):
+        by_unit.setdefault(unit, []).append(cta)
+    ranks = {}
+    for i in range(info["num_ctas"] + 1):
+        got = _decode.merge_task_covering(plan, i)
+        if not 1 <= i < info["num_ctas"] or starts[i][1] == 0:
+            assert got is None
+            continue
+        unit = starts[i][0]
+        first = i
+        while starts[first - 1][0] == unit and starts[first - 1][1] > 0:
+            first -= 1
+        assert got == (first, i - first)
+        ranks.setdefault(unit, []).append(got[1])
+    for unit, rs in ranks.items():
+        assert rs == list(range(len(by_unit[unit]) - 1))
+
+
 def test_zero_length_batch_plans_no_work():
     plan = _plan([0, 0, 0], 2, 16)
     info = _decode.read_plan(plan)
