@@ -136,16 +136,28 @@ __global__ void __launch_bounds__(kGemmThreads, (GemmShape<KIND, Q, BM>::kMinBlo
   const int g = lane / 4, q = lane % 4;
   const int n_blocks = (p.n + S::kBN - 1) / S::kBN;
   const int k_tiles = static_cast<int>((p.k_bytes + kLineBytes - 1) / kLineBytes);
-  PdlWait();
-  const int tiles = *p.tile_count;
+  // The down GEMM issues its first item's weight copies BEFORE its PDL wait: the weights are op inputs, and the
+  // tile list is the align kernel's, complete before the gate-up GEMM (which starts us after its own wait) began.
+  // Its CTAs become resident as gate-up CTAs retire, so the weights stream during the gate-up's tail; the A rows
+  // (the intermediate) are copied after the wait. The align data is read through L2 (ld.cg) for that reason.
+  // (fp8_tensor's wgmma kernels only: measured there; the bf16 mma.sync down lost 0.3-0.7 us in a first version.)
+  constexpr bool kEarlyWeights = !S::kGateUp && S::kWgmma;
+  if constexpr (!kEarlyWeights) PdlWait();
+  const int tiles = __ldcg(p.tile_count);
   const int items = tiles * n_blocks * p.splits;
   const int per_cta = (items + gridDim.x - 1) / gridDim.x;
   const int item_begin = blockIdx.x * per_cta;
   const int item_end = min(items, item_begin + per_cta);
+  if (item_begin >= item_end) {
+    // One CTA waits even without work, so this grid never completes before its predecessor (a grid none of whose
+    // CTAs waits could, and the next kernel waits for this grid only).
+    if (kEarlyWeights && blockIdx.x == 0) PdlWait();
+    if constexpr (!kEarlyWeights) PdlLaunchDependents();
+    return;
+  }
   // Every CTA of this grid is resident by now (the grid is at most one wave); the next kernel's CTAs can only take
   // what our CTAs leave free and wait for our whole grid anyway.
-  PdlLaunchDependents();
-  if (item_begin >= item_end) return;
+  if constexpr (!kEarlyWeights) PdlLaunchDependents();
 
   // Items are N-block-major: consecutive items are the tiles of one N block (then its K splits), so an expert's
   // tiles (adjacent in sorted order) read the same weight rows close together in time and share them through L2
@@ -190,6 +202,7 @@ __global__ void __launch_bounds__(kGemmThreads, (GemmShape<KIND, Q, BM>::kMinBlo
   // A tile's rows and expert are loaded one unit ahead of the loader's entry into it (ncu: the load at entry, on
   // every item of the N-block-major order, was 4% of the stall samples plus the barrier time it cost the others).
   int ld_tile = -1, nx_tile = -1, nx_expert = 0;
+  bool pre_wait = kEarlyWeights;  // align's data read before the PDL wait goes through L2 (ld.cg)
   int nx_pair[kALoads];
   auto fetch_tile = [&](int item) {
     if (item >= item_end) return;
@@ -198,9 +211,10 @@ __global__ void __launch_bounds__(kGemmThreads, (GemmShape<KIND, Q, BM>::kMinBlo
     nx_tile = t;
 #pragma unroll
     for (int i = 0; i < kALoads; ++i) {
-      nx_pair[i] = lrow + kRowStep * i < BM ? p.sorted_pairs[t * BM + lrow + kRowStep * i] : -1;
+      const int32_t* src = p.sorted_pairs + t * BM + lrow + kRowStep * i;
+      nx_pair[i] = lrow + kRowStep * i < BM ? (pre_wait ? __ldcg(src) : *src) : -1;
     }
-    nx_expert = p.tile_expert[t];
+    nx_expert = pre_wait ? __ldcg(p.tile_expert + t) : p.tile_expert[t];
   };
   auto enter = [&](const GemmItem& it, int item) {
     if (it.tile != ld_tile) {
@@ -234,6 +248,16 @@ __global__ void __launch_bounds__(kGemmThreads, (GemmShape<KIND, Q, BM>::kMinBlo
     }
   };
 
+  auto load_b = [&](uint32_t st, int kt) {
+    const int kb = kt * kLineBytes;
+    const bool k_ok = kb + lchunk * 16 < k_bytes;
+#pragma unroll
+    for (int i = 0; i < kBLoads; ++i) {
+      const bool ok = b_src[i] != nullptr && k_ok;
+      CpAsync16(st + b_off[i], ok ? b_src[i] + kb : p.b, ok);
+    }
+  };
+  int early_b = 0;  // leading stages whose weight copies were issued before the PDL wait
   auto load_stage = [&](uint32_t st, int kt) {
     const int kb = kt * kLineBytes;
     const bool k_ok = kb + lchunk * 16 < k_bytes;
@@ -244,10 +268,10 @@ __global__ void __launch_bounds__(kGemmThreads, (GemmShape<KIND, Q, BM>::kMinBlo
         CpAsync16(st + a_off[i], ok ? a_src[i] + kb : p.a, ok);
       }
     }
-#pragma unroll
-    for (int i = 0; i < kBLoads; ++i) {
-      const bool ok = b_src[i] != nullptr && k_ok;
-      CpAsync16(st + b_off[i], ok ? b_src[i] + kb : p.b, ok);
+    if (early_b > 0) {
+      --early_b;
+    } else {
+      load_b(st, kt);
     }
   };
 
@@ -272,6 +296,17 @@ __global__ void __launch_bounds__(kGemmThreads, (GemmShape<KIND, Q, BM>::kMinBlo
     ld_slot += S::kStageBytes;
     if (ld_slot == ring_end) ld_slot = ring_s;
   };
+  if constexpr (kEarlyWeights) {
+    // The first item's weight stages, uncommitted: they join the first stage's commit group below, so every stage
+    // wait covers them.
+    // Only items of >= 4 stages (K >= 512 bytes): Hy3-TP8's 2-stage down items (I = 192) lost 1-2.6 us with it.
+    const int first_stages = ld.kt1 - ld.kt0;
+    early_b = first_stages >= 4 ? min(S::kStages - 1, first_stages) : 0;
+    for (int s = 0; s < early_b; ++s) load_b(ring_s + s * S::kStageBytes, ld.kt0 + s);
+    PdlWait();  // the intermediate (A) comes from the gate-up GEMM
+    PdlLaunchDependents();
+    pre_wait = false;
+  }
 #pragma unroll 1  // one copy of load_next's code (it holds the item decode and tile entry): SASS size matters here
   for (int s = 0; s < S::kStages - 1; ++s) load_next();
 
