@@ -659,8 +659,8 @@ __global__ void __launch_bounds__(kDecodeThreads) DecodeAttentionKernel(const __
 
 // Merges split pieces and zero-fills the rows of empty sequences. Dynamic: a CTA per CTA boundary i (per (i, row)
 // beyond kWarpMergeMaxRows rows); task i is the unit cut at the start of CTA i (MergeTaskAt). Static: grid (task,
-// row), task u owns unit u's splits. A long sequence can be
-// cut into hundreds of pieces, so the pieces are spread over the block's threads: weights from a block-wide
+// row), task u owns unit u's splits. A long sequence can be cut into hundreds of pieces, so the pieces of a row
+// are spread over the block's threads: weights from a block-wide
 // max / sum of the pieces' log-sum-exps, then `groups` thread groups each accumulate (4 columns per thread) an
 // interleaved subset of the pieces and the group sums are added in a fixed order (bitwise reproducible). Tasks of
 // few pieces and rows (most of them) take WarpMergeRows instead: one CTA per task, a warp per row.

@@ -299,7 +299,9 @@ __global__ void __launch_bounds__(kGemmThreads, (GemmShape<KIND, Q, BM>::kMinBlo
   if constexpr (kEarlyWeights) {
     // The first item's weight stages, uncommitted: they join the first stage's commit group below, so every stage
     // wait covers them.
-    // Only items of >= 4 stages (K >= 512 bytes): Hy3-TP8's 2-stage down items (I = 192) lost 1-2.6 us with it.
+    // Only first items of >= 4 stages (K >= 512 bytes), as measured: the first version took every item AND read the
+    // gate-up's tile data through L2 too, and cost Hy3-TP8 (2-stage down items, I = 192) 1-2.6 us; which of the two
+    // cost it was not separated (bench/NOTES.md, fused_moe session 19).
     const int first_stages = ld.kt1 - ld.kt0;
     early_b = first_stages >= 4 ? min(S::kStages - 1, first_stages) : 0;
     for (int s = 0; s < early_b; ++s) load_b(ring_s + s * S::kStageBytes, ld.kt0 + s);
