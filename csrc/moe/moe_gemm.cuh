@@ -140,8 +140,9 @@ __global__ void __launch_bounds__(kGemmThreads, (GemmShape<KIND, Q, BM>::kMinBlo
   // tile list is the align kernel's, complete before the gate-up GEMM (which starts us after its own wait) began.
   // Its CTAs become resident as gate-up CTAs retire, so the weights stream during the gate-up's tail; the A rows
   // (the intermediate) are copied after the wait. The align data is read through L2 (ld.cg) for that reason.
-  // (fp8_tensor's wgmma kernels only: measured there; the bf16 mma.sync down lost 0.3-0.7 us in a first version.)
-  constexpr bool kEarlyWeights = !S::kGateUp && S::kWgmma;
+  // Every down kernel (wgmma fp8_tensor and the mma.sync bf16 / block128 ones): measured on the H200 (bench/NOTES.md,
+  // session 20) at -1.5 us on Qwen3 bf16 T=16-64 and DeepSeek-V3 EP8 block128 T=8, Mixtral within noise.
+  constexpr bool kEarlyWeights = !S::kGateUp;
   if constexpr (!kEarlyWeights) PdlWait();
   const int tiles = __ldcg(p.tile_count);
   const int items = tiles * n_blocks * p.splits;
