@@ -258,7 +258,9 @@ Status DecodeAttentionCuda(const DecodeAttentionArgs& a, cudaStream_t stream) {
   // Dynamic with <= kWarpMergeMaxRows rows: one combine CTA per CTA boundary (the boundaries of a long unit share its
   // rows); more rows: a CTA per (boundary, row). Static: a CTA per (unit, row).
   const int combine_rows = p.dynamic && p.rows <= attention::kWarpMergeMaxRows ? 1 : p.rows;
-  return Launch("decode_attention combine launch", attention::DecodeCombineKernel, dim3(combine_grid, combine_rows),
+  auto* combine = p.rows > attention::kCombineThreads / 32 ? &attention::DecodeCombineKernel<2>
+                                                             : &attention::DecodeCombineKernel<1>;
+  return Launch("decode_attention combine launch", combine, dim3(combine_grid, combine_rows),
                 dim3(attention::kCombineThreads), 0, stream, p);
 }
 

@@ -692,53 +692,67 @@ constexpr int kWarpMergeMaxRows = 2 * (kCombineThreads / 32);
 // after the wait (the per-row CTA path costs three: lse -> block reductions -> partials), and the grid has one CTA
 // per task instead of one per (task, row), all resident at once. Weights and sum by warp shuffles, pieces added in
 // ascending order: bitwise reproducible.
-template <int D>
+template <int D, int R>
 __device__ __forceinline__ void WarpMergeRows(const DecodeParams& p, int unit, int count, int64_t first_slot,
                                               int64_t second_slot, int64_t stride_slot) {
-  constexpr int kVecs = D / 64, kPieces = kWarpMergePieces<D>;
+  constexpr int kVecs = D / 64, kPieces = kWarpMergePieces<D>, kWarps = kCombineThreads / 32;
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
   const float* po = p.workspace;
   const float* plse = p.workspace + p.num_slots * p.rows * D;
   auto slot_of = [&](int k) { return k == 0 ? first_slot : second_slot + (k - 1) * stride_slot; };
   const int b = unit % p.batch, h = unit / p.batch;
-  for (int r = warp; r < p.rows; r += kCombineThreads / 32) {
-    float2 o[kPieces][kVecs];
+  // R rows per pass (rows warp, warp + 8, ...): all R rows' loads are issued before any of their math.
+  for (int r0 = warp; r0 < p.rows; r0 += R * kWarps) {
+    float2 o[R][kPieces][kVecs];
+    float lse[R];
 #pragma unroll
-    for (int k = 0; k < kPieces; ++k) {
-      const float* src = po + (slot_of(k) * p.rows + r) * D + 2 * lane;
+    for (int i = 0; i < R; ++i) {
+      const int r = r0 + i * kWarps;
+      const bool row_ok = r < p.rows;
 #pragma unroll
-      for (int j = 0; j < kVecs; ++j) {
-        o[k][j] = k < count ? *reinterpret_cast<const float2*>(src + 64 * j) : make_float2(0.f, 0.f);
+      for (int k = 0; k < kPieces; ++k) {
+        const float* src = po + (slot_of(k) * p.rows + r) * D + 2 * lane;
+#pragma unroll
+        for (int j = 0; j < kVecs; ++j) {
+          o[i][k][j] = row_ok && k < count ? *reinterpret_cast<const float2*>(src + 64 * j) : make_float2(0.f, 0.f);
+        }
       }
+      lse[i] = row_ok && lane < count ? plse[slot_of(lane) * p.rows + r] : -INFINITY;
     }
-    const float lse = lane < count ? plse[slot_of(lane) * p.rows + r] : -INFINITY;
-    float mx = lse;
 #pragma unroll
-    for (int off = 16; off > 0; off /= 2) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, off));
-    const float w = mx == -INFINITY || lse == -INFINITY ? 0.f : exp2f(lse - mx);
-    float denom = w;
+    for (int i = 0; i < R; ++i) {
+      const int r = r0 + i * kWarps;
+      float mx = lse[i];
 #pragma unroll
-    for (int off = 16; off > 0; off /= 2) denom += __shfl_xor_sync(0xffffffffu, denom, off);
-    float2 acc[kVecs];
+      for (int off = 16; off > 0; off /= 2) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, off));
+      const float w = mx == -INFINITY || lse[i] == -INFINITY ? 0.f : exp2f(lse[i] - mx);
+      float denom = w;
 #pragma unroll
-    for (int j = 0; j < kVecs; ++j) acc[j] = make_float2(0.f, 0.f);
+      for (int off = 16; off > 0; off /= 2) denom += __shfl_xor_sync(0xffffffffu, denom, off);
+      float2 acc[kVecs];
 #pragma unroll
-    for (int k = 0; k < kPieces; ++k) {
-      const float wk = __shfl_sync(0xffffffffu, w, k);
-      if (k >= count) break;
+      for (int j = 0; j < kVecs; ++j) acc[j] = make_float2(0.f, 0.f);
 #pragma unroll
-      for (int j = 0; j < kVecs; ++j) {
-        acc[j].x += wk * o[k][j].x;
-        acc[j].y += wk * o[k][j].y;
+      for (int k = 0; k < kPieces; ++k) {
+        const float wk = __shfl_sync(0xffffffffu, w, k);
+        if (k >= count) break;
+#pragma unroll
+        for (int j = 0; j < kVecs; ++j) {
+          acc[j].x += wk * o[i][k][j].x;
+          acc[j].y += wk * o[i][k][j].y;
+        }
       }
-    }
-    const float inv = denom > 0.f ? 1.f / denom : 0.f;
-    const int64_t out = OutOffset(p, b, h, r) + 2 * lane;
+      if (r >= p.rows) continue;
+      const float inv = denom > 0.f ? 1.f / denom : 0.f;
+      const int64_t out = OutOffset(p, b, h, r) + 2 * lane;
 #pragma unroll
-    for (int j = 0; j < kVecs; ++j) StoreOut2(p, out + 64 * j, acc[j].x * inv, acc[j].y * inv);
+      for (int j = 0; j < kVecs; ++j) StoreOut2(p, out + 64 * j, acc[j].x * inv, acc[j].y * inv);
+    }
   }
 }
 
+// kRowsPerWarp: rows each warp of the small-task merge handles per pass (2 where 8 < rows <= 16, e.g. GQA 8 at q_len 2).
+template <int kRowsPerWarp>
 __global__ void __launch_bounds__(kCombineThreads) DecodeCombineKernel(const __grid_constant__ DecodeParams p) {
   __shared__ float weights[kMaxPieces];
   __shared__ float scratch[kCombineThreads / 32];
@@ -806,11 +820,11 @@ __global__ void __launch_bounds__(kCombineThreads) DecodeCombineKernel(const __g
     if (r != 0) return leave();
     PdlWait();  // the partials come from the attention kernel
     if (D == 64) {
-      WarpMergeRows<64>(p, unit, count, first_slot, second_slot, stride_slot);
+      WarpMergeRows<64, kRowsPerWarp>(p, unit, count, first_slot, second_slot, stride_slot);
     } else if (D == 128) {
-      WarpMergeRows<128>(p, unit, count, first_slot, second_slot, stride_slot);
+      WarpMergeRows<128, kRowsPerWarp>(p, unit, count, first_slot, second_slot, stride_slot);
     } else {
-      WarpMergeRows<256>(p, unit, count, first_slot, second_slot, stride_slot);
+      WarpMergeRows<256, kRowsPerWarp>(p, unit, count, first_slot, second_slot, stride_slot);
     }
     return;
   }
