@@ -174,6 +174,7 @@ def _plan(tokens, top_k, experts, hidden, inter, quant):
         align_counts = up(128 * experts * 4)  # kAlignMaxCtas x E: the multi-CTA align's per-chunk counts
         total = (up(64 * 4) + 2 * up(experts * 4) + 2 * up(pairs * 4) + align_counts + up(2 * experts * args_per_expert)
                  + up(gemm_ws) + up(pairs * hidden * 2) + up(pairs * hidden // 128 * 4 if block else 0)
+                 + up(tokens * hidden if fp8 else 0) + up(tokens * hidden // 128 * 4 if block else 0)
                  + up(pairs * 2 * inter * 2) + up(pairs * inter * (1 if fp8 else 2))
                  + up(pairs * inter // 128 * 4 if block else 0))
         return bm, None, total

@@ -184,9 +184,9 @@ constexpr int kQuantThreads = 256;
 
 // Groups of 16 lanes own 128 consecutive columns of one token (8 per lane): exactly one block128 block.
 // The one kernel that waits at its END: x is complete when it starts (align, which launches it, has waited for the
-// op's predecessors), and xq's last reader (the previous call's gate-up) finished before that; the wait only keeps
-// this grid from completing before align, whose tile list the gate-up GEMM (which waits for us) reads. So the
-// quantization overlaps the align kernel instead of following it.
+// op's predecessors), and xq's last reader (the previous call's gate-up GEMM, or gather on the grouped path)
+// finished before that; the wait only keeps this grid from completing before align, whose tile list / row ranges the
+// next kernels (which wait for us) read. So the quantization overlaps the align kernel instead of following it.
 __global__ void __launch_bounds__(kQuantThreads) MoeQuantKernel(const __grid_constant__ QuantParams p) {
   PdlLaunchDependents();
   const int64_t v = static_cast<int64_t>(blockIdx.x) * kQuantThreads + threadIdx.x;
@@ -326,9 +326,8 @@ Status FusedMoeCuda(const FusedMoeArgs& a, cudaStream_t stream) {
   HPC_RETURN_IF_ERROR(AllowSmem(reinterpret_cast<const void*>(&MoeAlignKernel), kAlignWarps * kMaxMoeCudaExperts * 4));
   HPC_RETURN_IF_ERROR(Launch("fused_moe align launch", MoeAlignKernel, dim3(align_ctas), dim3(kAlignThreads),
                              align_smem, stream, ap));
-  if (plan.grouped) return moe::RunGroupedMoe(a, plan, stream);
 
-  // 2. activation quant (fp8 with bf16 x)
+  // 2. activation quant (fp8 with bf16 x), once per token (the grouped path's gather then copies its rows)
   const uint8_t* a_x = static_cast<const uint8_t*>(a.x.data);
   const float* a_x_scale = block ? a.x_scale.ptr<const float>() : nullptr;
   if (fp8 && a.x.dtype == DType::kBF16) {
@@ -345,6 +344,8 @@ Status FusedMoeCuda(const FusedMoeArgs& a, cudaStream_t stream) {
     a_x = qp.xq;
     a_x_scale = qp.xq_scale;
   }
+
+  if (plan.grouped) return moe::RunGroupedMoe(a, plan, a_x, a_x_scale, stream);
 
   // 3./4. grouped GEMMs
   GemmParams up = {};

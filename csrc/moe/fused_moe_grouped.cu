@@ -1,8 +1,9 @@
-// fused_moe's large-T path on sm_90a (M tile 128; the align kernel in fused_moe.cu runs first):
+// fused_moe's large-T path on sm_90a (M tile 128). fused_moe.cu runs the align kernel first and, for fp8 with bf16
+// x, its quant kernel: x quantized once per token like the reference (fp8_tensor static a13 | fp8_block128 per
+// token per 128 columns, scale = amax/448). Then:
 //   setup    (1 CTA)  per-group arguments of both grouped GEMMs from the per-expert counts (grouped_gemm_sm90)
-//   gather   rows[r] = x[pair(r) / k], quantized like the reference: fp8_tensor static a13 | fp8_block128 per row
-//            per 128 columns (scale = amax/448, fp32 reciprocal multiply) | bf16 copied | fp8 x copied (+ its
-//            block scales). Rows are contiguous per expert (sorted order, no padding).
+//   gather   rows[r] = xq[pair(r) / k] (or x: bf16, or fp8 x as given), + its block scales: a row copy. Rows are
+//            contiguous per expert (sorted order, no padding).
 //   GEMM1    rows x w13[e]^T -> gate_up bf16 [rows, 2I] (CUTLASS WGMMA grouped GEMM, fp32 accumulation)
 //   act      silu(gate) * up in fp32 -> intermediate (bf16 | e4m3 static a2 | e4m3 per row per 128 + scales)
 //   GEMM2    intermediate x w2[e]^T -> down bf16 [rows, H]
@@ -27,92 +28,98 @@
 namespace hpc::moe {
 namespace {
 
-constexpr int kRowThreads = 256;  // gather / act: one 8-column vector per thread, rows flattened
-constexpr int kRowCtasPerSm = 6;  // 1536 threads per SM, <= 40 registers each (32 made the gather spill)
+// The gather and act kernels: a warp per (sorted row, segment of the row), units grid-stride over the warps of at
+// most kRowCtasPerSm CTAs per SM (<= 51 registers). No per-vector 64-bit division (the flattened one-vector-per-thread
+// kernels spent most of their instructions on it), and every lane issues its segment's 16-byte loads before its
+// stores. Segments rather than whole rows per warp: with few rows (expert parallelism, T <= 1024) a warp walking a
+// 7 KB row pass by pass was latency-bound (DeepSeek-V3 EP8 T=256 +17 us, H200, session 20).
+constexpr int kRowThreads = 256;
+constexpr int kRowWarps = kRowThreads / 32;
+constexpr int kRowCtasPerSm = 5;
 
-// The 8-column vector v of the sorted rows (flattened: vec_per_row vectors per row). The kernels walk the
-// vectors of the real rows grid-stride, in steps of whole CTAs, so the loop condition is CTA-uniform and every
-// lane of a warp joins the group shuffles; lanes past the rows have valid = false.
-struct RowVector {
-  int64_t row, col;  // col in elements, a multiple of 8
-  bool valid;
-};
-
-__device__ __forceinline__ RowVector RowVectorAt(int64_t v, int vec_per_row, int64_t rows) {
-  RowVector rv;
-  rv.row = v / vec_per_row;
-  rv.col = (v - rv.row * vec_per_row) * 8;
-  rv.valid = rv.row < rows;
-  return rv;
+// Enough CTAs for the most units, at most kRowCtasPerSm per SM; they walk the real rows' units (align's count)
+// grid-stride, so an EP rank with few local rows launches no flood of CTAs that find nothing to do. Shapes and
+// device only.
+dim3 RowGrid(int64_t max_rows, int64_t segments, int sms) {
+  const int64_t need = (max_rows * segments + kRowWarps - 1) / kRowWarps;
+  return dim3(static_cast<unsigned>(std::max<int64_t>(1, std::min<int64_t>(need, int64_t{sms} * kRowCtasPerSm))));
 }
 
-// 16 bytes in one load (a plain uint4 dereference of the bf16 x row compiled to four 4-byte loads, seen in SASS):
-// x, an input nothing in the op writes, through the read-only path; the previous kernel's output through L2.
-__device__ __forceinline__ uint4 LoadInput16(const void* src) { return __ldg(reinterpret_cast<const uint4*>(src)); }
+// 16 bytes in one load (a plain uint4 dereference of a bf16 row compiled to four 4-byte loads, seen in SASS), through
+// L2: the previous kernel's output.
 __device__ __forceinline__ uint4 Load16(const void* src) { return __ldcg(reinterpret_cast<const uint4*>(src)); }
 
 // fp8_block128 quantization of 8 columns: each aligned 16-lane group owns one 128-column block of one row
 // (columns % 128 == 0), scale = amax / 448 (the tiled path's MoeQuantKernel and the reference, bit for bit).
 // Every lane calls it; only valid lanes store.
-__device__ __forceinline__ void StoreBlock128(const RowVector& rv, const float (&x)[8], uint8_t* dst,
+__device__ __forceinline__ void StoreBlock128(bool valid, int64_t row, int64_t col, const float (&x)[8], uint8_t* dst,
                                               float* scales, int64_t blocks_per_row) {
   float amax = 0.f;
 #pragma unroll
   for (int i = 0; i < 8; ++i) amax = fmaxf(amax, fabsf(x[i]));
   const float scale = GroupMax<16>(amax) / kFp8E4M3Max;
-  if (!rv.valid) return;
-  if (rv.col % kMoeBlock == 0) scales[rv.row * blocks_per_row + rv.col / kMoeBlock] = scale;
+  if (!valid) return;
+  if (col % kMoeBlock == 0) scales[row * blocks_per_row + col / kMoeBlock] = scale;
   StoreE4M3x8(dst, x, scale);
 }
 
 // ------------------------------------------------------------------------------------------- gather
-enum class GatherMode : int32_t { kCopyBf16 = 0, kCopyFp8 = 1, kQuantTensor = 2, kQuantBlock = 3 };
-
+// rows[r] = src[pair(r) / k] (+ its block scales): a plain row copy. fp8 with bf16 x quantizes x once per token
+// first (MoeQuantKernel in fused_moe.cu, the rounding the per-pair quantization used), so this kernel only moves
+// bytes: a warp per (row, segment of kGatherSegmentVecs 16-byte vectors), each lane's loads in flight before its
+// stores, the next unit's pair index loaded before the current unit's copy. The per-pair quantizing version (one
+// vector per thread, a 64-bit division each) ran the H200 at ~1.2 TB/s (Qwen3 fp8 T=4096: 56 us for 67 MB of rows;
+// bench/NOTES.md session 18).
 struct GatherParams {
-  const uint8_t* x;             // [T, H] bf16 | e4m3
-  const float* x_scale;         // e4m3 x with fp8_block128: [T, H/128]
-  const float* static_scale;    // kQuantTensor: a13
+  const uint8_t* src;           // [T, row_bytes]: x (bf16 | e4m3) or x quantized by MoeQuantKernel
+  const float* src_scale;       // fp8_block128: [T, H/128] (x_scale or the quant kernel's), else null
   const int32_t* sorted_pairs;  // [rows] pair of each row
   const int32_t* row_count;     // local rows (align's header[0])
-  uint8_t* rows;                // [P, H] bf16 | e4m3
-  float* rows_scale;            // fp8_block128: [P, H/128]
-  int64_t hidden;
-  int vec_per_row;              // H / 8
+  uint8_t* rows;                // [P, row_bytes]
+  float* rows_scale;            // fp8_block128: [P, H/128], else null
+  int64_t row_bytes;            // H * element size, a multiple of 16
+  int scales_per_row;           // H / 128
   int top_k;
-  GatherMode mode;
 };
 
-struct GatherVector {
-  using Params = GatherParams;
-  // fp8_tensor's quantization multiplier, once per thread (it was a load and an IEEE reciprocal per vector)
-  static __device__ __forceinline__ float Multiplier(const GatherParams& p) {
-    return p.mode == GatherMode::kQuantTensor ? QuantMultiplier(*p.static_scale) : 1.f;
-  }
-  static __device__ __forceinline__ void Run(const GatherParams& p, const RowVector& rv, float mul);
-};
+constexpr int kGatherUnroll = 4;
+constexpr int kGatherSegmentVecs = 32 * kGatherUnroll;  // 16-byte vectors of a row one warp copies per unit
+__host__ __device__ inline int GatherSegments(const GatherParams& p) {
+  return static_cast<int>((p.row_bytes / 16 + kGatherSegmentVecs - 1) / kGatherSegmentVecs);
+}
 
-__device__ __forceinline__ void GatherVector::Run(const GatherParams& p, const RowVector& rv, float mul) {
-  const int64_t token = rv.valid ? p.sorted_pairs[rv.row] / p.top_k : 0;
-  const int64_t src = token * p.hidden + rv.col, dst = rv.row * p.hidden + rv.col;  // elements
-  const int64_t kb = p.hidden / kMoeBlock;
-  if (p.mode == GatherMode::kQuantBlock) {
-    float x[8] = {0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f};
-    if (rv.valid) UnpackVec8<__nv_bfloat16>(LoadInput16(p.x + src * 2), x);
-    StoreBlock128(rv, x, p.rows + dst, p.rows_scale, kb);
-    return;
-  }
-  if (!rv.valid) return;
-  if (p.mode == GatherMode::kCopyBf16) {
-    StoreGlobal16(p.rows + dst * 2, LoadInput16(p.x + src * 2));
-  } else if (p.mode == GatherMode::kCopyFp8) {
-    *reinterpret_cast<uint2*>(p.rows + dst) = *reinterpret_cast<const uint2*>(p.x + src);
-    if (p.rows_scale != nullptr && rv.col % kMoeBlock == 0) {
-      p.rows_scale[rv.row * kb + rv.col / kMoeBlock] = p.x_scale[token * kb + rv.col / kMoeBlock];
+__global__ void __launch_bounds__(kRowThreads, kRowCtasPerSm) MoeGatherKernel(const __grid_constant__ GatherParams p) {
+  PdlWait();  // src may be the quant kernel's output; sorted_pairs and the row count are align's
+  PdlLaunchDependents();
+  const int rows = *p.row_count, lane = threadIdx.x % 32;
+  const int stride = static_cast<int>(gridDim.x) * kRowWarps;
+  const int64_t vecs = p.row_bytes / 16;
+  const int segments = GatherSegments(p);
+  const int units = rows * segments;
+  int u = static_cast<int>(blockIdx.x) * kRowWarps + static_cast<int>(threadIdx.x) / 32;
+  int pair = u < units ? __ldcg(p.sorted_pairs + u / segments) : 0;
+  for (; u < units; u += stride) {
+    const int r = u / segments, segment = u - r * segments;
+    const int64_t token = pair / p.top_k;
+    pair = u + stride < units ? __ldcg(p.sorted_pairs + (u + stride) / segments) : 0;  // the next unit's, early
+    const uint4* src = reinterpret_cast<const uint4*>(p.src + token * p.row_bytes);
+    uint8_t* dst = p.rows + static_cast<int64_t>(r) * p.row_bytes;
+    const int64_t v0 = static_cast<int64_t>(segment) * kGatherSegmentVecs + lane;
+    uint4 val[kGatherUnroll];
+#pragma unroll
+    for (int i = 0; i < kGatherUnroll; ++i) {
+      if (v0 + 32 * i < vecs) val[i] = __ldcg(src + v0 + 32 * i);
     }
-  } else {  // kQuantTensor
-    float x[8];
-    UnpackVec8<__nv_bfloat16>(LoadInput16(p.x + src * 2), x);
-    StoreE4M3x8Scaled(p.rows + dst, x, mul);
+#pragma unroll
+    for (int i = 0; i < kGatherUnroll; ++i) {
+      if (v0 + 32 * i < vecs) StoreGlobal16(dst + (v0 + 32 * i) * 16, val[i]);
+    }
+    if (p.rows_scale != nullptr && segment == 0) {
+      for (int c = lane; c < p.scales_per_row; c += 32) {
+        p.rows_scale[static_cast<int64_t>(r) * p.scales_per_row + c] =
+            __ldcg(p.src_scale + token * p.scales_per_row + c);
+      }
+    }
   }
 }
 
@@ -128,61 +135,68 @@ struct ActParams {
   MoeQuant quant;
 };
 
-struct ActVector {
-  using Params = ActParams;
-  static __device__ __forceinline__ float Multiplier(const ActParams& p) {
-    return p.quant == MoeQuant::kFp8Tensor ? QuantMultiplier(*p.static_scale) : 1.f;
-  }
-  static __device__ __forceinline__ void Run(const ActParams& p, const RowVector& rv, float mul);
-};
+constexpr int kActUnroll = 2;  // 16-byte vectors of gate and of up per lane in flight
+constexpr int kActSegmentVecs = 32 * kActUnroll;
+__host__ __device__ inline int ActSegments(const ActParams& p) {
+  return (p.vec_per_row + kActSegmentVecs - 1) / kActSegmentVecs;
+}
 
-__device__ __forceinline__ void ActVector::Run(const ActParams& p, const RowVector& rv, float mul) {
-  float h[8] = {0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f};
-  if (rv.valid) {
-    float gate[8], up[8];
-    const __nv_bfloat16* src = p.gate_up + rv.row * 2 * p.inter_dim + rv.col;
-    UnpackVec8<__nv_bfloat16>(Load16(src), gate);
-    UnpackVec8<__nv_bfloat16>(Load16(src + p.inter_dim), up);
+// inter[r] = silu(gate) * up of gate_up[r] in fp32 (the reference's h), rounded / quantized: a warp per (row,
+// segment of kActSegmentVecs vectors). Lanes past the row still run the block128 16-lane max reductions (full-mask
+// shuffles); a 16-lane group covers vectors 16j..16j+15 of the row = one 128-column block (I % 128 == 0 there), all
+// valid or all not.
+__global__ void __launch_bounds__(kRowThreads, kRowCtasPerSm) MoeActKernel(const __grid_constant__ ActParams p) {
+  PdlWait();  // gate_up is GEMM1's
+  PdlLaunchDependents();
+  const int rows = *p.row_count, lane = threadIdx.x % 32;
+  const int stride = static_cast<int>(gridDim.x) * kRowWarps;
+  const int segments = ActSegments(p);
+  const int units = rows * segments;
+  const float mul = p.quant == MoeQuant::kFp8Tensor ? QuantMultiplier(*p.static_scale) : 1.f;
+  const int64_t blocks_per_row = p.inter_dim / kMoeBlock;
+  for (int u = static_cast<int>(blockIdx.x) * kRowWarps + static_cast<int>(threadIdx.x) / 32; u < units; u += stride) {
+    const int r = u / segments, base = (u - r * segments) * kActSegmentVecs;
+    const __nv_bfloat16* src = p.gate_up + static_cast<int64_t>(r) * 2 * p.inter_dim;
+    const int64_t dst_row = static_cast<int64_t>(r) * p.inter_dim;
+    uint4 gate_raw[kActUnroll], up_raw[kActUnroll];
 #pragma unroll
-    for (int i = 0; i < 8; ++i) h[i] = __fmul_rn(Silu(gate[i]), up[i]);  // the reference's fp32 h
-  }
-  const int64_t dst = rv.row * p.inter_dim + rv.col;
-  if (p.quant == MoeQuant::kFp8Block128) {  // I % 128 == 0
-    StoreBlock128(rv, h, p.inter + dst, p.inter_scale, p.inter_dim / kMoeBlock);
-  } else if (rv.valid) {
-    if (p.quant == MoeQuant::kNone) {
-      StoreVec8(reinterpret_cast<__nv_bfloat16*>(p.inter) + dst, h);
-    } else {
-      StoreE4M3x8Scaled(p.inter + dst, h, mul);
+    for (int i = 0; i < kActUnroll; ++i) {
+      const int v = base + 32 * i + lane;
+      if (v < p.vec_per_row) {
+        gate_raw[i] = Load16(src + 8 * v);
+        up_raw[i] = Load16(src + p.inter_dim + 8 * v);
+      }
+    }
+#pragma unroll
+    for (int i = 0; i < kActUnroll; ++i) {
+      const int v = base + 32 * i + lane;
+      const bool valid = v < p.vec_per_row;
+      const int64_t col = 8 * static_cast<int64_t>(v);
+      float h[8] = {0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f};
+      if (valid) {
+        float gate[8], up[8];
+        UnpackVec8<__nv_bfloat16>(gate_raw[i], gate);
+        UnpackVec8<__nv_bfloat16>(up_raw[i], up);
+#pragma unroll
+        for (int j = 0; j < 8; ++j) h[j] = __fmul_rn(Silu(gate[j]), up[j]);
+      }
+      if (p.quant == MoeQuant::kFp8Block128) {
+        StoreBlock128(valid, r, col, h, p.inter + dst_row + col, p.inter_scale, blocks_per_row);
+      } else if (valid) {
+        if (p.quant == MoeQuant::kNone) {
+          StoreVec8(reinterpret_cast<__nv_bfloat16*>(p.inter) + dst_row + col, h);
+        } else {
+          StoreE4M3x8Scaled(p.inter + dst_row + col, h, mul);
+        }
+      }
     }
   }
 }
 
-// The gather and act kernels: Op::Run on every 8-column vector of the real rows, grid-stride in whole CTAs.
-template <class Op>
-__global__ void __launch_bounds__(kRowThreads, kRowCtasPerSm)
-    MoeRowsKernel(const __grid_constant__ typename Op::Params p) {
-  PdlWait();
-  PdlLaunchDependents();
-  const int64_t rows = *p.row_count, vectors = rows * p.vec_per_row;
-  const float mul = Op::Multiplier(p);
-  for (int64_t v0 = static_cast<int64_t>(blockIdx.x) * kRowThreads; v0 < vectors;
-       v0 += static_cast<int64_t>(gridDim.x) * kRowThreads) {
-    Op::Run(p, RowVectorAt(v0 + threadIdx.x, p.vec_per_row, rows), mul);
-  }
-}
-
-// Grid of the gather / act kernels: enough CTAs for the most rows, at most kRowCtasPerSm per SM; they walk the
-// real rows grid-stride, so an EP rank with few local rows launches no flood of CTAs that find nothing to do.
-// A function of the shapes and the device only.
-dim3 RowGrid(int64_t max_rows, int64_t vec_per_row, int sms) {
-  const int64_t need = (max_rows * vec_per_row + kRowThreads - 1) / kRowThreads;
-  return dim3(static_cast<unsigned>(std::max<int64_t>(1, std::min<int64_t>(need, int64_t{sms} * kRowCtasPerSm))));
-}
-
 }  // namespace
 
-Status RunGroupedMoe(const FusedMoeArgs& a, const MoePlan& plan, cudaStream_t stream) {
+Status RunGroupedMoe(const FusedMoeArgs& a, const MoePlan& plan, const uint8_t* a_x, const float* a_x_scale,
+                     cudaStream_t stream) {
   const int64_t tokens = a.x.shape[0], hidden = a.x.shape[1], experts = a.w13.shape[0], inter = a.w13.shape[1] / 2;
   const int64_t top_k = a.topk_ids.shape[1];
   const bool fp8 = a.quant != MoeQuant::kNone, block = a.quant == MoeQuant::kFp8Block128;
@@ -223,22 +237,17 @@ Status RunGroupedMoe(const FusedMoeArgs& a, const MoePlan& plan, cudaStream_t st
   HPC_RETURN_IF_ERROR(LaunchGroupedGemmSetup(groups, gate_up, down, stream));
 
   GatherParams gp = {};
-  gp.x = static_cast<const uint8_t*>(a.x.data);
-  gp.x_scale = block && a.x.dtype == DType::kF8E4M3 ? a.x_scale.ptr<const float>() : nullptr;
-  gp.static_scale = tensor ? a.a13_scale.ptr<const float>() : nullptr;
+  gp.src = a_x;
+  gp.src_scale = block ? a_x_scale : nullptr;
   gp.sorted_pairs = reinterpret_cast<const int32_t*>(ws + plan.sorted_pairs);
   gp.row_count = row_count;
   gp.rows = ws + plan.rows;
   gp.rows_scale = block ? reinterpret_cast<float*>(ws + plan.rows_scale) : nullptr;
-  gp.hidden = hidden;
-  gp.vec_per_row = static_cast<int>(hidden / 8);
+  gp.row_bytes = hidden * (fp8 ? 1 : 2);
+  gp.scales_per_row = static_cast<int>(hidden / kMoeBlock);
   gp.top_k = static_cast<int>(top_k);
-  gp.mode = a.x.dtype == DType::kF8E4M3 ? GatherMode::kCopyFp8
-            : !fp8                      ? GatherMode::kCopyBf16
-            : block                     ? GatherMode::kQuantBlock
-                                        : GatherMode::kQuantTensor;
-  HPC_RETURN_IF_ERROR(Launch("fused_moe gather launch", MoeRowsKernel<GatherVector>,
-                             RowGrid(plan.max_rows, gp.vec_per_row, sms), dim3(kRowThreads), 0, stream, gp));
+  HPC_RETURN_IF_ERROR(Launch("fused_moe gather launch", MoeGatherKernel,
+                             RowGrid(plan.max_rows, GatherSegments(gp), sms), dim3(kRowThreads), 0, stream, gp));
 
   HPC_RETURN_IF_ERROR(LaunchGroupedGemm(groups, gate_up, stream));
 
@@ -251,8 +260,8 @@ Status RunGroupedMoe(const FusedMoeArgs& a, const MoePlan& plan, cudaStream_t st
   ap.inter_dim = inter;
   ap.vec_per_row = static_cast<int>(inter / 8);
   ap.quant = a.quant;
-  HPC_RETURN_IF_ERROR(Launch("fused_moe act launch", MoeRowsKernel<ActVector>,
-                             RowGrid(plan.max_rows, ap.vec_per_row, sms), dim3(kRowThreads), 0, stream, ap));
+  HPC_RETURN_IF_ERROR(Launch("fused_moe act launch", MoeActKernel, RowGrid(plan.max_rows, ActSegments(ap), sms),
+                             dim3(kRowThreads), 0, stream, ap));
 
   HPC_RETURN_IF_ERROR(LaunchGroupedGemm(groups, down, stream));
 

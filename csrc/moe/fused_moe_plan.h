@@ -37,9 +37,11 @@
 //   align_counts  int32[kAlignMaxCtas, E]  local pairs per expert in each chunk of the multi-CTA align (AlignCtas)
 //   gemm_args     2 x E x kGroupedGemmArgsBytesPerExpert   per-group arguments of GEMM1 and GEMM2
 //   gemm_ws       kGroupedGemmWorkspaceBytes               CUTLASS's TMA descriptors (the GEMMs run in turn)
-//   rows          e4m3|bf16[P, H] then bf16[P, H]   A of GEMM1 (x gathered + quantized), then D of GEMM2
+//   rows          e4m3|bf16[P, H] then bf16[P, H]   A of GEMM1 (x's rows gathered), then D of GEMM2
 //                                       (down rows): A is dead once GEMM1 is done
 //   rows_scale    f32[P, H/128]         fp8_block128 only: A's scales (per row per 128 columns, K-major)
+//   x_q           e4m3[T, H]            fp8 quant with bf16 x only: x quantized once per token (then gathered)
+//   x_q_scale     f32[T, H/128]         fp8_block128 with bf16 x only
 //   gate_up       bf16[P, 2I]           D of GEMM1
 //   inter         bf16|e4m3[P, I]       silu(gate)*up, rounded/quantized like the reference (A of GEMM2)
 //   inter_scale   f32[P, I/128]         fp8_block128 only
@@ -210,8 +212,9 @@ struct MoePlan {
   int64_t pairs = 0, max_tiles = 0, max_rows = 0;
   // both paths
   int64_t header = 0, sorted_pairs = 0, inter = 0, inter_scale = 0, total = 0;
+  int64_t x_q = 0, x_q_scale = 0;  // fp8 with bf16 x
   // tiled path
-  int64_t tile_expert = 0, x_q = 0, x_q_scale = 0, down = 0, up_partial = 0, up_arrivals = 0, up_units = 0;
+  int64_t tile_expert = 0, down = 0, up_partial = 0, up_arrivals = 0, up_units = 0;
   // grouped path
   int64_t expert_count = 0, expert_first = 0, pair_row = 0, align_counts = 0, gemm_args = 0, gemm_ws = 0, rows = 0, rows_scale = 0,
           gate_up = 0;
@@ -249,6 +252,8 @@ inline MoePlan MakeMoePlan(int64_t tokens, int64_t top_k, int64_t experts, int64
     p.gemm_ws = take(kGroupedGemmWorkspaceBytes);
     p.rows = take(p.pairs * hidden * 2);  // bf16 down rows >= A rows (1 or 2 bytes)
     p.rows_scale = take(block ? p.pairs * (hidden / kMoeBlock) * 4 : 0);
+    p.x_q = take(fp8 ? tokens * hidden : 0);
+    p.x_q_scale = take(block ? tokens * (hidden / kMoeBlock) * 4 : 0);
     p.gate_up = take(p.pairs * 2 * inter * 2);
     p.inter = take(p.pairs * inter * (fp8 ? 1 : 2));
     p.inter_scale = take(block ? p.pairs * (inter / kMoeBlock) * 4 : 0);
