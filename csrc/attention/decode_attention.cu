@@ -73,9 +73,6 @@ __global__ void __launch_bounds__(1024) DecodePlanKernel(const int32_t* seq_lens
   // memory is a chain of dependent L2 round trips, and the attention kernel waits for this whole kernel).
   __shared__ int32_t prefix_smem[kPlanSmemPrefix];
   PdlWait();
-  // Let the attention grid launch now: its CTAs wait (PdlWait) for this whole grid anyway, and becoming resident
-  // overlaps the lengths' load, the scan and the start search here instead of following them.
-  PdlLaunchDependents();
   int32_t* prefix = PlanPrefix(plan);
   const bool in_smem = batch < kPlanSmemPrefix;
   if (threadIdx.x == 0) running = 0;
@@ -100,6 +97,7 @@ __global__ void __launch_bounds__(1024) DecodePlanKernel(const int32_t* seq_lens
   }
   __syncthreads();
   const int32_t* search = in_smem ? prefix_smem : prefix;
+  PdlLaunchDependents();
   const int64_t total = static_cast<int64_t>(running) * cfg.num_kv_heads;
   const int64_t capacity = CapacityOf(total, max_ctas, min_tiles + kPieceCostTiles);
   const int num_ctas = static_cast<int>((total + capacity - 1) / capacity);
