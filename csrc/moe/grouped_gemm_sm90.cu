@@ -336,15 +336,9 @@ Status LaunchGroupedGemmSetup(const GroupedGemmGroups& g, const GroupedGemmProbl
   return Launch("fused_moe grouped GEMM setup launch", GroupedGemmSetupKernel, dim3(1), dim3(threads), 0, stream, sp);
 }
 
-// fp8 GEMMs of short K (the down GEMM at I <= 1024: Qwen3-30B 768, Hy3-TP8 192) take the 64-row ping-pong tiles
-// whatever the rows per expert: a 128-row cooperative tile runs K / 128 <= 8 k-blocks and then an epilogue that no
-// MMA overlaps, where ping-pong overlaps one warpgroup's epilogue with the other's mainloop. (EXPERIMENT)
-constexpr int64_t kPingpongMaxK = 1024;
-
 Status LaunchGroupedGemm(const GroupedGemmGroups& g, const GroupedGemmProblem& p, cudaStream_t stream) {
   const GroupedGemmTile env = GroupedGemmTileFromEnv();  // invalid never gets here: ValidateFusedMoeCuda
-  const bool short_k = g.quant != MoeQuant::kNone && p.k <= kPingpongMaxK;
-  const bool narrow = env.m != 0 ? env.m == 64 : (g.tile_m == 64 || short_k);
+  const bool narrow = env.m != 0 ? env.m == 64 : g.tile_m == 64;
   const bool wide = env.n != 128;  // N 256 unless the knob says 128
   switch (g.quant) {
     case MoeQuant::kNone:
