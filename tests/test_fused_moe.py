@@ -212,7 +212,7 @@ def test_workspace_size_and_tile_bound(tokens, top_k, experts, quant, skew, seed
 
     hidden, inter = 256, 384
     bm, max_tiles, total = _plan(tokens, top_k, experts, hidden, inter, quant)
-    assert ext().fused_moe_workspace_size(tokens, top_k, experts, hidden, inter, QUANT_CODE[quant]) == total
+    assert ext().fused_moe_call_workspace_size(tokens, top_k, experts, hidden, inter, QUANT_CODE[quant]) == total
     assert ext().fused_moe_tile_m(tokens, top_k, experts, QUANT_CODE[quant]) == bm
     # any routing's tile count fits the grid: uniform, skewed, one pair per expert, some pairs non-local
     rng = np.random.default_rng(seed)
@@ -229,6 +229,35 @@ def test_workspace_size_and_tile_bound(tokens, top_k, experts, quant, skew, seed
         assert int(counts.sum()) <= pairs
     else:
         assert int(np.sum(-(-counts // bm))) <= max_tiles
+
+
+def _check_workspace_serves_fewer_tokens(top_k, experts, hidden, inter, quant, max_tokens):
+    """fused_moe_workspace_size(T) is the running maximum of the per-call need over T' <= T (which drops where the
+    path changes), so one workspace allocated for the largest batch serves every smaller one."""
+    from hpc_xla._ext import ext
+
+    q = QUANT_CODE[quant]
+    running = 0
+    for t in range(0, max_tokens + 1):
+        running = max(running, ext().fused_moe_call_workspace_size(t, top_k, experts, hidden, inter, q))
+        assert ext().fused_moe_workspace_size(t, top_k, experts, hidden, inter, q) == running, t
+
+
+# The benchmark's shapes (local experts, H, I, top-k): each crosses the stream / tiled / grouped switches below 2048
+# tokens; Qwen3-30B fp8 at T = 128 -> 129 needs 10.9 MB -> 8.9 MB per call.
+@pytest.mark.parametrize("quant", [None, "fp8_tensor", "fp8_block128"])
+@pytest.mark.parametrize("shape", [(128, 2048, 768, 8), (192, 4096, 192, 8), (24, 4096, 1536, 8),
+                                   (32, 7168, 2048, 8), (8, 4096, 14336, 2)])
+def test_workspace_size_serves_every_smaller_batch(shape, quant):
+    experts, hidden, inter, top_k = shape
+    _check_workspace_serves_fewer_tokens(top_k, experts, hidden, inter, quant, 2048)
+
+
+@settings(max_examples=40, deadline=None)
+@given(top_k=st.integers(1, 8), experts=st.integers(1, 300), hidden=st.sampled_from([128, 256, 1024]),
+       inter=st.sampled_from([128, 384, 1024]), quant=st.sampled_from([None, "fp8_tensor", "fp8_block128"]))
+def test_workspace_size_serves_every_smaller_batch_random(top_k, experts, hidden, inter, quant):
+    _check_workspace_serves_fewer_tokens(top_k, experts, hidden, inter, quant, 600)
 
 
 def _align_emulation(ids, experts, offset, bm, warps=32):

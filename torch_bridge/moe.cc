@@ -63,10 +63,18 @@ void BindMoe(nb::module_& m) {
   m.def(
       "fused_moe_workspace_size",
       [](int64_t tokens, int64_t top_k, int64_t experts, int64_t hidden, int64_t inter, int quant) {
+        return FusedMoeMaxWorkspaceBytes(tokens, top_k, experts, hidden, inter, static_cast<MoeQuant>(quant));
+      },
+      nb::arg("tokens"), nb::arg("top_k"), nb::arg("experts"), nb::arg("hidden"), nb::arg("inter"), nb::arg("quant"),
+      "Bytes of a CUDA fused_moe workspace (uint8) that serves every call of at most `tokens` tokens with these "
+      "shapes (local experts E = w13.shape[0]).");
+  m.def(
+      "fused_moe_call_workspace_size",
+      [](int64_t tokens, int64_t top_k, int64_t experts, int64_t hidden, int64_t inter, int quant) {
         return FusedMoeWorkspaceBytes(tokens, top_k, experts, hidden, inter, static_cast<MoeQuant>(quant));
       },
       nb::arg("tokens"), nb::arg("top_k"), nb::arg("experts"), nb::arg("hidden"), nb::arg("inter"), nb::arg("quant"),
-      "Bytes of the CUDA fused_moe workspace (uint8) for these shapes (local experts E = w13.shape[0]).");
+      "Bytes of the CUDA fused_moe workspace one call of exactly `tokens` tokens needs (not monotone in tokens).");
   m.def(
       "fused_moe_tile_m",
       [](int64_t tokens, int64_t top_k, int64_t experts, int quant) {

@@ -47,8 +47,13 @@ int FusedMoeTileM(int64_t tokens, int64_t top_k, int64_t experts, MoeQuant quant
 // Rows of the grouped path's CTA tile (64 ping-pong | 128 cooperative) when TileM picks that path, ignoring
 // HPC_XLA_MOE_GEMM_TILE; experts_global = the routing's expert count (0: unknown, the local count).
 int FusedMoeGroupedCtaRows(int64_t tokens, int64_t top_k, int64_t experts, int64_t experts_global, MoeQuant quant);
+// What one call with `tokens` tokens needs (the CUDA path checks the workspace against it).
 int64_t FusedMoeWorkspaceBytes(int64_t tokens, int64_t top_k, int64_t experts, int64_t hidden, int64_t inter,
                                MoeQuant quant);
+// What serves every call with at most `max_tokens` tokens (>= FusedMoeWorkspaceBytes of each; the per-call size is
+// not monotone in T): the size to preallocate once, e.g. for CUDA-graph capture at the largest batch.
+int64_t FusedMoeMaxWorkspaceBytes(int64_t max_tokens, int64_t top_k, int64_t experts, int64_t hidden, int64_t inter,
+                                  MoeQuant quant);
 
 Status ValidateFusedMoe(const FusedMoeArgs& args);
 // ValidateFusedMoe plus what the CUDA pipeline needs on top: H and I multiples of 64, E <= kMaxMoeCudaExperts,

@@ -280,4 +280,27 @@ inline MoePlan MakeMoePlan(int64_t tokens, int64_t top_k, int64_t experts, int64
   return p;
 }
 
+// The workspace that serves every T' <= tokens: what a caller preallocating for its largest batch must allocate
+// (fused_moe_workspace_size; the per-call check asks only for MakeMoePlan(T).total). The per-call size is not
+// monotone in T: it drops where the path changes (Qwen3-30B fp8: T = 128 on the tiled path, f32 down rows per pair,
+// 10.9 MB; T = 129 on the grouped path, bf16 rows, 8.9 MB). Within one M tile it grows with T, and TileM only grows
+// with T, so the maximum over T' <= tokens is the larger of the size at `tokens` and the size at the last T' of each
+// smaller M tile, found by bisection (a few dozen plans: allocation time, not the per-call path).
+inline int64_t MaxMoeWorkspaceBytes(int64_t tokens, int64_t top_k, int64_t experts, int64_t hidden, int64_t inter,
+                                    MoeQuant quant) {
+  auto tile = [&](int64_t t) { return TileM(t, top_k, experts, quant); };
+  int64_t best = MakeMoePlan(tokens, top_k, experts, hidden, inter, quant).total;
+  const int top = tile(tokens);
+  for (const int v : {kStreamTileM, 16, 32, 64, kGroupedTileM}) {
+    if (v >= top) break;
+    int64_t lo = 0, hi = tokens;  // the last T' with TileM(T') <= v lies in [lo, hi): TileM(hi) > v
+    while (hi - lo > 1) {
+      const int64_t mid = lo + (hi - lo) / 2;
+      (tile(mid) <= v ? lo : hi) = mid;
+    }
+    if (lo >= 1 && tile(lo) == v) best = std::max(best, MakeMoePlan(lo, top_k, experts, hidden, inter, quant).total);
+  }
+  return best;
+}
+
 }  // namespace hpc::moe

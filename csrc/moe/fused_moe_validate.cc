@@ -201,6 +201,11 @@ int64_t FusedMoeWorkspaceBytes(int64_t tokens, int64_t top_k, int64_t experts, i
   return moe::MakeMoePlan(tokens, top_k, experts, hidden, inter, quant).total;
 }
 
+int64_t FusedMoeMaxWorkspaceBytes(int64_t max_tokens, int64_t top_k, int64_t experts, int64_t hidden, int64_t inter,
+                                  MoeQuant quant) {
+  return moe::MaxMoeWorkspaceBytes(max_tokens, top_k, experts, hidden, inter, quant);
+}
+
 Status ValidateFusedMoeCuda(const FusedMoeArgs& a) {
   HPC_RETURN_IF_ERROR(ValidateFusedMoe(a));
   ArgCheck c("fused_moe");

@@ -51,9 +51,10 @@ fused_moe_op = define(
 
 
 def fused_moe_workspace_size(tokens, top_k, num_experts, hidden, inter, quant=None):
-    """Bytes of the uint8 workspace the CUDA fused_moe needs: a pure function of the shapes (num_experts = the
-    LOCAL experts, w13.shape[0]; inter = I). Allocate it once for the largest T you will run (a workspace for
-    more tokens serves fewer) and pass it as `workspace=`, e.g. inside a CUDA graph."""
+    """Bytes of a uint8 workspace that serves every CUDA fused_moe call of at most `tokens` tokens: a pure function
+    of the shapes (num_experts = the LOCAL experts, w13.shape[0]; inter = I). Allocate it once for the largest T you
+    will run and pass it as `workspace=`, e.g. inside a CUDA graph. (One call's own need is not monotone in T -- it
+    drops where the pipeline changes path -- so this is the maximum over T' <= tokens.)"""
     return int(ext().fused_moe_workspace_size(int(tokens), int(top_k), int(num_experts), int(hidden), int(inter),
                                               _options.moe_quant_code(quant)))
 
@@ -72,9 +73,9 @@ def fused_moe(x, w13, w2, topk_weights=None, topk_ids=None, *, quant=None, w13_s
         out = torch.empty(x.shape, dtype=torch.bfloat16, device=x.device)
     if workspace is None:
         size = 0
-        if x.device.type == "cuda":
-            size = fused_moe_workspace_size(x.shape[0], topk_ids.shape[-1], w13.shape[0], x.shape[-1],
-                                            w13.shape[1] // 2, quant)
+        if x.device.type == "cuda":  # exactly this call's need
+            size = int(ext().fused_moe_call_workspace_size(x.shape[0], topk_ids.shape[-1], w13.shape[0], x.shape[-1],
+                                                           w13.shape[1] // 2, _options.moe_quant_code(quant)))
         workspace = torch.empty(size, dtype=torch.uint8, device=x.device)
     fused_moe_op(x, x_scale, w13, w2, w13_scale, w2_scale, a13_scale, a2_scale, topk_weights, topk_ids,
                  shared_output, out, workspace, _options.moe_quant_code(quant), int(expert_offset),
