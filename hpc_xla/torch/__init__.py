@@ -3,7 +3,8 @@ torch.compile and capture into CUDA graphs), plus documented wrappers that alloc
 """
 
 from hpc_xla.torch.attention import DecodePlan, decode_attention, decode_plan
-from hpc_xla.torch.moe import fused_moe, moe_route
+from hpc_xla.torch.moe import fused_moe, fused_moe_workspace_size, moe_route
 from hpc_xla.torch.rope_norm import rope_norm
 
-__all__ = ["DecodePlan", "decode_attention", "decode_plan", "fused_moe", "moe_route", "rope_norm"]
+__all__ = ["DecodePlan", "decode_attention", "decode_plan", "fused_moe", "fused_moe_workspace_size", "moe_route",
+           "rope_norm"]
