@@ -3,7 +3,7 @@
 //              attrs top_k, scoring, renormalize, num_groups, topk_groups, routed_scaling
 //   fused_moe: args x, x_scale, w13, w2, w13_scale, w2_scale, a13_scale, a2_scale, topk_weights, topk_ids,
 //              shared_output (optional ones shape (0,))                      rets out, workspace (uint8
-//              [fused_moe_workspace_size] scratch of the CUDA pipeline; the CPU handler ignores it)
+//              [fused_moe_call_workspace_size] scratch of the CUDA pipeline; the CPU handler ignores it)
 //              attrs quant, expert_offset, num_experts_global
 #include <cuda_runtime.h>
 
