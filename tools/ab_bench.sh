@@ -22,7 +22,7 @@ for r in $(seq 1 "$rounds"); do
     [ "$spec" != "$name" ] && envs="${spec#*:}"
     dir=".peer/exp/$name"
     [ -d "$dir" ] || { echo "no $dir: stage it with tools/stage_ab_copy.sh $name" >&2; exit 1; }
-    log="$out/ab_r${r}_${i}_${name}.txt"
+    log="$out/ab_${args%% *}_r${r}_${i}_${name}.txt"
     # shellcheck disable=SC2086
     (cd "$dir" && env ${envs//,/ } PYTHONPATH="$PWD" HPC_BENCH_PEERS="${HPC_BENCH_PEERS:-0}" \
       timeout "${AB_TIMEOUT:-150}" python3 -m hpc_xla.bench $args > "$log" 2>&1)
