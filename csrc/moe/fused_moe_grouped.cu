@@ -64,60 +64,85 @@ __device__ __forceinline__ void StoreBlock128(bool valid, int64_t row, int64_t c
 }
 
 // ------------------------------------------------------------------------------------------- gather
-// rows[r] = src[pair(r) / k] (+ its block scales): a plain row copy. fp8 with bf16 x quantizes x once per token
-// first (MoeQuantKernel in fused_moe.cu, the rounding the per-pair quantization used), so this kernel only moves
-// bytes: a warp per (row, segment of kGatherSegmentVecs 16-byte vectors), each lane's loads in flight before its
-// stores, the next unit's pair index loaded before the current unit's copy. The per-pair quantizing version (one
-// vector per thread, a 64-bit division each) ran the H200 at ~1.2 TB/s (Qwen3 fp8 T=4096: 56 us for 67 MB of rows;
-// bench/NOTES.md session 18).
+// rows[r] = x[pair(r) / k] (+ its block scales), in one of two forms (GroupedQuantizeInGather picks):
+//   kCopy        a plain row copy: of x (bf16, or fp8 x with its scales) or of x already quantized once per token by
+//                MoeQuantKernel (fused_moe.cu) -- where each token is gathered for several local rows;
+//   kQuant*      bf16 x quantized per row here (fp8_tensor: static a13 | fp8_block128: per row per 128 columns) --
+//                where the local rows are few against the tokens (expert parallelism): one pass over x instead of two.
+// Both round like the reference (same bits as the quant kernel). A warp per (row, segment of kGatherSegmentVecs
+// 16-byte source vectors); the next unit's pair index is loaded before the current unit's copy. The earlier
+// flattened per-pair version (one vector per thread, a 64-bit division each) ran the H200 at ~1.2 TB/s (Qwen3 fp8
+// T=4096: 56 us for 67 MB of rows; bench/NOTES.md session 18).
+enum class GatherMode : int32_t { kCopy = 0, kQuantTensor = 1, kQuantBlock = 2 };
+
 struct GatherParams {
-  const uint8_t* src;           // [T, row_bytes]: x (bf16 | e4m3) or x quantized by MoeQuantKernel
-  const float* src_scale;       // fp8_block128: [T, H/128] (x_scale or the quant kernel's), else null
+  const uint8_t* src;           // [T, src_row_bytes]: x (bf16 | e4m3) or x quantized by MoeQuantKernel
+  const float* src_scale;       // kCopy of block-scaled rows: [T, H/128] (x_scale or the quant kernel's), else null
+  const float* static_scale;    // kQuantTensor: a13
   const int32_t* sorted_pairs;  // [rows] pair of each row
   const int32_t* row_count;     // local rows (align's header[0])
-  uint8_t* rows;                // [P, row_bytes]
+  uint8_t* rows;                // [P, dst_row_bytes]
   float* rows_scale;            // fp8_block128: [P, H/128], else null
-  int64_t row_bytes;            // H * element size, a multiple of 16
+  int64_t src_row_bytes, dst_row_bytes;  // multiples of 16 and 8
+  int vecs;                     // 16-byte source vectors per row
   int scales_per_row;           // H / 128
   int top_k;
+  GatherMode mode;
 };
 
 constexpr int kGatherUnroll = 4;
-constexpr int kGatherSegmentVecs = 32 * kGatherUnroll;  // 16-byte vectors of a row one warp copies per unit
+constexpr int kGatherSegmentVecs = 32 * kGatherUnroll;  // 16-byte source vectors of a row one warp moves per unit
 __host__ __device__ inline int GatherSegments(const GatherParams& p) {
-  return static_cast<int>((p.row_bytes / 16 + kGatherSegmentVecs - 1) / kGatherSegmentVecs);
+  return (p.vecs + kGatherSegmentVecs - 1) / kGatherSegmentVecs;
 }
 
+template <GatherMode kMode>
 __global__ void __launch_bounds__(kRowThreads, kRowCtasPerSm) MoeGatherKernel(const __grid_constant__ GatherParams p) {
   PdlWait();  // src may be the quant kernel's output; sorted_pairs and the row count are align's
   PdlLaunchDependents();
   const int rows = *p.row_count, lane = threadIdx.x % 32;
   const int stride = static_cast<int>(gridDim.x) * kRowWarps;
-  const int64_t vecs = p.row_bytes / 16;
   const int segments = GatherSegments(p);
   const int units = rows * segments;
+  const float mul = kMode == GatherMode::kQuantTensor ? QuantMultiplier(*p.static_scale) : 1.f;
   int u = static_cast<int>(blockIdx.x) * kRowWarps + static_cast<int>(threadIdx.x) / 32;
   int pair = u < units ? __ldcg(p.sorted_pairs + u / segments) : 0;
   for (; u < units; u += stride) {
     const int r = u / segments, segment = u - r * segments;
     const int64_t token = pair / p.top_k;
     pair = u + stride < units ? __ldcg(p.sorted_pairs + (u + stride) / segments) : 0;  // the next unit's, early
-    const uint4* src = reinterpret_cast<const uint4*>(p.src + token * p.row_bytes);
-    uint8_t* dst = p.rows + static_cast<int64_t>(r) * p.row_bytes;
-    const int64_t v0 = static_cast<int64_t>(segment) * kGatherSegmentVecs + lane;
+    const uint4* src = reinterpret_cast<const uint4*>(p.src + token * p.src_row_bytes);
+    uint8_t* dst = p.rows + static_cast<int64_t>(r) * p.dst_row_bytes;
+    const int v0 = segment * kGatherSegmentVecs + lane;
     uint4 val[kGatherUnroll];
 #pragma unroll
     for (int i = 0; i < kGatherUnroll; ++i) {
-      if (v0 + 32 * i < vecs) val[i] = __ldcg(src + v0 + 32 * i);
+      if (v0 + 32 * i < p.vecs) val[i] = __ldcg(src + v0 + 32 * i);
     }
+    if constexpr (kMode == GatherMode::kCopy) {
 #pragma unroll
-    for (int i = 0; i < kGatherUnroll; ++i) {
-      if (v0 + 32 * i < vecs) StoreGlobal16(dst + (v0 + 32 * i) * 16, val[i]);
-    }
-    if (p.rows_scale != nullptr && segment == 0) {
-      for (int c = lane; c < p.scales_per_row; c += 32) {
-        p.rows_scale[static_cast<int64_t>(r) * p.scales_per_row + c] =
-            __ldcg(p.src_scale + token * p.scales_per_row + c);
+      for (int i = 0; i < kGatherUnroll; ++i) {
+        if (v0 + 32 * i < p.vecs) StoreGlobal16(dst + static_cast<int64_t>(v0 + 32 * i) * 16, val[i]);
+      }
+      if (p.rows_scale != nullptr && segment == 0) {
+        for (int c = lane; c < p.scales_per_row; c += 32) {
+          p.rows_scale[static_cast<int64_t>(r) * p.scales_per_row + c] =
+              __ldcg(p.src_scale + token * p.scales_per_row + c);
+        }
+      }
+    } else {
+      // kQuant*: vector v = 8 bf16 columns [8v, 8v + 8) -> 8 e4m3 bytes; a 16-lane group holds one 128-column block
+#pragma unroll
+      for (int i = 0; i < kGatherUnroll; ++i) {
+        const int v = v0 + 32 * i;
+        const bool valid = v < p.vecs;
+        float x[8] = {0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f};
+        if (valid) UnpackVec8<__nv_bfloat16>(val[i], x);
+        if constexpr (kMode == GatherMode::kQuantBlock) {
+          StoreBlock128(valid, r, 8 * static_cast<int64_t>(v), x, dst + 8 * v, p.rows_scale, p.scales_per_row);
+        } else if (valid) {
+          StoreE4M3x8Scaled(dst + 8 * v, x, mul);
+        }
       }
     }
   }
@@ -236,18 +261,27 @@ Status RunGroupedMoe(const FusedMoeArgs& a, const MoePlan& plan, const uint8_t* 
 
   HPC_RETURN_IF_ERROR(LaunchGroupedGemmSetup(groups, gate_up, down, stream));
 
+  // a_x is the op's bf16 x with fp8 quant exactly when fused_moe.cu left the quantization to the gather
+  const bool quantize = fp8 && a.x.dtype == DType::kBF16 && a_x == a.x.data;
   GatherParams gp = {};
   gp.src = a_x;
-  gp.src_scale = block ? a_x_scale : nullptr;
+  gp.src_scale = block && !quantize ? a_x_scale : nullptr;
+  gp.static_scale = quantize && tensor ? a.a13_scale.ptr<const float>() : nullptr;
   gp.sorted_pairs = reinterpret_cast<const int32_t*>(ws + plan.sorted_pairs);
   gp.row_count = row_count;
   gp.rows = ws + plan.rows;
   gp.rows_scale = block ? reinterpret_cast<float*>(ws + plan.rows_scale) : nullptr;
-  gp.row_bytes = hidden * (fp8 ? 1 : 2);
+  gp.src_row_bytes = hidden * (quantize || !fp8 ? 2 : 1);
+  gp.dst_row_bytes = hidden * (fp8 ? 1 : 2);
+  gp.vecs = static_cast<int>(gp.src_row_bytes / 16);
   gp.scales_per_row = static_cast<int>(hidden / kMoeBlock);
   gp.top_k = static_cast<int>(top_k);
-  HPC_RETURN_IF_ERROR(Launch("fused_moe gather launch", MoeGatherKernel,
-                             RowGrid(plan.max_rows, GatherSegments(gp), sms), dim3(kRowThreads), 0, stream, gp));
+  gp.mode = !quantize ? GatherMode::kCopy : (block ? GatherMode::kQuantBlock : GatherMode::kQuantTensor);
+  auto* gather = gp.mode == GatherMode::kCopy          ? &MoeGatherKernel<GatherMode::kCopy>
+                 : gp.mode == GatherMode::kQuantTensor ? &MoeGatherKernel<GatherMode::kQuantTensor>
+                                                       : &MoeGatherKernel<GatherMode::kQuantBlock>;
+  HPC_RETURN_IF_ERROR(Launch("fused_moe gather launch", gather, RowGrid(plan.max_rows, GatherSegments(gp), sms),
+                             dim3(kRowThreads), 0, stream, gp));
 
   HPC_RETURN_IF_ERROR(LaunchGroupedGemm(groups, gate_up, stream));
 

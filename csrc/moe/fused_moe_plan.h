@@ -120,6 +120,18 @@ inline int TileM(int64_t tokens, int64_t top_k, int64_t experts, MoeQuant quant)
 // T=1024 (32) 410 vs 510; bf16 lost at every size (Qwen3 T=1024 429 vs 396, Mixtral T=256 968 vs 745), so bf16
 // keeps 128.
 constexpr int kGroupedNarrowMaxRows = 64;
+
+// Grouped path, fp8 with bf16 x: quantize x once per token (the quant kernel, then the gather copies fp8 rows) or per
+// row inside the gather. Once per token moves 3H bytes per token and then 2H per local row; per row 3H per local
+// row: per row wins while the local rows R < 3T. R is estimated as P * E_local / E_global (the routing is unknown on
+// the host): without expert parallelism R = P = k*T (quantize once), at EP8 with top-8 R ~ T (per row). Measured on
+// the H200 (bench/NOTES.md, session 20), once per token against the old per-row gather: Hy3-TP8 T=4096 605 -> 557 us,
+// Qwen3 fp8 556 -> 543; Hy3-EP8 T=256 / 1024 / 4096 +6.6 / +4.5 / +9.7 us. (EXPERIMENT: per row not yet measured.)
+// experts_global: the routing's expert count (num_experts_global, or E + expert_offset when not given).
+inline bool GroupedQuantizeInGather(int64_t tokens, int64_t pairs, int64_t experts, int64_t experts_global) {
+  return pairs * experts < 3 * tokens * std::max<int64_t>(experts_global, experts);
+}
+
 inline int GroupedCtaRows(int64_t pairs, int64_t experts, int64_t experts_global, MoeQuant quant) {
   const int64_t e = std::max<int64_t>(experts_global > 0 ? experts_global : experts, 1);
   const int64_t rows = (pairs + e - 1) / e;
