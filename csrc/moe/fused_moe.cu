@@ -415,7 +415,7 @@ Status FusedMoeCuda(const FusedMoeArgs& a, cudaStream_t stream) {
   rp.top_k = static_cast<int>(top_k);
   rp.experts = static_cast<int>(experts);
   rp.expert_offset = static_cast<int>(a.expert_offset);
-  return moe::LaunchMoeReduce(rp, tokens, stream);
+  return moe::LaunchMoeReduce(rp, tokens, a.x.device_id, stream);
 }
 
 }  // namespace hpc

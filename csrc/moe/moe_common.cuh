@@ -5,8 +5,10 @@
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <cstdint>
 
+#include "csrc/common/arch.h"
 #include "csrc/common/launch.cuh"
 #include "csrc/common/occupancy.h"
 #include "csrc/common/status.h"
@@ -39,68 +41,125 @@ struct ReduceParams {
   const int32_t* pair_row;    // grouped: [T*k]; null on the tiled path
   const __nv_bfloat16* shared;
   __nv_bfloat16* out;
+  int64_t tokens;
   int hidden, top_k, experts, expert_offset;
 };
 
 constexpr int kReduceThreads = 128;
 constexpr int kReduceBatch = 8;  // top-k slots whose loads are issued together
 
+// One batch of a token's slots: the down row of each (-1: past top_k, or another rank's expert -- contributes 0,
+// its row was never computed) and its routing weight.
+struct ReduceSlots {
+  int32_t row[kReduceBatch];
+  float w[kReduceBatch];
+};
+
+template <typename DownT>
+__device__ __forceinline__ ReduceSlots LoadReduceSlots(const ReduceParams<DownT>& p, int64_t t, int j0) {
+  ReduceSlots s;
+#pragma unroll
+  for (int b = 0; b < kReduceBatch; ++b) {
+    const int j = j0 + b;
+    const int64_t pair = t * p.top_k + j;
+    s.row[b] = -1;
+    s.w[b] = 0.f;
+    if (j < p.top_k) {
+      if (p.pair_row != nullptr) {
+        s.row[b] = p.pair_row[pair];
+      } else {
+        const int e = p.ids[pair] - p.expert_offset;
+        s.row[b] = e >= 0 && e < p.experts ? static_cast<int32_t>(pair) : -1;
+      }
+      s.w[b] = p.weights[pair];
+    }
+  }
+  return s;
+}
+
+// 8 consecutive values of a down row, kept packed in registers until the sums (bf16: 16 bytes, not 8 floats).
+template <typename DownT>
+struct Packed8 {
+  uint4 v[sizeof(DownT) == 2 ? 1 : 2];
+  __device__ __forceinline__ void Load(const DownT* src) {
+#pragma unroll
+    for (int i = 0; i < (sizeof(DownT) == 2 ? 1 : 2); ++i) v[i] = reinterpret_cast<const uint4*>(src)[i];
+  }
+  __device__ __forceinline__ void Unpack(float (&d)[8]) const {
+    if constexpr (sizeof(DownT) == 2) {
+      UnpackVec8<DownT>(v[0], d);
+    } else {
+#pragma unroll
+      for (int i = 0; i < 2; ++i) {
+        d[4 * i] = __uint_as_float(v[i].x), d[4 * i + 1] = __uint_as_float(v[i].y);
+        d[4 * i + 2] = __uint_as_float(v[i].z), d[4 * i + 3] = __uint_as_float(v[i].w);
+      }
+    }
+  }
+};
+
+// A persistent grid over the tokens (CTA x walks t = x, x + gridDim.x, ...; blockIdx.y is a slice of
+// kReduceThreads * 8 columns): the next slot batch's rows and weights -- the next token's, after a token's last
+// batch -- are loaded while the current batch's down rows are in flight, so a token costs one dependent memory round
+// trip instead of two. kReduceBatch slots' loads are issued together, and summed in slot order (the same adds in the
+// same order as one slot at a time), the rows kept packed (bf16: 76 registers, 6 CTAs per SM; f32 rows of the tiled
+// path: 114). The one-CTA-per-token grid ran two round trips per token at 4 CTAs per SM:
+// latency-bound at large T (H200, session 20: Hy3-TP8 T=4096 80-100 us for ~300 MB, DeepSeek-V3 EP8 ~110 us for
+// ~120 MB, most of its slots remote).
 template <typename DownT>
 __global__ void __launch_bounds__(kReduceThreads) MoeReduceKernel(const __grid_constant__ ReduceParams<DownT> p) {
   PdlWait();
   PdlLaunchDependents();
-  const int64_t t = blockIdx.x;
   const int col = (blockIdx.y * kReduceThreads + threadIdx.x) * 8;
-  if (col >= p.hidden) return;
-  float y[8] = {0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f};
-  // kReduceBatch slots at a time: all their rows / weights first, then all their down rows, then the sums in slot
-  // order -- two dependent memory round trips per batch instead of two per slot (the PDL-waited reduce sat ~5 us
-  // after the down GEMM at T=16 for 1 MB of rows). Same adds in the same order as one slot at a time.
-  for (int j0 = 0; j0 < p.top_k; j0 += kReduceBatch) {
-    int64_t row[kReduceBatch];
-    float w[kReduceBatch];
+  int64_t t = blockIdx.x;
+  if (col >= p.hidden || t >= p.tokens) return;
+  ReduceSlots next = LoadReduceSlots(p, t, 0);
+  for (; t < p.tokens; t += gridDim.x) {
+    float y[8] = {0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f};
+    for (int j0 = 0; j0 < p.top_k; j0 += kReduceBatch) {
+      const ReduceSlots cur = next;
+      Packed8<DownT> d[kReduceBatch];
 #pragma unroll
-    for (int b = 0; b < kReduceBatch; ++b) {
-      const int j = j0 + b;
-      const int64_t pair = t * p.top_k + j;
-      row[b] = -1;  // past top_k, or another rank's expert: contributes 0, its row was never computed
-      w[b] = 0.f;
-      if (j < p.top_k) {
-        if (p.pair_row != nullptr) {
-          row[b] = p.pair_row[pair];
-        } else {
-          const int e = p.ids[pair] - p.expert_offset;
-          row[b] = e >= 0 && e < p.experts ? pair : -1;
-        }
-        w[b] = p.weights[pair];
+      for (int b = 0; b < kReduceBatch; ++b) {
+        if (cur.row[b] >= 0) d[b].Load(p.down + static_cast<int64_t>(cur.row[b]) * p.hidden + col);
+      }
+      if (j0 + kReduceBatch < p.top_k) {
+        next = LoadReduceSlots(p, t, j0 + kReduceBatch);
+      } else if (t + gridDim.x < p.tokens) {
+        next = LoadReduceSlots(p, t + gridDim.x, 0);
+      }
+#pragma unroll
+      for (int b = 0; b < kReduceBatch; ++b) {
+        if (cur.row[b] < 0) continue;
+        float v[8];
+        d[b].Unpack(v);
+#pragma unroll
+        for (int i = 0; i < 8; ++i) y[i] = __fadd_rn(y[i], __fmul_rn(cur.w[b], v[i]));  // the reference's y += w * acc
       }
     }
-    float d[kReduceBatch][8];
+    if (p.shared) {
+      float s[8];
+      LoadVec8(p.shared + t * p.hidden + col, s);
 #pragma unroll
-    for (int b = 0; b < kReduceBatch; ++b) {
-      if (row[b] >= 0) LoadRow8(p.down + row[b] * p.hidden + col, d[b]);
+      for (int i = 0; i < 8; ++i) y[i] = __fadd_rn(y[i], s[i]);
     }
-#pragma unroll
-    for (int b = 0; b < kReduceBatch; ++b) {
-      if (row[b] < 0) continue;
-#pragma unroll
-      for (int i = 0; i < 8; ++i) y[i] = __fadd_rn(y[i], __fmul_rn(w[b], d[b][i]));  // the reference's y += w * acc
-    }
+    StoreVec8(p.out + t * p.hidden + col, y);
   }
-  if (p.shared) {
-    float s[8];
-    LoadVec8(p.shared + t * p.hidden + col, s);
-#pragma unroll
-    for (int i = 0; i < 8; ++i) y[i] = __fadd_rn(y[i], s[i]);
-  }
-  StoreVec8(p.out + t * p.hidden + col, y);
 }
 
+// Grid: (tokens, capped at the CTAs that are resident at once over the column slices) x column slices. From the
+// shapes, the device and the occupancy API only.
 template <typename DownT>
-Status LaunchMoeReduce(const ReduceParams<DownT>& p, int64_t tokens, cudaStream_t stream) {
-  const dim3 grid(static_cast<unsigned>(tokens),
-                  static_cast<unsigned>((p.hidden / 8 + kReduceThreads - 1) / kReduceThreads));
-  return Launch("fused_moe reduce launch", MoeReduceKernel<DownT>, grid, dim3(kReduceThreads), 0, stream, p);
+Status LaunchMoeReduce(ReduceParams<DownT> p, int64_t tokens, int device, cudaStream_t stream) {
+  p.tokens = tokens;
+  auto* fn = &MoeReduceKernel<DownT>;
+  int per_sm = 0;
+  HPC_RETURN_IF_ERROR(ResidentCtasPerSm(reinterpret_cast<const void*>(fn), kReduceThreads, 0,
+                                        "fused_moe reduce occupancy", &per_sm));
+  const int64_t slices = (p.hidden / 8 + kReduceThreads - 1) / kReduceThreads;
+  const int64_t resident = std::max<int64_t>(1, int64_t{per_sm} * MultiprocessorCount(device) / slices);
+  const dim3 grid(static_cast<unsigned>(std::min(tokens, resident)), static_cast<unsigned>(slices));
+  return Launch("fused_moe reduce launch", fn, grid, dim3(kReduceThreads), 0, stream, p);
 }
 
 }  // namespace hpc::moe
