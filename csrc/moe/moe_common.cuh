@@ -59,8 +59,10 @@ struct ReduceSlots {
   float w[kReduceBatch];
 };
 
-template <typename DownT>
+// kL2: through L2 (ld.cg) -- the loads issued before the kernel's PDL wait (see MoeReduceKernel).
+template <bool kL2, typename DownT>
 __device__ __forceinline__ ReduceSlots LoadReduceSlots(const ReduceParams<DownT>& p, int64_t t, int j0) {
+  auto ld = [](const auto* src) { return kL2 ? __ldcg(src) : *src; };
   ReduceSlots s;
 #pragma unroll
   for (int b = 0; b < kReduceBatch; ++b) {
@@ -70,12 +72,12 @@ __device__ __forceinline__ ReduceSlots LoadReduceSlots(const ReduceParams<DownT>
     s.w[b] = 0.f;
     if (j < p.top_k) {
       if (p.pair_row != nullptr) {
-        s.row[b] = p.pair_row[pair];
+        s.row[b] = ld(p.pair_row + pair);
       } else {
-        const int e = p.ids[pair] - p.expert_offset;
+        const int e = ld(p.ids + pair) - p.expert_offset;
         s.row[b] = e >= 0 && e < p.experts ? static_cast<int32_t>(pair) : -1;
       }
-      s.w[b] = p.weights[pair];
+      s.w[b] = ld(p.weights + pair);
     }
   }
   return s;
@@ -106,18 +108,22 @@ struct Packed8 {
 // kReduceThreads * 8 columns): the next slot batch's rows and weights -- the next token's, after a token's last
 // batch -- are loaded while the current batch's down rows are in flight, so a token costs one dependent memory round
 // trip instead of two. kReduceBatch slots' loads are issued together, and summed in slot order (the same adds in the
-// same order as one slot at a time), the rows kept packed (bf16: 76 registers, 6 CTAs per SM; f32 rows of the tiled
-// path: 114). The one-CTA-per-token grid ran two round trips per token at 4 CTAs per SM:
+// same order as one slot at a time), the rows kept packed (bf16: 86 registers, 5 CTAs per SM; f32 rows of the tiled
+// path: 124). The one-CTA-per-token grid ran two round trips per token at 4 CTAs per SM:
 // latency-bound at large T (H200, session 20: Hy3-TP8 T=4096 80-100 us for ~300 MB, DeepSeek-V3 EP8 ~110 us for
 // ~120 MB, most of its slots remote).
 template <typename DownT>
 __global__ void __launch_bounds__(kReduceThreads) MoeReduceKernel(const __grid_constant__ ReduceParams<DownT> p) {
-  PdlWait();
-  PdlLaunchDependents();
   const int col = (blockIdx.y * kReduceThreads + threadIdx.x) * 8;
   int64_t t = blockIdx.x;
-  if (col >= p.hidden || t >= p.tokens) return;
-  ReduceSlots next = LoadReduceSlots(p, t, 0);
+  const bool active = col < p.hidden && t < p.tokens;
+  // The first token's slots are loaded BEFORE the PDL wait: ids and weights are op inputs, and pair_row is the align
+  // kernel's, complete before the down GEMM (which launches us only after its own wait) began; read through L2.
+  ReduceSlots next;
+  if (active) next = LoadReduceSlots<true>(p, t, 0);
+  PdlWait();  // the down rows are the down GEMM's
+  PdlLaunchDependents();
+  if (!active) return;
   for (; t < p.tokens; t += gridDim.x) {
     float y[8] = {0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f};
     for (int j0 = 0; j0 < p.top_k; j0 += kReduceBatch) {
@@ -128,9 +134,9 @@ __global__ void __launch_bounds__(kReduceThreads) MoeReduceKernel(const __grid_c
         if (cur.row[b] >= 0) d[b].Load(p.down + static_cast<int64_t>(cur.row[b]) * p.hidden + col);
       }
       if (j0 + kReduceBatch < p.top_k) {
-        next = LoadReduceSlots(p, t, j0 + kReduceBatch);
+        next = LoadReduceSlots<false>(p, t, j0 + kReduceBatch);
       } else if (t + gridDim.x < p.tokens) {
-        next = LoadReduceSlots(p, t + gridDim.x, 0);
+        next = LoadReduceSlots<false>(p, t + gridDim.x, 0);
       }
 #pragma unroll
       for (int b = 0; b < kReduceBatch; ++b) {
