@@ -166,11 +166,17 @@ inline int StreamDownSplits(int64_t pairs, int64_t experts, int64_t inter, int w
 // 93 hit at T=16: 279 units of 512 KB for 264 CTAs). Such shapes split K into up to 8 parts of >= 4 K tiles until
 // the units at full expert coverage reach 8 x the grid; fp8_block128 (one CTA per SM, 256-row N blocks) at most 2:
 // DeepSeek-V3 EP8 T=1 / 2 / 4 / 8 ran 58.6 / 84.9 / 85.5 / 109.1 us unsplit, 41.3 / 65.6 / 66.5 / 117.3 with 2
-// splits, 39.2 / 71.1 / 71.7 / 127.5 with 8 (H200, session 17). Measured for fp8_tensor: Hy3-TP8 T=16 4 splits
-// 111 -> 99 us. HPC_XLA_MOE_UP_SPLITS=N (1-8) forces N (A/B runs).
+// splits, 39.2 / 71.1 / 71.7 / 127.5 with 8 (H200, session 17). fp8_tensor never splits: 4 splits had helped its
+// mma.sync gate-up (Hy3-TP8 T=16 111 -> 99 us, session 17), but against the wgmma gate-up that replaced it they cost
+// Hy3-TP8 T=8 / 16 / 32 / 64 53.3 / 89.4 / 118.3 / 149.3 us vs 48.7 / 80.1 / 113.4 / 147.6 unsplit, Hy3-EP8 T=8 / 16
+// 49.1 / 49.8 vs 44.8 / 45.9 (2 splits in between; H200, session 21). bf16 keeps the rule (no benchmark shape has
+// few enough units to measure it again). HPC_XLA_MOE_UP_SPLITS=N (1-8) forces N (A/B runs).
 constexpr int kNominalGemmCtas = 264;
 constexpr int kMaxUpSplits = 8;
 constexpr int kMaxUpSplitsBlock128 = 2;
+inline int MaxUpSplits(MoeQuant quant) {
+  return quant == MoeQuant::kFp8Block128 ? kMaxUpSplitsBlock128 : quant == MoeQuant::kFp8Tensor ? 1 : kMaxUpSplits;
+}
 int MoeUpSplitsFromEnv();  // fused_moe_validate.cc: 0 unset, else the forced count (validated there)
 
 inline int TiledKTiles(int64_t hidden, MoeQuant quant) {
@@ -186,7 +192,7 @@ inline int SplitKTiles(int k_tiles, int splits) { return (k_tiles + splits - 1) 
 
 inline int MoeUpSplits(int64_t experts, int64_t hidden, int64_t inter, MoeQuant quant) {
   const int k_tiles = std::max(1, TiledKTiles(hidden, quant));
-  const int most = quant == MoeQuant::kFp8Block128 ? kMaxUpSplitsBlock128 : kMaxUpSplits;
+  const int most = MaxUpSplits(quant);
   const int cap = std::max(1, std::min(most, k_tiles / 4));
   const int forced = MoeUpSplitsFromEnv();
   const int64_t units = static_cast<int64_t>(TiledUpNBlocks(inter, quant)) * experts;
