@@ -681,6 +681,7 @@ except ValueError as e:
 @pytest.mark.parametrize("knob, value, message", [
     ("HPC_XLA_MOE_PATH", "cutlass", "HPC_XLA_MOE_PATH must be 'v1', 'grouped', 'stream', 'auto' or unset; got 'cutlass'"),
     ("HPC_XLA_MOE_UP_SPLITS", "9", "HPC_XLA_MOE_UP_SPLITS must be an integer in [1, 8] or unset; got '9'"),
+    ("HPC_XLA_MOE_TILED_M", "64", "HPC_XLA_MOE_TILED_M must be '16', '32' or unset; got '64'"),
 ])
 def test_moe_knobs_reject_unknown_values(knob, value, message):
     r = _run_child(_KNOB_CHILD, **{knob: value})

@@ -95,12 +95,18 @@ inline int64_t GroupedFromAvg(MoeQuant quant) {
   return quant == MoeQuant::kNone ? 32 : (quant == MoeQuant::kFp8Tensor ? 8 : 3);
 }
 
+// HPC_XLA_MOE_TILED_M=16|32 forces the tiled path's M tile wherever the default picks the tiled path (A/B runs: at
+// avg 16 rows per expert the 16-row tile gives ~45% of the experts a second, mostly empty tile that reads their
+// weights again -- Mixtral T=64 and Qwen3 bf16 T=256, the two rows nearest Triton's, run there).
+int MoeTiledMFromEnv();  // fused_moe_validate.cc: 0 unset, 16 or 32, -1 anything else (validated there)
+
 inline int TileM(int64_t tokens, int64_t top_k, int64_t experts, MoeQuant quant) {
   const int64_t e = std::max<int64_t>(experts, 1);
   const int64_t pairs = tokens * top_k;
   const int64_t avg = (pairs + e - 1) / e;
   const int v1 = avg <= 16 ? 16 : (avg <= 32 ? 32 : 64);
-  const int tiled = avg > GroupedFromAvg(quant) ? kGroupedTileM : std::min(v1, 32);
+  const int forced_m = MoeTiledMFromEnv();
+  const int tiled = avg > GroupedFromAvg(quant) ? kGroupedTileM : forced_m > 0 ? forced_m : std::min(v1, 32);
   switch (MoePathFromEnv()) {
     case MoePathChoice::kV1: return v1;
     case MoePathChoice::kGrouped: return kGroupedTileM;

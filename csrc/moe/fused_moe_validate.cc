@@ -65,6 +65,17 @@ int MoeUpSplitsFromEnv() {
   return splits >= 1 && splits <= kMaxUpSplits ? splits : 0;
 }
 
+int MoeTiledMFromEnv() {
+  static const int m = [] {
+    const char* v = std::getenv("HPC_XLA_MOE_TILED_M");
+    if (v == nullptr || *v == '\0') return 0;
+    if (std::strcmp(v, "16") == 0) return 16;
+    if (std::strcmp(v, "32") == 0) return 32;
+    return -1;
+  }();
+  return m;
+}
+
 const char* GroupedGemmTileEnvText() {
   const char* v = std::getenv("HPC_XLA_MOE_GEMM_TILE");
   return v == nullptr ? "" : v;
@@ -216,6 +227,10 @@ Status ValidateFusedMoeCuda(const FusedMoeArgs& a) {
   if (const char* v = std::getenv("HPC_XLA_MOE_UP_SPLITS"); v != nullptr && *v != '\0' && moe::MoeUpSplitsFromEnv() == 0) {
     return c.Fail("HPC_XLA_MOE_UP_SPLITS must be an integer in [1, " + std::to_string(moe::kMaxUpSplits) +
                   "] or unset; got '" + v + "'");
+  }
+  if (moe::MoeTiledMFromEnv() < 0) {
+    return c.Fail(std::string("HPC_XLA_MOE_TILED_M must be '16', '32' or unset; got '") +
+                  std::getenv("HPC_XLA_MOE_TILED_M") + "'");
   }
   if (!moe::GroupedGemmTileFromEnv().valid) {
     return c.Fail(std::string("HPC_XLA_MOE_GEMM_TILE must be '128x256', '128x128', '64x256', '64x128' or unset; got '") +
