@@ -185,7 +185,7 @@ Status ValidateFusedMoe(const FusedMoeArgs& a) {
                               {{tokens, "T, from x"}, {a.topk_ids.shape[1], "top_k, from topk_ids"}}, "x", a.x));
   if (a.topk_ids.shape[1] < 1) return c.Fail("top_k must be >= 1");
   if (a.expert_offset < 0) return c.Fail("expert_offset must be >= 0; got " + std::to_string(a.expert_offset));
-  const int64_t global = GlobalExperts(a);
+  const int64_t global = a.num_experts_global > 0 ? a.num_experts_global : experts + a.expert_offset;
   if (a.expert_offset + experts > global) {
     return c.Fail("expert_offset + E (" + std::to_string(a.expert_offset + experts) + ") exceeds num_experts_global (" +
                   std::to_string(global) + ")");
