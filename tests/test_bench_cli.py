@@ -23,3 +23,21 @@ def test_graphs_cycle_the_rotating_sets_in_whole_passes(n, min_calls, expect):
     calls = list(range(n))
     got = timing.cycled(calls, min_calls)
     assert len(got) == expect and got[:n] == calls and got == calls * (expect // n)
+
+
+def test_moe_roofline_against_the_same_run_ceilings():
+    # Qwen3 fp8 T=1 on the session-21 numbers: 37.7 MB of hit weights in 19.5 us, a 4.2 TB/s copy ceiling.
+    c = dict(copy_tbps=4.2, fp8_tflops=1300.0, bf16_tflops=None)
+    flops = 2.0 * 8 * 3 * 2048 * 768
+    r = moe._roofline(c, "fp8_tensor", 37.7e6, flops, 19.5)
+    assert r["floor_us"] == pytest.approx(37.7e6 / 4.2e12 * 1e6)  # weight-bound: the memory floor
+    assert r["x_floor"] == pytest.approx(19.5 / r["floor_us"])
+    assert r["pct_mem"] == pytest.approx(100 * 37.7e6 / 19.5e-6 / 4.2e12)
+    assert r["pct_tc"] == pytest.approx(100 * flops / 19.5e-6 / 1300e12)
+    # compute-bound row: the GEMM ceiling sets the floor
+    big = moe._roofline(c, "fp8_tensor", 1e6, 1e12, 1000.0)
+    assert big["floor_us"] == pytest.approx(1e12 / 1300e12 * 1e6)
+    # no bf16 GEMM ceiling measured: no %tc, the floor falls back to memory
+    r = moe._roofline(c, None, 1e6, 1e12, 10.0)
+    assert r["pct_tc"] is None and r["floor_us"] == pytest.approx(1e6 / 4.2e12 * 1e6)
+    assert moe._ceilings_text(c) == "copy 4.20 TB/s, bf16 GEMM -, fp8 GEMM 1300 TFLOP/s"

@@ -25,7 +25,6 @@ pairs), speedup = torch µs / ours, vs triton = triton µs / ours (> 1: we are f
 import importlib
 import math
 import os
-import statistics
 import sys
 import time
 import zlib
@@ -39,7 +38,7 @@ from hpc_xla._ext import ext
 from hpc_xla.bench import report, timing
 from hpc_xla.torch.moe import fused_moe_workspace_size
 
-TOKENS = (1, 16, 64, 256, 1024, 4096, 16384)  # (T=4 dropped to keep the default run near 4 minutes)
+TOKENS = (1, 4, 16, 64, 256, 1024, 4096, 16384)  # the issue's list (the whole suite ran in ~90 s, session 21)
 # name, local experts, global experts, expert offset, H, I, top_k, quant
 SHAPES = (
     ("qwen3-30b-a3b", 128, 128, 0, 2048, 768, 8, None),
@@ -183,22 +182,6 @@ def _torch_loop(w, inp, quant, offset, e_local):
     return call
 
 
-def _event_time_us(calls, reps=5):
-    for c in calls:
-        c()
-    torch.cuda.synchronize()
-    times = []
-    for _ in range(reps):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        for c in calls:
-            c()
-        end.record()
-        end.synchronize()
-        times.append(start.elapsed_time(end) * 1000.0 / len(calls))
-    return statistics.median(times)
-
-
 def _peer_time(w, sets, quant, offset, e_local, replays):
     try:
         calls = [_torch_grouped(w, s, quant, offset, e_local) for s in sets]
@@ -207,7 +190,7 @@ def _peer_time(w, sets, quant, offset, e_local, replays):
         return timing.graph_time_us(calls, replays=replays), "grouped"
     except (RuntimeError, TypeError, NotImplementedError, AttributeError):
         torch.cuda.synchronize()
-        return _event_time_us([_torch_loop(w, s, quant, offset, e_local) for s in sets[:1]], reps=3), "loop"
+        return timing.event_time_us([_torch_loop(w, s, quant, offset, e_local) for s in sets[:1]], reps=3), "loop"
 
 
 _TRITON = {}
@@ -376,6 +359,36 @@ def _generator(*key):
     return torch.Generator(device="cuda").manual_seed(zlib.crc32("/".join(map(str, key)).encode()))
 
 
+def _ceilings(shapes):
+    """The same-run ceilings the rows are put against: the D2D copy (TB/s) and an n=8192 GEMM of each operand type
+    the selected shapes use (TFLOP/s; None with the reason where torch cannot run it)."""
+    out = dict(copy_tbps=timing.copy_ceiling_tbps())
+    for kind in sorted({"fp8" if s[7] else "bf16" for s in shapes}):
+        out[kind + "_tflops"], why = timing.gemm_ceiling_tflops(kind)
+        if why:
+            out[kind + "_why"] = why
+    return out
+
+
+def _ceilings_text(c):
+    parts = ["copy %.2f TB/s" % c["copy_tbps"]]
+    for kind in ("bf16", "fp8"):
+        if kind + "_tflops" in c:
+            v = c[kind + "_tflops"]
+            parts.append("%s GEMM %s" % (kind, "-" if v is None else "%.0f TFLOP/s" % v))
+    return ", ".join(parts)
+
+
+def _roofline(ceilings, quant, hit_bytes, flops, us):
+    """% of the memory and tensor-core ceilings, and `us` against the floor max(bytes / copy, FLOPs / GEMM)."""
+    gemm = ceilings.get(("fp8" if quant else "bf16") + "_tflops")
+    copy = ceilings["copy_tbps"]
+    floor_us = max(hit_bytes / (copy * 1e12), 0.0 if gemm is None else flops / (gemm * 1e12)) * 1e6
+    return dict(pct_mem=100 * hit_bytes / (us * 1e-6) / (copy * 1e12),
+                pct_tc=None if gemm is None else 100 * flops / (us * 1e-6) / (gemm * 1e12),
+                floor_us=floor_us, x_floor=us / floor_us if floor_us > 0 else None)
+
+
 def run(args):
     started = time.time()
     torch.manual_seed(0)
@@ -392,6 +405,7 @@ def run(args):
         workers = _precompile(jobs)
         print("triton peer: kernels precompiled for %d (shape, T) in %d processes, %.0f s" % (
             len(jobs), workers, time.time() - t0), flush=True)
+    ceilings = _ceilings(shapes)
     for name, e_local, e_global, offset, h, i, top_k, quant in shapes:
         w = _weights(e_local, h, i, quant, _generator(name, quant))
         emap = _expert_map(e_local, e_global, offset)
@@ -429,6 +443,7 @@ def run(args):
                                                             _options.moe_quant_code(quant)) if tile_m == 128 else None
             tbps = hit_bytes / (ours * 1e-6) / 1e12
             tflops = flops / (ours * 1e-6) / 1e12
+            roof = _roofline(ceilings, quant, hit_bytes, flops, ours)
             rec = dict(shape=name, quant=quant or "bf16", experts=[e_local, e_global], hidden=h, inter=i,
                        top_k=top_k, tokens=tokens, local_pairs=pairs, experts_hit=hit, weight_bytes_hit=hit_bytes,
                        us=ours, tbps=tbps, tflops=tflops, torch_us=theirs, torch_kind=peer_kind,
@@ -437,10 +452,12 @@ def run(args):
                        triton_config=None if tri is None else peer.config_for(w["w13"], w["w2"], top_k, tokens,
                                                                               quant),
                        triton_config_tuned=tuned, rotating_sets=sets_n,
-                       tile_m=tile_m, grouped_cta_rows=grouped_rows,
+                       tile_m=tile_m, grouped_cta_rows=grouped_rows, **roof,
                        path=os.environ.get("HPC_XLA_MOE_PATH", "auto"))
             records.append(rec)
             rows.append([name, quant or "bf16", tokens, "%.1f" % ours, "%.2f" % tbps, "%.1f" % tflops,
+                         _fmt(roof["pct_mem"], "%.0f%%"), _fmt(roof["pct_tc"], "%.0f%%"),
+                         _fmt(roof["x_floor"], "%.2fx"),
                          _fmt(theirs, "%.1f") + ("" if peer_kind in ("grouped", "off") else " (loop)"),
                          _fmt(rec["speedup_vs_torch"], "%.2fx"), _fmt(tri, "%.1f"),
                          _fmt(rec["speedup_vs_triton"], "%.2fx"), _fmt(tri_err, "%.1e")])
@@ -452,11 +469,14 @@ def run(args):
         del w, emap
         torch.cuda.empty_cache()
     report.print_table("fused_moe on %s (CUDA-graph replay, median; triton = vLLM 0.33 fused_moe_kernel, full "
-                       "layer)" % torch.cuda.get_device_name(0),
-                       ["shape", "quant", "T", "us", "TB/s(w hit)", "TFLOP/s", "torch us", "speedup", "triton us",
-                        "vs triton", "tri err"], rows)
+                       "layer; ceilings: %s)" % (torch.cuda.get_device_name(0), _ceilings_text(ceilings)),
+                       ["shape", "quant", "T", "us", "TB/s(w hit)", "TFLOP/s", "%mem", "%tc", "x floor", "torch us",
+                        "speedup", "triton us", "vs triton", "tri err"], rows)
+    print("%mem: TB/s(w hit) against the copy ceiling; %tc: TFLOP/s against the same-run n=8192 GEMM of the row's "
+          "operand type; x floor: us / max(hit weight bytes / copy ceiling, FLOPs / GEMM ceiling).")
     print("triton peer: %s; moe suite took %.0f s" % (_TRITON.get("why", "off"), time.time() - started))
     report.write_json(args.out, dict(suite="moe", device=torch.cuda.get_device_name(0), rows=records,
+                                     ceilings=ceilings,
                                      torch=torch.__version__, triton_peer=_TRITON.get("why", "off"),
                                      seconds=time.time() - started))
     plot(report.plot_path(args.out), records)

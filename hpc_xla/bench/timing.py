@@ -63,19 +63,51 @@ def copy_ceiling_tbps(num_bytes=2 << 30, reps=10):
     src = torch.empty(num_bytes, dtype=torch.uint8, device="cuda")
     dst = torch.empty_like(src)
     src.random_(0, 255)
-    for _ in range(2):
-        dst.copy_(src)
+    us = event_time_us([lambda: dst.copy_(src)], reps=reps, warmup=2)
+    del src, dst
+    return 2 * num_bytes / (us * 1e-6) / 1e12
+
+
+def event_time_us(calls, reps=5, warmup=1):
+    """Median over `reps` of the calls run back to back between two CUDA events, in us per call (eager launches:
+    for what cannot be graph-captured, or is long enough that launch gaps do not matter)."""
+    for _ in range(warmup):
+        for c in calls:
+            c()
     torch.cuda.synchronize()
     times = []
     for _ in range(reps):
         start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
         start.record()
-        dst.copy_(src)
+        for c in calls:
+            c()
         end.record()
         end.synchronize()
-        times.append(start.elapsed_time(end) / 1000.0)
-    del src, dst
-    return 2 * num_bytes / statistics.median(times) / 1e12
+        times.append(start.elapsed_time(end) * 1000.0 / len(calls))
+    return statistics.median(times)
+
+
+def gemm_ceiling_tflops(kind, n=8192, reps=10):
+    """Dense tensor-core rate (TFLOP/s) of one n x n x n GEMM, measured in the same process: the compute ceiling
+    the MoE table reports percentages of. kind "bf16": torch.matmul; "fp8": torch._scaled_mm, e4m3 x e4m3 -> bf16
+    with per-tensor scales (the fp8_tensor and fp8_block128 rows). Returns (TFLOP/s, None), or (None, why) where the
+    installed torch cannot run it -- the table then shows '-' rather than a made-up ceiling."""
+    try:
+        a = torch.randn(n, n, device="cuda", dtype=torch.bfloat16)
+        b = torch.randn(n, n, device="cuda", dtype=torch.bfloat16)
+        if kind == "fp8":
+            a8, b8 = a.to(torch.float8_e4m3fn), b.to(torch.float8_e4m3fn).t()  # column-major B, as cuBLASLt wants
+            one = torch.ones((), device="cuda", dtype=torch.float32)
+
+            def call():
+                return torch._scaled_mm(a8, b8, scale_a=one, scale_b=one, out_dtype=torch.bfloat16)
+        else:
+
+            def call():
+                return a @ b
+        return 2.0 * n ** 3 / (event_time_us([call], reps=reps, warmup=3) * 1e-6) / 1e12, None
+    except Exception as e:  # an old torch without _scaled_mm, or a GPU without fp8
+        return None, (str(e).splitlines()[0][:160] if str(e) else repr(e))
 
 
 def l2_bytes():
