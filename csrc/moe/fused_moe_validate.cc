@@ -76,17 +76,6 @@ int MoeTiledMFromEnv() {
   return m;
 }
 
-int MoeReduceFormFromEnv() {
-  static const int form = [] {
-    const char* v = std::getenv("HPC_XLA_MOE_REDUCE");
-    if (v == nullptr || *v == '\0') return 0;
-    if (std::strcmp(v, "dense") == 0) return 1;
-    if (std::strcmp(v, "sparse") == 0) return 2;
-    return -1;
-  }();
-  return form;
-}
-
 const char* GroupedGemmTileEnvText() {
   const char* v = std::getenv("HPC_XLA_MOE_GEMM_TILE");
   return v == nullptr ? "" : v;
@@ -196,7 +185,7 @@ Status ValidateFusedMoe(const FusedMoeArgs& a) {
                               {{tokens, "T, from x"}, {a.topk_ids.shape[1], "top_k, from topk_ids"}}, "x", a.x));
   if (a.topk_ids.shape[1] < 1) return c.Fail("top_k must be >= 1");
   if (a.expert_offset < 0) return c.Fail("expert_offset must be >= 0; got " + std::to_string(a.expert_offset));
-  const int64_t global = GlobalExperts(a);
+  const int64_t global = a.num_experts_global > 0 ? a.num_experts_global : experts + a.expert_offset;
   if (a.expert_offset + experts > global) {
     return c.Fail("expert_offset + E (" + std::to_string(a.expert_offset + experts) + ") exceeds num_experts_global (" +
                   std::to_string(global) + ")");
@@ -238,10 +227,6 @@ Status ValidateFusedMoeCuda(const FusedMoeArgs& a) {
   if (const char* v = std::getenv("HPC_XLA_MOE_UP_SPLITS"); v != nullptr && *v != '\0' && moe::MoeUpSplitsFromEnv() == 0) {
     return c.Fail("HPC_XLA_MOE_UP_SPLITS must be an integer in [1, " + std::to_string(moe::kMaxUpSplits) +
                   "] or unset; got '" + v + "'");
-  }
-  if (moe::MoeReduceFormFromEnv() < 0) {
-    return c.Fail(std::string("HPC_XLA_MOE_REDUCE must be 'dense', 'sparse' or unset; got '") +
-                  std::getenv("HPC_XLA_MOE_REDUCE") + "'");
   }
   if (moe::MoeTiledMFromEnv() < 0) {
     return c.Fail(std::string("HPC_XLA_MOE_TILED_M must be '16', '32' or unset; got '") +
