@@ -132,7 +132,10 @@ constexpr int kGroupedNarrowMaxRows = 64;
 // row: per row wins while the local rows R < 3T. R is estimated as P * E_local / E_global (the routing is unknown on
 // the host): without expert parallelism R = P = k*T (quantize once), at EP8 with top-8 R ~ T (per row). Measured on
 // the H200 (bench/NOTES.md, session 20), once per token against the old per-row gather: Hy3-TP8 T=4096 605 -> 557 us,
-// Qwen3 fp8 556 -> 543; Hy3-EP8 T=256 / 1024 / 4096 +6.6 / +4.5 / +9.7 us. (EXPERIMENT: per row not yet measured.)
+// Qwen3 fp8 556 -> 543; Hy3-EP8 T=256 / 1024 / 4096 +6.6 / +4.5 / +9.7 us. This rule (per row where R < 3T) then gave
+// the EP rows back (session 21, with the new reduce and fast silu in the same binary: Hy3-EP8 T=256 / 1024 / 4096
+// 151.2 / 170.8 / 324.2 -> 146.3 / 166.4 / 295.8 us; DeepSeek-V3 EP8 T=4096: the 30 us quant kernel gone, the gather
+// 17 -> 26.5 us).
 // experts_global: the routing's expert count (num_experts_global, or E + expert_offset when not given).
 inline bool GroupedQuantizeInGather(int64_t tokens, int64_t pairs, int64_t experts, int64_t experts_global) {
   return pairs * experts < 3 * tokens * std::max<int64_t>(experts_global, experts);
