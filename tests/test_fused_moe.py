@@ -368,3 +368,35 @@ def test_gemm_fragment_mapping_emulation(fp8):
                 breg = [elems(bf[t][2 * nb + h]) for t in range(32)]
                 c[:, 8 * nb:8 * nb + 8] += _mma_16816(ah, [[r[:2], r[2:]] for r in breg])
     np.testing.assert_array_equal(c, a @ b.T)
+
+
+_TILED_M_CHILD = r"""
+import sys
+sys.path.insert(0, "tests")
+from hpc_xla._ext import ext
+from test_fused_moe import QUANT_CODE, _check_workspace_serves_fewer_tokens
+# Qwen3-30B bf16 (avg <= 32 rows per expert: tiled up to T=512) and Mixtral bf16 (top-2 of 8: tiled up to T=128)
+for experts, hidden, inter, top_k in ((128, 2048, 768, 8), (8, 4096, 14336, 2)):
+    tiles = sorted({ext().fused_moe_tile_m(t, top_k, experts, 0) for t in range(1, 1025)})
+    print("TILES", experts, *tiles)
+    _check_workspace_serves_fewer_tokens(top_k, experts, hidden, inter, None, 1024)
+print("OK")
+"""
+
+
+@pytest.mark.parametrize("forced, expect", [("16", [8, 16, 128]), ("32", [8, 32, 128])])
+def test_tiled_m_knob_sets_the_tile_and_keeps_the_workspace_bound(forced, expect):
+    """HPC_XLA_MOE_TILED_M (read once per process, so in a child) replaces the tiled path's 16 / 32 rows by the forced
+    tile at every T that takes the tiled path, leaves the stream (8) and grouped (128) choices alone, and keeps
+    fused_moe_workspace_size a running maximum that serves every smaller batch (its bisection assumes the tile only
+    grows with T)."""
+    import os
+    import subprocess
+    import sys
+
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    r = subprocess.run([sys.executable, "-c", _TILED_M_CHILD], capture_output=True, text=True, cwd=root,
+                       env=dict(os.environ, HPC_XLA_MOE_TILED_M=forced))
+    assert r.returncode == 0 and r.stdout.strip().endswith("OK"), r.stdout + r.stderr
+    tiles = [line.split()[2:] for line in r.stdout.splitlines() if line.startswith("TILES")]
+    assert [[int(v) for v in t] for t in tiles] == [expect, expect], r.stdout
