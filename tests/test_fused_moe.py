@@ -400,3 +400,29 @@ def test_tiled_m_knob_sets_the_tile_and_keeps_the_workspace_bound(forced, expect
     assert r.returncode == 0 and r.stdout.strip().endswith("OK"), r.stdout + r.stderr
     tiles = [line.split()[2:] for line in r.stdout.splitlines() if line.startswith("TILES")]
     assert [[int(v) for v in t] for t in tiles] == [expect, expect], r.stdout
+
+
+_SPLITS_CHILD = r"""
+from hpc_xla._ext import ext
+# Hy3-TP8 (192 experts, H=4096, I=192, top-8) at T=16, the tiled path: bf16 / fp8_tensor / fp8_block128
+print("WS", *[ext().fused_moe_call_workspace_size(16, 8, 192, 4096, 192, q) for q in (0, 1, 2)])
+"""
+
+
+def test_gate_up_split_rule_by_quant():
+    """The tiled gate-up's K splits by quant, seen through the workspace (the split partials' room): fp8_tensor never
+    splits by default (the default's workspace equals HPC_XLA_MOE_UP_SPLITS=1's), bf16 and fp8_block128 still do on
+    this few-unit shape (larger than at 1 split)."""
+    import os
+    import subprocess
+    import sys
+
+    def ws(**env):
+        r = subprocess.run([sys.executable, "-c", _SPLITS_CHILD], capture_output=True, text=True,
+                           env=dict(os.environ, **env))
+        assert r.returncode == 0, r.stdout + r.stderr
+        return [int(v) for v in r.stdout.split("WS")[1].split()]
+
+    default, one, four = ws(), ws(HPC_XLA_MOE_UP_SPLITS="1"), ws(HPC_XLA_MOE_UP_SPLITS="4")
+    assert default[1] == one[1] < four[1]  # fp8_tensor
+    assert default[0] > one[0] and default[2] > one[2]  # bf16, fp8_block128
