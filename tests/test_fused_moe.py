@@ -370,6 +370,20 @@ def test_gemm_fragment_mapping_emulation(fp8):
     np.testing.assert_array_equal(c, a @ b.T)
 
 
+def _knob_child(code, **env):
+    """Runs `code` in a fresh Python from the repository root (the HPC_XLA_MOE_* knobs are read once per process)
+    with exactly the given knobs set -- any the caller's environment has are dropped -- and returns its stdout."""
+    import os
+    import subprocess
+    import sys
+
+    base = {k: v for k, v in os.environ.items() if not k.startswith("HPC_XLA_MOE_")}
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=root, env=dict(base, **env))
+    assert r.returncode == 0, r.stdout + r.stderr
+    return r.stdout
+
+
 _TILED_M_CHILD = r"""
 import sys
 sys.path.insert(0, "tests")
@@ -390,16 +404,10 @@ def test_tiled_m_knob_sets_the_tile_and_keeps_the_workspace_bound(forced, expect
     tile at every T that takes the tiled path, leaves the stream (8) and grouped (128) choices alone, and keeps
     fused_moe_workspace_size a running maximum that serves every smaller batch (its bisection assumes the tile only
     grows with T)."""
-    import os
-    import subprocess
-    import sys
-
-    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    r = subprocess.run([sys.executable, "-c", _TILED_M_CHILD], capture_output=True, text=True, cwd=root,
-                       env=dict(os.environ, HPC_XLA_MOE_TILED_M=forced))
-    assert r.returncode == 0 and r.stdout.strip().endswith("OK"), r.stdout + r.stderr
-    tiles = [line.split()[2:] for line in r.stdout.splitlines() if line.startswith("TILES")]
-    assert [[int(v) for v in t] for t in tiles] == [expect, expect], r.stdout
+    out = _knob_child(_TILED_M_CHILD, HPC_XLA_MOE_TILED_M=forced)
+    assert out.strip().endswith("OK"), out
+    tiles = [line.split()[2:] for line in out.splitlines() if line.startswith("TILES")]
+    assert [[int(v) for v in t] for t in tiles] == [expect, expect], out
 
 
 _SPLITS_CHILD = r"""
@@ -413,15 +421,8 @@ def test_gate_up_split_rule_by_quant():
     """The tiled gate-up's K splits by quant, seen through the workspace (the split partials' room): fp8_tensor never
     splits by default (the default's workspace equals HPC_XLA_MOE_UP_SPLITS=1's), bf16 and fp8_block128 still do on
     this few-unit shape (larger than at 1 split)."""
-    import os
-    import subprocess
-    import sys
-
     def ws(**env):
-        r = subprocess.run([sys.executable, "-c", _SPLITS_CHILD], capture_output=True, text=True,
-                           env=dict(os.environ, **env))
-        assert r.returncode == 0, r.stdout + r.stderr
-        return [int(v) for v in r.stdout.split("WS")[1].split()]
+        return [int(v) for v in _knob_child(_SPLITS_CHILD, **env).split("WS")[1].split()]
 
     default, one, four = ws(), ws(HPC_XLA_MOE_UP_SPLITS="1"), ws(HPC_XLA_MOE_UP_SPLITS="4")
     assert default[1] == one[1] < four[1]  # fp8_tensor

@@ -380,13 +380,15 @@ def _ceilings_text(c):
 
 
 def _roofline(ceilings, quant, hit_bytes, flops, us):
-    """% of the memory and tensor-core ceilings, and `us` against the floor max(bytes / copy, FLOPs / GEMM)."""
+    """The row's rates (TB/s on the hit weights, TFLOP/s), their % of the memory and tensor-core ceilings, and `us`
+    against the floor max(bytes / copy, FLOPs / GEMM)."""
     gemm = ceilings.get(("fp8" if quant else "bf16") + "_tflops")
     copy = ceilings["copy_tbps"]
+    tbps, tflops = hit_bytes / (us * 1e-6) / 1e12, flops / (us * 1e-6) / 1e12
     floor_us = max(hit_bytes / (copy * 1e12), 0.0 if gemm is None else flops / (gemm * 1e12)) * 1e6
-    return dict(pct_mem=100 * hit_bytes / (us * 1e-6) / (copy * 1e12),
-                pct_tc=None if gemm is None else 100 * flops / (us * 1e-6) / (gemm * 1e12),
-                floor_us=floor_us, x_floor=us / floor_us if floor_us > 0 else None)
+    return dict(tbps=tbps, tflops=tflops, pct_mem=100 * tbps / copy,
+                pct_tc=None if gemm is None else 100 * tflops / gemm, floor_us=floor_us,
+                x_floor=us / floor_us if floor_us > 0 else None)
 
 
 def run(args):
@@ -441,12 +443,11 @@ def run(args):
             tile_m = ext().fused_moe_tile_m(tokens, top_k, e_local, _options.moe_quant_code(quant))
             grouped_rows = ext().fused_moe_grouped_cta_rows(tokens, top_k, e_local, e_global,
                                                             _options.moe_quant_code(quant)) if tile_m == 128 else None
-            tbps = hit_bytes / (ours * 1e-6) / 1e12
-            tflops = flops / (ours * 1e-6) / 1e12
             roof = _roofline(ceilings, quant, hit_bytes, flops, ours)
+            tbps, tflops = roof["tbps"], roof["tflops"]
             rec = dict(shape=name, quant=quant or "bf16", experts=[e_local, e_global], hidden=h, inter=i,
                        top_k=top_k, tokens=tokens, local_pairs=pairs, experts_hit=hit, weight_bytes_hit=hit_bytes,
-                       us=ours, tbps=tbps, tflops=tflops, torch_us=theirs, torch_kind=peer_kind,
+                       us=ours, torch_us=theirs, torch_kind=peer_kind,
                        speedup_vs_torch=None if theirs is None else theirs / ours, triton_us=tri,
                        speedup_vs_triton=None if tri is None else tri / ours, triton_rel_err=tri_err,
                        triton_config=None if tri is None else peer.config_for(w["w13"], w["w2"], top_k, tokens,
