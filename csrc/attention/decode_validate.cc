@@ -129,15 +129,7 @@ Status ValidateDecodeAttention(const DecodeAttentionArgs& a, DecodeConfig* cfg) 
   if (!(a.sm_scale > 0.0f)) return c.Fail("sm_scale must be > 0; got " + std::to_string(a.sm_scale));
 
   int max_ctas = a.max_ctas;
-  if (a.schedule == DecodeSchedule::kDynamic && !a.plan.present()) {
-    // No plan: the kernels (and the CPU path) derive decode_plan's schedule for max_ctas themselves (SelfPlan),
-    // with the cost prefix in shared memory.
-    if (!attention::DecodeSelfPlans(batch, cfg->head_dim)) {
-      return c.Fail("plan (from decode_plan) is required for batch > " + std::to_string(attention::kSelfPlanMaxBatch) +
-                    " or head_dim 256; got batch " + std::to_string(batch) + ", head_dim " +
-                    std::to_string(cfg->head_dim));
-    }
-  } else if (a.schedule == DecodeSchedule::kDynamic) {
+  if (a.schedule == DecodeSchedule::kDynamic) {
     HPC_RETURN_IF_ERROR(c.Required("plan", a.plan, 1, "[plan_size] (from decode_plan)"));
     HPC_RETURN_IF_ERROR(c.Dtype("plan", a.plan, {DType::kI32}));
     HPC_RETURN_IF_ERROR(c.SameDevice("plan", a.plan, "q", a.q));
