@@ -29,7 +29,6 @@
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
-#include <atomic>
 #include <string>
 
 #include "csrc/common/arch.h"
@@ -48,9 +47,6 @@
 namespace hpc::moe {
 namespace {
 
-// Grouped GEMM launches in this process that ran 2-CTA clusters (HPC_XLA_MOE_GEMM_CLUSTER=2): the tests' proof.
-std::atomic<int64_t> g_cluster2_launches{0};
-
 using namespace cute;
 
 using ProblemShape = cutlass::gemm::GroupProblemShape<Shape<int, int, int>>;  // (M, N, K) per group
@@ -58,11 +54,8 @@ using ElementD = cutlass::bfloat16_t;
 using LayoutA = cutlass::layout::RowMajor;     // A [rows, K]: K contiguous
 using LayoutB = cutlass::layout::ColumnMajor;  // B [N, K] per expert: K contiguous ("column-major K x N")
 using LayoutD = cutlass::layout::RowMajor;     // D [rows, N]
-using Cluster1 = Shape<_1, _1, _1>;
-// Clusters of 2 CTAs along M (HPC_XLA_MOE_GEMM_CLUSTER=2, 128x256 tiles): the two M tiles of one N tile share each B
-// (weight) k-block by TMA multicast -- 32 of the 48 KB a 128x256x128 fp8 k-block loads. At ~1000 FP8 TFLOP/s the
-// 128x256 tiles pull ~5.8 TB/s from L2 into the SMs, about the L2's bandwidth; the pair pulls ~3.9.
-using Cluster2x1 = Shape<_2, _1, _1>;
+using ClusterShape = Shape<_1, _1, _1>;
+constexpr int kClusterM = size<0>(ClusterShape{}), kClusterN = size<1>(ClusterShape{});
 constexpr int kAlignD = 16 / sizeof(ElementD);
 using ScaleConfig = cutlass::detail::Sm90BlockwiseScaleConfig<1, kMoeBlock, kMoeBlock, cute::GMMA::Major::K,
                                                               cute::GMMA::Major::K>;
@@ -72,7 +65,7 @@ using LayoutSFB = decltype(ScaleConfig::deduce_layoutSFB());
 // One CUTLASS grouped GEMM kernel type: element type, CTA tile, mainloop schedule, block-scaled or not. Tiles of
 // 128 rows run cooperative (two consumer warpgroups split one tile), tiles of 64 rows ping-pong (each consumer
 // warpgroup owns a tile; one's MMAs overlap the other's epilogue).
-template <class Element, class TileShape, class MainloopSchedule, bool kBlockScaled, class ClusterShape = Cluster1>
+template <class Element, class TileShape, class MainloopSchedule, bool kBlockScaled>
 struct GroupedKernel {
   static constexpr int kAlignAB = 16 / sizeof(Element);
   static constexpr bool kPingpong = size<0>(TileShape{}) == 64;
@@ -106,12 +99,6 @@ using Bf16WideKernel = GroupedKernel<cutlass::bfloat16_t, Shape<_128, _256, _64>
 using Fp8TensorWideKernel = GroupedKernel<cutlass::float_e4m3_t, Shape<_128, _256, _128>,
                                           cutlass::gemm::KernelPtrArrayTmaWarpSpecializedCooperativeFP8FastAccum,
                                           false>::Kernel;
-using Bf16WideCluster2Kernel = GroupedKernel<cutlass::bfloat16_t, Shape<_128, _256, _64>,
-                                             cutlass::gemm::KernelPtrArrayTmaWarpSpecializedCooperative, false,
-                                             Cluster2x1>::Kernel;
-using Fp8TensorWideCluster2Kernel =
-    GroupedKernel<cutlass::float_e4m3_t, Shape<_128, _256, _128>,
-                  cutlass::gemm::KernelPtrArrayTmaWarpSpecializedCooperativeFP8FastAccum, false, Cluster2x1>::Kernel;
 using Fp8BlockKernel = GroupedKernel<cutlass::float_e4m3_t, Shape<_128, _128, _128>,
                                      cutlass::gemm::KernelPtrArrayTmaWarpSpecializedCooperativeFP8BlockScaledAccum,
                                      true>::Kernel;
@@ -304,10 +291,30 @@ Status RunKernel(const GroupedGemmGroups& g, const GroupedGemmProblem& p, cudaSt
   auto* fn = &GroupedGemmEntry<Kernel>;
   const int smem = static_cast<int>(Kernel::SharedStorageSize);
   HPC_RETURN_IF_ERROR(AllowSmem(reinterpret_cast<const void*>(fn), smem));
-  using ClusterShape = typename Kernel::DispatchPolicy::ClusterShape;
-  static_assert(size<1>(ClusterShape{}) == 1 && size<2>(ClusterShape{}) == 1, "clusters along M (grid x) only");
-  return LaunchCluster("fused_moe grouped GEMM launch", fn, Kernel::get_grid_shape(params), Kernel::get_block_shape(),
-                       smem, size<0>(ClusterShape{}), stream, params);
+  const dim3 grid = Kernel::get_grid_shape(params);
+  const dim3 block = Kernel::get_block_shape();
+  cudaLaunchConfig_t config = {};
+  config.gridDim = grid;
+  config.blockDim = block;
+  config.dynamicSmemBytes = smem;
+  config.stream = stream;
+  cudaLaunchAttribute attr[2];
+  int n_attr = 0;
+  if (PdlEnabled()) {
+    attr[n_attr].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attr[n_attr].val.programmaticStreamSerializationAllowed = 1;
+    ++n_attr;
+  }
+  if constexpr (kClusterM * kClusterN > 1) {
+    attr[n_attr].id = cudaLaunchAttributeClusterDimension;
+    attr[n_attr].val.clusterDim.x = kClusterM;
+    attr[n_attr].val.clusterDim.y = kClusterN;
+    attr[n_attr].val.clusterDim.z = 1;
+    ++n_attr;
+  }
+  config.attrs = attr;
+  config.numAttrs = n_attr;
+  return CudaStatus(cudaLaunchKernelEx(&config, fn, params), "fused_moe grouped GEMM launch");
 }
 
 }  // namespace
@@ -333,12 +340,6 @@ Status LaunchGroupedGemm(const GroupedGemmGroups& g, const GroupedGemmProblem& p
   const GroupedGemmTile env = GroupedGemmTileFromEnv();  // invalid never gets here: ValidateFusedMoeCuda
   const bool narrow = env.m != 0 ? env.m == 64 : g.tile_m == 64;
   const bool wide = env.n != 128;  // N 256 unless the knob says 128
-  if (wide && !narrow && GroupedGemmClusterFromEnv() == 2 && g.quant != MoeQuant::kFp8Block128) {
-    const Status launched = g.quant == MoeQuant::kNone ? RunKernel<Bf16WideCluster2Kernel>(g, p, stream)
-                                                       : RunKernel<Fp8TensorWideCluster2Kernel>(g, p, stream);
-    if (launched.ok()) g_cluster2_launches.fetch_add(1, std::memory_order_relaxed);
-    return launched;
-  }
   switch (g.quant) {
     case MoeQuant::kNone:
       if (narrow) return RunKernel<Bf16NarrowKernel>(g, p, stream);
@@ -356,7 +357,3 @@ Status LaunchGroupedGemm(const GroupedGemmGroups& g, const GroupedGemmProblem& p
 }
 
 }  // namespace hpc::moe
-
-namespace hpc {
-int64_t FusedMoeGemmCluster2Launches() { return moe::g_cluster2_launches.load(std::memory_order_relaxed); }
-}  // namespace hpc
