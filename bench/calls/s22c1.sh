@@ -3,7 +3,7 @@
 # `tools/stage_experiments.sh m e14:8313fc9` if main moved): experiment 14b (sparse EP reduce) vs main; the tiled
 # M-tile knob; stream vs tiled at Qwen3 fp8 T=2/4; Hy3-TP8 T=1; profiles; whole fused_moe GPU file on e14 + memcheck.
 set -u
-cd "$(dirname "$0")/.."
+ROOT=$(cd "$(dirname "$0")/.." && pwd); [ -d "$ROOT/tools" ] || ROOT=$(cd "$ROOT/.." && pwd); cd "$ROOT"  # .peer/ or bench/calls/
 export PYTHONUNBUFFERED=1 XLA_PYTHON_CLIENT_PREALLOCATE=false
 nvidia-smi --query-gpu=name,clocks.sm,clocks.max.sm --format=csv,noheader
 R=/tmp/r; mkdir -p $R /tmp/abl; S=$(date +%s); t() { echo "t=$(( $(date +%s) - S ))"; }

@@ -3,7 +3,7 @@
 # behind knobs): correctness first -- the fused-gather tests (15c), the act-epilogue tests (16) and both knobs together,
 # memcheck / racecheck / synccheck -- then the A/B of the four combinations and per-kernel profiles.
 set -u
-cd "$(dirname "$0")/.."
+ROOT=$(cd "$(dirname "$0")/.." && pwd); [ -d "$ROOT/tools" ] || ROOT=$(cd "$ROOT/.." && pwd); cd "$ROOT"  # .peer/ or bench/calls/
 export PYTHONUNBUFFERED=1 XLA_PYTHON_CLIENT_PREALLOCATE=false
 nvidia-smi --query-gpu=name,clocks.sm,clocks.max.sm --format=csv,noheader
 R=/tmp/r; mkdir -p $R /tmp/abl; S=$(date +%s); t() { echo "t=$(( $(date +%s) - S ))"; }

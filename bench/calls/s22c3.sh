@@ -3,7 +3,7 @@
 # derive the schedule from seq_lens). Correctness first (the GPU decode tests incl. the plan-less ones, memcheck +
 # racecheck on them), then the A/B against main (plan path must not move; 'no-plan us' is the new column).
 set -u
-cd "$(dirname "$0")/.."
+ROOT=$(cd "$(dirname "$0")/.." && pwd); [ -d "$ROOT/tools" ] || ROOT=$(cd "$ROOT/.." && pwd); cd "$ROOT"  # .peer/ or bench/calls/
 export PYTHONUNBUFFERED=1 XLA_PYTHON_CLIENT_PREALLOCATE=false
 nvidia-smi --query-gpu=name,clocks.sm,clocks.max.sm --format=csv,noheader
 R=/tmp/r; mkdir -p $R /tmp/abl; S=$(date +%s); t() { echo "t=$(( $(date +%s) - S ))"; }
