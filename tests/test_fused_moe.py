@@ -427,28 +427,3 @@ def test_gate_up_split_rule_by_quant():
     default, one, four = ws(), ws(HPC_XLA_MOE_UP_SPLITS="1"), ws(HPC_XLA_MOE_UP_SPLITS="4")
     assert default[1] == one[1] < four[1]  # fp8_tensor
     assert default[0] > one[0] and default[2] > one[2]  # bf16, fp8_block128
-
-
-_GATHER_CHILD = r"""
-from hpc_xla._ext import ext
-# (T, top_k, E, E_global, quant): Qwen3 fp8 T=4096 (grouped, 128-row tiles), T=16 (tiled), bf16 T=4096, block128
-cases = [(4096, 8, 128, 128, 1), (16, 8, 128, 128, 1), (4096, 8, 128, 128, 0), (4096, 8, 32, 256, 2)]
-print("GATHERS", *[int(ext().fused_moe_gemm_gathers_a(*c)) for c in cases])
-"""
-
-
-@pytest.mark.parametrize("knob, expect", [(None, [0, 0, 0, 0]), ("copy", [0, 0, 0, 0]), ("fused", [1, 0, 0, 0])])
-def test_gemm_gathers_a_only_where_built(knob, expect):
-    """HPC_XLA_MOE_GATHER=fused gathers in the gate-up GEMM only on the grouped path's fp8_tensor 128-row tiles (the
-    configuration that has the kernel); the tiled path, bf16 and block128 keep the copy; unset / copy never gather."""
-    import os
-    import subprocess
-    import sys
-
-    env = dict(os.environ)
-    env.pop("HPC_XLA_MOE_GATHER", None)
-    if knob:
-        env["HPC_XLA_MOE_GATHER"] = knob
-    r = subprocess.run([sys.executable, "-c", _GATHER_CHILD], capture_output=True, text=True, env=env)
-    assert r.returncode == 0, r.stdout + r.stderr
-    assert [int(v) for v in r.stdout.split("GATHERS")[1].split()] == expect, r.stdout
