@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# session 22 call 2 (staged in session 22 from main + 909bb07 + 8a7a392 = experiments 15c and 16 in one binary, both
+# session 22 call 2 (staged in session 22 from main + 6429757 + cbf43dd = experiments 15c and 16b in one binary, both
 # behind knobs): correctness first -- the fused-gather tests (15c), the act-epilogue tests (16) and both knobs together,
 # memcheck / racecheck / synccheck -- then the A/B of the four combinations and per-kernel profiles.
 set -u
