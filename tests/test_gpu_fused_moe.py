@@ -266,15 +266,8 @@ def _start_child(code, args=(), **env):
                             cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
-def _finish_child(proc, timeout=900):
-    """A child that hangs (a kernel deadlock) fails the test after `timeout` s instead of stalling the run."""
-    try:
-        out, err = proc.communicate(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        out, err = proc.communicate()
-        err += "\n(killed after %d s: hung)" % timeout
-        return subprocess.CompletedProcess(proc.args, -9, out, err)
+def _finish_child(proc):
+    out, err = proc.communicate()
     return subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
 
 
@@ -538,8 +531,7 @@ from test_gpu_fused_moe import _tile_m, run_cuda
 args = %r
 p = make_problem(*args[:5], quant=args[5], expert_offset=args[6], extra_experts=args[7], shared=args[8], seed=args[9])
 np.save(sys.argv[1], run_cuda(p).view(np.uint16))
-from hpc_xla._ext import ext
-print("TILE", _tile_m(p), "CLUSTER2", ext().fused_moe_gemm_cluster2_launches())
+print("TILE", _tile_m(p))
 """
 
 
@@ -611,41 +603,6 @@ def test_grouped_other_tiles_agree(tokens, quant, tmp_path):
         _check_oracle(p, out)
         err = reference.relative_error(out, v1.astype(np.float64))
         assert err < _tol(p), "v1 vs grouped %s relative error %g" % (tile, err)
-
-
-# make_problem's (tokens, experts, H, I, k, quant, offset, extra, shared, seed) on the grouped path's 128x256 tiles
-CLUSTER_CASES = [
-    (5, 4, 256, 256, 2, "fp8_tensor", 1, 2, True, 61),     # groups of 0-3 rows: one M tile, the pair's 2nd CTA idles
-    (800, 4, 256, 256, 2, "fp8_tensor", 1, 2, True, 62),   # ~230 rows per expert: 2 M tiles = one cluster, ragged
-    (900, 4, 512, 384, 2, None, 0, 0, False, 63),          # bf16, 4 M tiles per expert (434-459 rows): 2 clusters
-    (700, 4, 256, 256, 2, None, 0, 0, False, 67),          # bf16, ~350 rows: 3 M tiles, the 2nd cluster half empty
-    (5, 4, 256, 128, 2, None, 1, 2, False, 68),            # bf16, groups of 0-3 rows: the pair's 2nd CTA idles
-    (600, 4, 512, 128, 4, "fp8_tensor", 3, 4, True, 64),   # EP: local experts 3..6 of 11
-    (300, 4, 256, 192, 2, "fp8_tensor", 0, 0, False, 65),  # I = 192: N = 384, the 2nd N tile half empty
-    (8192, 4, 1024, 512, 2, "fp8_tensor", 0, 0, False, 66),  # many clusters per persistent pair, K wraps the stages
-]
-
-
-@pytest.mark.parametrize("case", CLUSTER_CASES)
-def test_grouped_cluster2_equals_cluster1(case, tmp_path):
-    """HPC_XLA_MOE_GEMM_CLUSTER=2 (128x256 tiles in clusters of 2 CTAs along M, B k-blocks multicast to both) against
-    the unclustered kernel: bitwise equal (the same tile math; only how B reaches shared memory differs), and the
-    clustered kernel counted at its launch (both GEMMs)."""
-    runs = [{}, {"HPC_XLA_MOE_GEMM_CLUSTER": "2"}]
-    started = [_start_child(_PATH_CHILD % (case,), [str(tmp_path / ("out_%d.npy" % i))], HPC_XLA_MOE_PATH="grouped",
-                            HPC_XLA_MOE_GEMM_TILE="128x256", **r) for i, r in enumerate(runs)]
-    done = [_finish_child(proc) for proc in started]
-    for r in done:
-        assert r.returncode == 0, r.stdout + r.stderr
-        assert int(r.stdout.split("TILE")[1].split()[0]) == GROUPED_TILE, r.stdout
-    launches = [int(r.stdout.split("CLUSTER2")[1].split()[0]) for r in done]
-    assert launches[0] == 0 and launches[1] == 2, [r.stdout for r in done]
-    plain, clustered = (np.load(str(tmp_path / ("out_%d.npy" % i))) for i in range(2))
-    assert np.array_equal(plain, clustered)
-    if case[0] <= 900:
-        p = make_problem(*case[:5], quant=case[5], expert_offset=case[6], extra_experts=case[7], shared=case[8],
-                         seed=case[9])
-        _check_oracle(p, clustered.view(BF16))
 
 
 _SPLIT_CHILD = r"""
@@ -725,7 +682,6 @@ except ValueError as e:
     ("HPC_XLA_MOE_PATH", "cutlass", "HPC_XLA_MOE_PATH must be 'v1', 'grouped', 'stream', 'auto' or unset; got 'cutlass'"),
     ("HPC_XLA_MOE_UP_SPLITS", "9", "HPC_XLA_MOE_UP_SPLITS must be an integer in [1, 8] or unset; got '9'"),
     ("HPC_XLA_MOE_TILED_M", "64", "HPC_XLA_MOE_TILED_M must be '16', '32' or unset; got '64'"),
-    ("HPC_XLA_MOE_GEMM_CLUSTER", "4", "HPC_XLA_MOE_GEMM_CLUSTER must be '1', '2' or unset; got '4'"),
 ])
 def test_moe_knobs_reject_unknown_values(knob, value, message):
     r = _run_child(_KNOB_CHILD, **{knob: value})

@@ -89,8 +89,6 @@ void BindMoe(nb::module_& m) {
       },
       nb::arg("tokens"), nb::arg("top_k"), nb::arg("experts"), nb::arg("experts_global"), nb::arg("quant"),
       "Rows of the grouped path's CTA tile (64 | 128) for these shapes, when that path runs.");
-  m.def("fused_moe_gemm_cluster2_launches", &FusedMoeGemmCluster2Launches,
-        "Grouped GEMM launches in this process that ran 2-CTA clusters (HPC_XLA_MOE_GEMM_CLUSTER=2).");
   m.def("moe_route", &MoeRouteBinding, nb::arg("router_logits"), nb::arg("correction_bias").none(),
         nb::arg("topk_weights"), nb::arg("topk_ids"), nb::arg("top_k"), nb::arg("scoring"), nb::arg("renormalize"),
         nb::arg("num_groups"), nb::arg("topk_groups"), nb::arg("routed_scaling"), nb::arg("stream") = -1);

@@ -47,8 +47,6 @@ int FusedMoeTileM(int64_t tokens, int64_t top_k, int64_t experts, MoeQuant quant
 // Rows of the grouped path's CTA tile (64 ping-pong | 128 cooperative) when TileM picks that path, ignoring
 // HPC_XLA_MOE_GEMM_TILE; experts_global = the routing's expert count (0: unknown, the local count).
 int FusedMoeGroupedCtaRows(int64_t tokens, int64_t top_k, int64_t experts, int64_t experts_global, MoeQuant quant);
-// Grouped GEMM launches in this process that ran 2-CTA clusters (HPC_XLA_MOE_GEMM_CLUSTER=2; grouped_gemm_sm90.cu).
-int64_t FusedMoeGemmCluster2Launches();
 // What one call with `tokens` tokens needs (the CUDA path checks the workspace against it).
 int64_t FusedMoeWorkspaceBytes(int64_t tokens, int64_t top_k, int64_t experts, int64_t hidden, int64_t inter,
                                MoeQuant quant);

@@ -81,20 +81,6 @@ const char* GroupedGemmTileEnvText() {
   return v == nullptr ? "" : v;
 }
 
-const char* GroupedGemmClusterEnvText() {
-  const char* v = std::getenv("HPC_XLA_MOE_GEMM_CLUSTER");
-  return v == nullptr ? "" : v;
-}
-
-int GroupedGemmClusterFromEnv() {
-  static const int cluster = [] {
-    const char* v = GroupedGemmClusterEnvText();
-    if (*v == '\0' || std::strcmp(v, "1") == 0) return 1;
-    return std::strcmp(v, "2") == 0 ? 2 : 0;
-  }();
-  return cluster;
-}
-
 GroupedGemmTile GroupedGemmTileFromEnv() {
   static const GroupedGemmTile tile = [] {
     const char* v = GroupedGemmTileEnvText();
@@ -249,10 +235,6 @@ Status ValidateFusedMoeCuda(const FusedMoeArgs& a) {
   if (!moe::GroupedGemmTileFromEnv().valid) {
     return c.Fail(std::string("HPC_XLA_MOE_GEMM_TILE must be '128x256', '128x128', '64x256', '64x128' or unset; got '") +
                   moe::GroupedGemmTileEnvText() + "'");
-  }
-  if (moe::GroupedGemmClusterFromEnv() == 0) {
-    return c.Fail(std::string("HPC_XLA_MOE_GEMM_CLUSTER must be '1', '2' or unset; got '") +
-                  moe::GroupedGemmClusterEnvText() + "'");
   }
   const int64_t tokens = a.x.shape[0], hidden = a.x.shape[1], experts = a.w13.shape[0], inter = a.w13.shape[1] / 2;
   if (hidden % 64 != 0) return c.Fail("the CUDA path needs H (x.shape[1]) to be a multiple of 64; got " + std::to_string(hidden));

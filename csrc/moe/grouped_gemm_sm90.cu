@@ -8,8 +8,7 @@
 // and 64-row ping-pong variants of each (64x256 bf16 / fp8_tensor, 64x128 fp8_tensor / fp8_block128) for groups of
 // a few dozen rows (GroupedGemmGroups::tile_m, from fused_moe_plan.h's GroupedCtaRows). GEMM1 (gate-up) and GEMM2
 // (down) share the kernel type (shapes are runtime).
-// Cluster 1x1x1 by default: groups are as small as one M tile, where a cluster's second CTA would idle (the group
-// scheduler rounds a group's M tiles up to the cluster); HPC_XLA_MOE_GEMM_CLUSTER=2 tries pairs on 128x256 tiles.
+// Cluster 1x1x1: groups are as small as one M tile, where a cluster's second CTA would often idle.
 //
 // Why our own entry kernel instead of GemmUniversalAdapter: (1) CUTLASS 4.2's ptr-array kernels never call
 // griddepcontrol.wait, so launching them with PDL would let them read the setup kernel's arguments too early;
@@ -30,7 +29,6 @@
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
-#include <atomic>
 #include <string>
 
 #include "csrc/common/arch.h"
@@ -49,9 +47,6 @@
 namespace hpc::moe {
 namespace {
 
-// Grouped GEMM launches in this process that ran 2-CTA clusters (HPC_XLA_MOE_GEMM_CLUSTER=2): the tests' proof.
-std::atomic<int64_t> g_cluster2_launches{0};
-
 using namespace cute;
 
 using ProblemShape = cutlass::gemm::GroupProblemShape<Shape<int, int, int>>;  // (M, N, K) per group
@@ -59,11 +54,8 @@ using ElementD = cutlass::bfloat16_t;
 using LayoutA = cutlass::layout::RowMajor;     // A [rows, K]: K contiguous
 using LayoutB = cutlass::layout::ColumnMajor;  // B [N, K] per expert: K contiguous ("column-major K x N")
 using LayoutD = cutlass::layout::RowMajor;     // D [rows, N]
-using Cluster1 = Shape<_1, _1, _1>;
-// Clusters of 2 CTAs along M (HPC_XLA_MOE_GEMM_CLUSTER=2, 128x256 tiles): the two M tiles of one N tile share each B
-// (weight) k-block by TMA multicast -- 32 of the 48 KB a 128x256x128 fp8 k-block loads. At ~1000 FP8 TFLOP/s the
-// 128x256 tiles pull ~5.8 TB/s from L2 into the SMs, about the L2's bandwidth; the pair pulls ~3.9.
-using Cluster2x1 = Shape<_2, _1, _1>;
+using ClusterShape = Shape<_1, _1, _1>;
+constexpr int kClusterM = size<0>(ClusterShape{}), kClusterN = size<1>(ClusterShape{});
 constexpr int kAlignD = 16 / sizeof(ElementD);
 using ScaleConfig = cutlass::detail::Sm90BlockwiseScaleConfig<1, kMoeBlock, kMoeBlock, cute::GMMA::Major::K,
                                                               cute::GMMA::Major::K>;
@@ -73,7 +65,7 @@ using LayoutSFB = decltype(ScaleConfig::deduce_layoutSFB());
 // One CUTLASS grouped GEMM kernel type: element type, CTA tile, mainloop schedule, block-scaled or not. Tiles of
 // 128 rows run cooperative (two consumer warpgroups split one tile), tiles of 64 rows ping-pong (each consumer
 // warpgroup owns a tile; one's MMAs overlap the other's epilogue).
-template <class Element, class TileShape, class MainloopSchedule, bool kBlockScaled, class ClusterShape = Cluster1>
+template <class Element, class TileShape, class MainloopSchedule, bool kBlockScaled>
 struct GroupedKernel {
   static constexpr int kAlignAB = 16 / sizeof(Element);
   static constexpr bool kPingpong = size<0>(TileShape{}) == 64;
@@ -107,12 +99,6 @@ using Bf16WideKernel = GroupedKernel<cutlass::bfloat16_t, Shape<_128, _256, _64>
 using Fp8TensorWideKernel = GroupedKernel<cutlass::float_e4m3_t, Shape<_128, _256, _128>,
                                           cutlass::gemm::KernelPtrArrayTmaWarpSpecializedCooperativeFP8FastAccum,
                                           false>::Kernel;
-using Bf16WideCluster2Kernel = GroupedKernel<cutlass::bfloat16_t, Shape<_128, _256, _64>,
-                                             cutlass::gemm::KernelPtrArrayTmaWarpSpecializedCooperative, false,
-                                             Cluster2x1>::Kernel;
-using Fp8TensorWideCluster2Kernel =
-    GroupedKernel<cutlass::float_e4m3_t, Shape<_128, _256, _128>,
-                  cutlass::gemm::KernelPtrArrayTmaWarpSpecializedCooperativeFP8FastAccum, false, Cluster2x1>::Kernel;
 using Fp8BlockKernel = GroupedKernel<cutlass::float_e4m3_t, Shape<_128, _128, _128>,
                                      cutlass::gemm::KernelPtrArrayTmaWarpSpecializedCooperativeFP8BlockScaledAccum,
                                      true>::Kernel;
@@ -258,8 +244,7 @@ __global__ void __launch_bounds__(kSetupThreads) GroupedGemmSetupKernel(const __
 
 // ------------------------------------------------------------------------------------------- launchers
 template <class Kernel>
-typename Kernel::Arguments MakeArguments(const GroupedGemmGroups& g, const GroupedGemmProblem& p, int sms,
-                                         int max_active_clusters) {
+typename Kernel::Arguments MakeArguments(const GroupedGemmGroups& g, const GroupedGemmProblem& p, int sms) {
   using ElementAB = typename Kernel::ElementA;
   const ArgArrays w = CarveArgs(p.args, g.experts);
   typename Kernel::Arguments args{};
@@ -285,34 +270,7 @@ typename Kernel::Arguments MakeArguments(const GroupedGemmGroups& g, const Group
   args.epilogue.dD = w.stride_d;
   args.hw_info.device_id = g.device;
   args.hw_info.sm_count = sms;
-  args.hw_info.max_active_clusters = max_active_clusters;  // 0: unclustered (the scheduler uses sm_count)
   return args;
-}
-
-// Clusters of `cluster` CTAs (along x) of `fn` that fit on the device at once, for the persistent scheduler's grid
-// (CUTLASS's own guess assumes every SM can host a cluster member, but a GPC with an odd number of free SMs cannot
-// seat a pair: a grid sized from sm_count would then run its last clusters as a second wave). Asked once per kernel.
-template <class Kernel>
-Status MaxActiveClusters(int cluster, int smem, int* clusters) {
-  static int cached = 0;  // per kernel type
-  if (cached == 0) {
-    cudaLaunchConfig_t config = {};
-    config.gridDim = dim3(cluster, 1, 1);
-    config.blockDim = Kernel::get_block_shape();
-    config.dynamicSmemBytes = smem;
-    cudaLaunchAttribute attr;
-    attr.id = cudaLaunchAttributeClusterDimension;
-    attr.val.clusterDim.x = cluster;
-    attr.val.clusterDim.y = 1;
-    attr.val.clusterDim.z = 1;
-    config.attrs = &attr;
-    config.numAttrs = 1;
-    HPC_RETURN_IF_ERROR(CudaStatus(cudaOccupancyMaxActiveClusters(&cached, &GroupedGemmEntry<Kernel>, &config),
-                                   "fused_moe grouped GEMM: cluster occupancy"));
-    if (cached < 1) return Status::Internal("fused_moe grouped GEMM: no cluster of this kernel fits on the device");
-  }
-  *clusters = cached;
-  return Status::Ok();
 }
 
 template <class Kernel>
@@ -322,15 +280,7 @@ Status RunKernel(const GroupedGemmGroups& g, const GroupedGemmProblem& p, cudaSt
     return Status::Internal("fused_moe grouped GEMM: the workspace is sized for at most " +
                             std::to_string(kGroupedGemmMaxSms) + " SMs; this device has " + std::to_string(sms));
   }
-  auto* fn = &GroupedGemmEntry<Kernel>;
-  const int smem = static_cast<int>(Kernel::SharedStorageSize);
-  HPC_RETURN_IF_ERROR(AllowSmem(reinterpret_cast<const void*>(fn), smem));
-  using ClusterShape = typename Kernel::DispatchPolicy::ClusterShape;
-  static_assert(size<1>(ClusterShape{}) == 1 && size<2>(ClusterShape{}) == 1, "clusters along M (grid x) only");
-  constexpr int kCluster = size<0>(ClusterShape{});
-  int clusters = 0;
-  if constexpr (kCluster > 1) HPC_RETURN_IF_ERROR(MaxActiveClusters<Kernel>(kCluster, smem, &clusters));
-  typename Kernel::Arguments args = MakeArguments<Kernel>(g, p, sms, clusters);
+  typename Kernel::Arguments args = MakeArguments<Kernel>(g, p, sms);
   const size_t need = Kernel::get_workspace_size(args);
   if (need > static_cast<size_t>(kGroupedGemmWorkspaceBytes)) {
     return Status::Internal("fused_moe grouped GEMM: CUTLASS needs " + std::to_string(need) +
@@ -338,13 +288,33 @@ Status RunKernel(const GroupedGemmGroups& g, const GroupedGemmProblem& p, cudaSt
   }
   if (!Kernel::can_implement(args)) return Status::Internal("fused_moe grouped GEMM: CUTLASS can_implement failed");
   const typename Kernel::Params params = Kernel::to_underlying_arguments(args, g.workspace);
+  auto* fn = &GroupedGemmEntry<Kernel>;
+  const int smem = static_cast<int>(Kernel::SharedStorageSize);
+  HPC_RETURN_IF_ERROR(AllowSmem(reinterpret_cast<const void*>(fn), smem));
   const dim3 grid = Kernel::get_grid_shape(params);
-  if (grid.x % kCluster != 0) {
-    return Status::Internal("fused_moe grouped GEMM: grid " + std::to_string(grid.x) + " is not a multiple of the " +
-                            std::to_string(kCluster) + "-CTA cluster");
+  const dim3 block = Kernel::get_block_shape();
+  cudaLaunchConfig_t config = {};
+  config.gridDim = grid;
+  config.blockDim = block;
+  config.dynamicSmemBytes = smem;
+  config.stream = stream;
+  cudaLaunchAttribute attr[2];
+  int n_attr = 0;
+  if (PdlEnabled()) {
+    attr[n_attr].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attr[n_attr].val.programmaticStreamSerializationAllowed = 1;
+    ++n_attr;
   }
-  return LaunchCluster("fused_moe grouped GEMM launch", fn, grid, Kernel::get_block_shape(), smem, kCluster, stream,
-                       params);
+  if constexpr (kClusterM * kClusterN > 1) {
+    attr[n_attr].id = cudaLaunchAttributeClusterDimension;
+    attr[n_attr].val.clusterDim.x = kClusterM;
+    attr[n_attr].val.clusterDim.y = kClusterN;
+    attr[n_attr].val.clusterDim.z = 1;
+    ++n_attr;
+  }
+  config.attrs = attr;
+  config.numAttrs = n_attr;
+  return CudaStatus(cudaLaunchKernelEx(&config, fn, params), "fused_moe grouped GEMM launch");
 }
 
 }  // namespace
@@ -370,12 +340,6 @@ Status LaunchGroupedGemm(const GroupedGemmGroups& g, const GroupedGemmProblem& p
   const GroupedGemmTile env = GroupedGemmTileFromEnv();  // invalid never gets here: ValidateFusedMoeCuda
   const bool narrow = env.m != 0 ? env.m == 64 : g.tile_m == 64;
   const bool wide = env.n != 128;  // N 256 unless the knob says 128
-  if (wide && !narrow && GroupedGemmClusterFromEnv() == 2 && g.quant != MoeQuant::kFp8Block128) {
-    const Status launched = g.quant == MoeQuant::kNone ? RunKernel<Bf16WideCluster2Kernel>(g, p, stream)
-                                                       : RunKernel<Fp8TensorWideCluster2Kernel>(g, p, stream);
-    if (launched.ok()) g_cluster2_launches.fetch_add(1, std::memory_order_relaxed);
-    return launched;
-  }
   switch (g.quant) {
     case MoeQuant::kNone:
       if (narrow) return RunKernel<Bf16NarrowKernel>(g, p, stream);
@@ -393,7 +357,3 @@ Status LaunchGroupedGemm(const GroupedGemmGroups& g, const GroupedGemmProblem& p
 }
 
 }  // namespace hpc::moe
-
-namespace hpc {
-int64_t FusedMoeGemmCluster2Launches() { return moe::g_cluster2_launches.load(std::memory_order_relaxed); }
-}  // namespace hpc

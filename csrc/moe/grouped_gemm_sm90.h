@@ -63,12 +63,6 @@ struct GroupedGemmTile {
 GroupedGemmTile GroupedGemmTileFromEnv();
 const char* GroupedGemmTileEnvText();  // the variable's text, "" when unset
 
-// HPC_XLA_MOE_GEMM_CLUSTER (read once): CTAs per cluster along M for the 128x256 cooperative tiles (bf16, fp8_tensor):
-// 1 (unset) or 2 (the pair shares B k-blocks by TMA multicast); 0 for anything else (ValidateFusedMoeCuda reports
-// it). Other tiles and quants always run unclustered. fused_moe_validate.cc.
-int GroupedGemmClusterFromEnv();
-const char* GroupedGemmClusterEnvText();  // the variable's text, "" when unset
-
 // The grouped GEMM itself (persistent grid of one CTA per SM). Waits for all earlier kernels of the stream
 // (PDL wait before its first global read), so the setup kernel and the producers of A must precede it.
 Status LaunchGroupedGemm(const GroupedGemmGroups& groups, const GroupedGemmProblem& problem, cudaStream_t stream);
