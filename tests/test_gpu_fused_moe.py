@@ -266,8 +266,15 @@ def _start_child(code, args=(), **env):
                             cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
-def _finish_child(proc):
-    out, err = proc.communicate()
+def _finish_child(proc, timeout=900):
+    """A child that hangs (a kernel deadlock) fails the test after `timeout` s instead of stalling the run."""
+    try:
+        out, err = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        out, err = proc.communicate()
+        err += "\n(killed after %d s: hung)" % timeout
+        return subprocess.CompletedProcess(proc.args, -9, out, err)
     return subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
 
 
