@@ -2,11 +2,7 @@
 # session 22 call 1 (staged in session 21 from HEAD 9e8bdb4-era main; re-stage with
 # `tools/stage_experiments.sh m e14:8313fc9` if main moved): experiment 14b (sparse EP reduce) vs main; the tiled
 # M-tile knob; stream vs tiled at Qwen3 fp8 T=2/4; Hy3-TP8 T=1; profiles; whole fused_moe GPU file on e14 + memcheck.
-set -u
-ROOT=$(cd "$(dirname "$0")/.." && pwd); [ -d "$ROOT/tools" ] || ROOT=$(cd "$ROOT/.." && pwd); cd "$ROOT"  # .peer/ or bench/calls/
-export PYTHONUNBUFFERED=1 XLA_PYTHON_CLIENT_PREALLOCATE=false
-nvidia-smi --query-gpu=name,clocks.sm,clocks.max.sm --format=csv,noheader
-R=/tmp/r; mkdir -p $R /tmp/abl; S=$(date +%s); t() { echo "t=$(( $(date +%s) - S ))"; }
+. "$(dirname "$0")/prelude.sh"
 AB="env AB_WIDTH=100 AB_TIMEOUT=150 OUT=/tmp/abl tools/ab_bench.sh"
 $AB 2 "moe --shapes hy3-ep8,dsv3-ep8,hy3-tp8 --tokens 1,16,256,1024,4096" m e14 > $R/ab1.txt; t
 $AB 2 "moe --shapes mixtral-8x7b,qwen3-30b-a3b --tokens 16,32,64,128,256" m m:HPC_XLA_MOE_TILED_M=32 > $R/ab2.txt; t

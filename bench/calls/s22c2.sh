@@ -2,11 +2,7 @@
 # session 22 call 2 (staged in session 22 from main + 6429757 + cbf43dd = experiments 15c and 16b in one binary, both
 # behind knobs): correctness first -- the fused-gather tests (15c), the act-epilogue tests (16) and both knobs together,
 # memcheck / racecheck / synccheck -- then the A/B of the four combinations and per-kernel profiles.
-set -u
-ROOT=$(cd "$(dirname "$0")/.." && pwd); [ -d "$ROOT/tools" ] || ROOT=$(cd "$ROOT/.." && pwd); cd "$ROOT"  # .peer/ or bench/calls/
-export PYTHONUNBUFFERED=1 XLA_PYTHON_CLIENT_PREALLOCATE=false
-nvidia-smi --query-gpu=name,clocks.sm,clocks.max.sm --format=csv,noheader
-R=/tmp/r; mkdir -p $R /tmp/abl; S=$(date +%s); t() { echo "t=$(( $(date +%s) - S ))"; }
+. "$(dirname "$0")/prelude.sh"
 W=$PWD/.peer/exp/e16
 T="python3 -m pytest -q -p no:cacheprovider tests/test_gpu_fused_moe.py"
 CS="compute-sanitizer --target-processes all --error-exitcode 99"

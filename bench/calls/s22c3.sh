@@ -2,11 +2,7 @@
 # session 22 call 3 (staged in session 22: e17 = main + 1850bf0): decode_attention without a plan (its kernels
 # derive the schedule from seq_lens). Correctness first (the GPU decode tests incl. the plan-less ones, memcheck +
 # racecheck on them), then the A/B against main (plan path must not move; 'no-plan us' is the new column).
-set -u
-ROOT=$(cd "$(dirname "$0")/.." && pwd); [ -d "$ROOT/tools" ] || ROOT=$(cd "$ROOT/.." && pwd); cd "$ROOT"  # .peer/ or bench/calls/
-export PYTHONUNBUFFERED=1 XLA_PYTHON_CLIENT_PREALLOCATE=false
-nvidia-smi --query-gpu=name,clocks.sm,clocks.max.sm --format=csv,noheader
-R=/tmp/r; mkdir -p $R /tmp/abl; S=$(date +%s); t() { echo "t=$(( $(date +%s) - S ))"; }
+. "$(dirname "$0")/prelude.sh"
 W=$PWD/.peer/exp/e17
 CS="compute-sanitizer --target-processes all --error-exitcode 99"
 ( cd $W && PYTHONPATH=$W:$W/tests timeout 280 python3 -m pytest -q -p no:cacheprovider tests/test_gpu_decode.py > $R/t_g.log 2>&1; echo "gpu decode tests rc=$?: $(tail -n1 $R/t_g.log)" ) &

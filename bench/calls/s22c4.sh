@@ -2,11 +2,7 @@
 # session 22 call 4 (staged in session 22: e18 = main + 15d0b89): the grouped path's 128x256 GEMMs in 2-CTA clusters
 # with B multicast (HPC_XLA_MOE_GEMM_CLUSTER=2). Correctness first (bitwise vs unclustered, launch counter, the
 # knob's message), then the A/B where groups have >= 2 M tiles (T >= 4096) and one T with single-M-tile groups.
-set -u
-ROOT=$(cd "$(dirname "$0")/.." && pwd); [ -d "$ROOT/tools" ] || ROOT=$(cd "$ROOT/.." && pwd); cd "$ROOT"  # .peer/ or bench/calls/
-export PYTHONUNBUFFERED=1 XLA_PYTHON_CLIENT_PREALLOCATE=false
-nvidia-smi --query-gpu=name,clocks.sm,clocks.max.sm --format=csv,noheader
-R=/tmp/r; mkdir -p $R /tmp/abl; S=$(date +%s); t() { echo "t=$(( $(date +%s) - S ))"; }
+. "$(dirname "$0")/prelude.sh"
 W=$PWD/.peer/exp/e18
 T="python3 -m pytest -q -p no:cacheprovider tests/test_gpu_fused_moe.py"
 CS="compute-sanitizer --target-processes all --error-exitcode 99"

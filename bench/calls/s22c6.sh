@@ -4,9 +4,7 @@
 # ncu on main's binary, the reduce kernel alone: with L2 flushed (isolated) and without (the down GEMM's dirty lines
 # still in L2, as in the layer). If the isolated kernel runs near the floor, the loss is the interaction with the
 # down GEMM (its tail / L2 write-backs), not the reduce's own access pattern.
-set -u
-ROOT=$(cd "$(dirname "$0")/.." && pwd); [ -d "$ROOT/tools" ] || ROOT=$(cd "$ROOT/.." && pwd); cd "$ROOT"  # .peer/ or bench/calls/
-export PYTHONUNBUFFERED=1
+. "$(dirname "$0")/prelude.sh"
 W=$PWD/.peer/exp/m
 SEC="--section SpeedOfLight --section MemoryWorkloadAnalysis --section Occupancy --section WarpStateStats --section LaunchStats"
 for shape in qwen3-30b-a3b/fp8_tensor hy3-tp8/fp8_tensor; do
