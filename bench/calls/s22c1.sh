@@ -6,10 +6,13 @@
 AB="env AB_WIDTH=100 AB_TIMEOUT=150 OUT=/tmp/abl tools/ab_bench.sh"
 $AB 2 "moe --shapes hy3-ep8,dsv3-ep8,hy3-tp8 --tokens 1,16,256,1024,4096" m e14 > $R/ab1.txt; t
 $AB 2 "moe --shapes mixtral-8x7b,qwen3-30b-a3b --tokens 16,32,64,128,256" m m:HPC_XLA_MOE_TILED_M=32 > $R/ab2.txt; t
+# LITE=1 (a short device budget) skips the two lower-value knob A/Bs and their profiles.
+if [ "${LITE:-0}" != 1 ]; then
 $AB 2 "moe --shapes qwen3-30b-a3b/fp8_tensor,hy3-tp8 --tokens 2,4" m m:HPC_XLA_MOE_PATH=v1 > $R/ab3.txt; t
 $AB 2 "moe --shapes qwen3-30b-a3b/fp8_tensor,hy3-tp8 --tokens 1024,4096" m m:HPC_XLA_MOE_GEMM_TILE=128x128 > $R/ab4.txt; t
 ( cd .peer/exp/m && PYTHONPATH=$PWD HPC_XLA_MOE_GEMM_TILE=128x128 HPC_PROFILE_MOE="hy3-tp8/fp8_tensor:4096,qwen3-30b-a3b/fp8_tensor:4096" timeout 100 python3 ../../../tools/profile_kernels.py moe > $R/prof_m128.txt 2>&1; echo "prof m128 rc=$?" )
 ( cd .peer/exp/m && PYTHONPATH=$PWD HPC_PROFILE_MOE="hy3-tp8/fp8_tensor:4096,qwen3-30b-a3b/fp8_tensor:4096" timeout 100 python3 ../../../tools/profile_kernels.py moe > $R/prof_m4096.txt 2>&1; echo "prof m4096 rc=$?" )
+fi
 for v in m e14; do
  ( cd .peer/exp/$v && PYTHONPATH=$PWD HPC_PROFILE_MOE="dsv3-ep8/fp8_block128:4096,hy3-ep8/fp8_tensor:4096,dsv3-ep8/fp8_block128:1024" timeout 100 python3 ../../../tools/profile_kernels.py moe > $R/prof_$v.txt 2>&1; echo "prof $v rc=$?" )
 done; t
