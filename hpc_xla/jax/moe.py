@@ -52,12 +52,14 @@ def fused_moe(x, w13, w2, topk_weights=None, topk_ids=None, *, quant=None, w13_s
         expert_offset + E) of num_experts_global (ids must be below it; None: E + expert_offset). Pass the global
         count under EP: the CUDA grouped GEMMs size their tiles by the expected local rows per expert,
         T*k / num_experts_global (64-row tiles for fp8 up to 64 rows), which the local shapes overstate E_global/E
-        times.
+        times. expert_offset may also be a traced int scalar, as under shard_map, where every rank runs the same
+        program: `expert_offset=jax.lax.axis_index("ep") * E` (then num_experts_global is required).
     """
     _options.check_activation(activation)
     if _options.routing_inputs(topk_weights, topk_ids, router_logits, route_kwargs):
         top_k = route_kwargs.pop("top_k")
         topk_weights, topk_ids = moe_route(router_logits, top_k, **route_kwargs)
+    expert_offset, topk_ids = _static_expert_offset(expert_offset, num_experts_global, w13.shape[0], topk_ids)
     # The CUDA pipeline's scratch is an extra result (XLA allocates it; handlers never allocate); dropped here.
     # The CPU handler ignores it (its size is the CUDA one: shapes must not depend on the platform).
     # Sized for exactly this call's T (the size for "any T up to a max" can be larger: fused_moe_workspace_size).
@@ -71,3 +73,26 @@ def fused_moe(x, w13, w2, topk_weights=None, topk_ids=None, *, quant=None, w13_s
                 _ffi.optional(shared_output), quant=np.int32(_options.moe_quant_code(quant)),
                 expert_offset=np.int64(expert_offset), num_experts_global=np.int64(num_experts_global or 0))
     return out
+
+
+def _static_expert_offset(expert_offset, num_experts_global, experts, topk_ids):
+    """(static offset, ids) for the binary, whose expert_offset is a compile-time attribute.
+
+    A traced offset (shard_map: one program for every rank) is folded into the ids instead: local ids become
+    id - offset, other valid ids become E -- a valid id that is not local under offset 0, since E < E_global
+    whenever some valid id is not local -- and invalid ids (< 0 or >= E_global) pass unchanged, so the op's own
+    id checks still report them. Same local rows per expert, so the kernels take the same paths as with a static offset.
+    """
+    if isinstance(expert_offset, (int, np.integer)) and not isinstance(expert_offset, bool):
+        return int(expert_offset), topk_ids
+    if not isinstance(expert_offset, (jax.Array, np.ndarray)) or jnp.ndim(expert_offset) != 0 or \
+            not jnp.issubdtype(jnp.result_type(expert_offset), jnp.integer):
+        raise ValueError("fused_moe: expert_offset must be an int or an integer scalar array (e.g. "
+                         "jax.lax.axis_index(axis) * E); got %r" % (expert_offset,))
+    if num_experts_global is None:
+        raise ValueError("fused_moe: a traced expert_offset needs num_experts_global (the routing's expert count)")
+    ids = jnp.asarray(topk_ids)
+    offset = jnp.asarray(expert_offset).astype(ids.dtype)
+    local = (ids >= offset) & (ids < offset + experts)
+    valid = (ids >= 0) & (ids < num_experts_global)
+    return 0, jnp.where(local, ids - offset, jnp.where(valid, experts, ids)).astype(ids.dtype)

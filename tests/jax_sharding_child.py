@@ -1,0 +1,153 @@
+"""Run by test_jax_sharding.py in a child process with 8 host CPU devices (XLA_FLAGS must be set before jax starts,
+so it cannot share the pytest process): the ops under jax.shard_map the way a JAX serving stack runs them --
+tensor parallel over heads (rope_norm, decode_attention) and over the intermediate size (fused_moe), expert
+parallel over experts (fused_moe with a traced expert_offset) -- each compared with the same op unsharded.
+Prints one 'ok <name> <error>' line per check and 'ALL <n>' at the end; any failure raises (non-zero exit)."""
+
+import os
+import sys
+
+os.environ["XLA_FLAGS"] = os.environ.get("XLA_FLAGS", "") + " --xla_force_host_platform_device_count=8"
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+import jax  # noqa: E402
+import jax.numpy as jnp  # noqa: E402
+import numpy as np  # noqa: E402
+from jax.sharding import Mesh  # noqa: E402
+from jax.sharding import PartitionSpec as P  # noqa: E402
+
+import decode_harness  # noqa: E402
+import hpc_xla.jax as hj  # noqa: E402
+import rope_norm_harness  # noqa: E402
+from test_fused_moe import make_problem, run_jax  # noqa: E402
+
+shard_map = getattr(jax, "shard_map", None)
+if shard_map is None:  # jax < 0.7
+    from jax.experimental.shard_map import shard_map
+
+CHECKS = []
+
+
+def mesh(n, axis):
+    return Mesh(np.array(jax.devices("cpu")[:n]), (axis,))
+
+
+def rel_err(got, want):
+    got, want = np.asarray(got, np.float64), np.asarray(want, np.float64)
+    return float(np.linalg.norm(got - want) / max(np.linalg.norm(want), 1e-30))
+
+
+def report(name, err, tol):
+    print("ok" if err <= tol else "FAIL", name, "%.2e" % err, flush=True)
+    if err > tol:
+        raise AssertionError("%s: relative error %.3e > %.1e against the unsharded op" % (name, err, tol))
+    CHECKS.append(name)
+
+
+def rope_norm_tp(n=4):
+    """Heads split over n devices; each device writes its kv heads' slice of the cache (donated)."""
+    case = rope_norm_harness.Case(tokens=24, num_q_heads=16, num_kv_heads=4, page_size=16, num_blocks=4)
+    inp = rope_norm_harness.make_inputs(case)
+    want = rope_norm_harness.run_jax(case, inp)
+    opts = {k: inp[k] for k in ("q_norm_weight", "k_norm_weight")}
+
+    def body(q, k, v, pos, cs, slots, kc, vc):
+        return hj.rope_norm(q, k, v, pos, cs, slots, kc, vc, **opts, **case.kwargs())
+
+    heads = P(None, "tp")
+    f = jax.jit(shard_map(body, mesh=mesh(n, "tp"),
+                          in_specs=(heads, heads, heads, P(), P(), P(), P(None, None, "tp"), P(None, None, "tp")),
+                          out_specs=(heads, P(None, None, "tp"), P(None, None, "tp"))), donate_argnums=(6, 7))
+    names = ["q", "k", "v", "positions", "cos_sin_cache", "slot_mapping", "k_cache", "v_cache"]
+    got = f(*[jnp.asarray(inp[k]) for k in names])
+    # Per-head math and per-slot writes: the sharded op must be bitwise the unsharded one (NaN-filled untouched
+    # cache slots included, compared as bytes).
+    for name, g, w in zip(("q", "k_cache", "v_cache"), got, (want[0], want[2], want[3])):
+        same = np.array_equal(np.asarray(g).view(np.uint8), np.asarray(w).view(np.uint8))
+        report("rope_norm_tp%d_%s_bitwise" % (n, name), 0.0 if same else 1.0, 0.0)
+
+
+def decode_tp(n=4):
+    """kv heads split over n devices: each device plans and attends over its own heads."""
+    case = decode_harness.DecodeCase(seq_lens=(100, 0, 1, 700, 65), num_q_heads=16, num_kv_heads=8, page_size=16)
+    inp = decode_harness.make_inputs(case)
+    want = decode_harness.run_jax(case, inp)
+
+    def body(q, kc, vc, table, lens):
+        plan = hj.decode_plan(lens, num_kv_heads=kc.shape[2], num_q_heads=q.shape[1], head_dim=q.shape[2],
+                              page_size=kc.shape[1], kv_dtype=kc.dtype, q_dtype=q.dtype)
+        return hj.decode_attention(q, kc, vc, table, lens, plan)
+
+    cache = P(None, None, "tp")
+    f = jax.jit(shard_map(body, mesh=mesh(n, "tp"), in_specs=(P(None, "tp"), cache, cache, P(), P()),
+                          out_specs=P(None, "tp")))
+    got = f(*[jnp.asarray(inp[k]) for k in ("q", "k_cache", "v_cache", "block_table", "seq_lens")])
+    report("decode_tp%d" % n, rel_err(got, want), 1e-2)
+
+
+def moe_tp(quant, n=4):
+    """The intermediate size split over n devices (gate and up rows split alike), partial outputs summed."""
+    p = make_problem(tokens=12, experts=8, hidden=256, inter=512, top_k=2, quant=quant, seed=3)
+    want = run_jax(p)
+    E, I2, H = p["w13"].shape
+    w13 = np.asarray(p["w13"]).reshape(E, 2, I2 // 2, H)  # [E, gate|up, I, H]: shard I, keep the pairs
+    s13 = p["w13_scale"]
+    block = quant == "fp8_block128"
+    if block:
+        s13 = np.asarray(s13).reshape(E, 2, I2 // 256, H // 128)
+
+    def body(x, w13s, w2s, s13s, s2s, w, ids):
+        w13l = w13s.reshape(E, -1, H)
+        s13l = s13s.reshape(E, -1, H // 128) if block else s13s
+        y = hj.fused_moe(x, w13l, w2s, w, ids, quant=quant, w13_scale=s13l, w2_scale=s2s,
+                         a13_scale=p["a13_scale"], a2_scale=p["a2_scale"])
+        return jax.lax.psum(y.astype(jnp.float32), "tp")
+
+    scale_spec = (P(None, None, "tp"), P(None, None, "tp")) if block else (P(), P())
+    f = jax.jit(shard_map(body, mesh=mesh(n, "tp"),
+                          in_specs=(P(), P(None, None, "tp"), P(None, None, "tp")) + scale_spec + (P(), P()),
+                          out_specs=P()))
+    got = f(p["x"], w13, p["w2"], s13 if s13 is not None else jnp.zeros((0,)),
+            p["w2_scale"] if p["w2_scale"] is not None else jnp.zeros((0,)), p["topk_weights"], p["topk_ids"])
+    report("fused_moe_tp%d_%s" % (n, quant), rel_err(got, want), 1e-2)
+
+
+def moe_ep(quant, n=8, fused_routing=False):
+    """Experts split over n devices; every device runs the same program with expert_offset = its index * E/n."""
+    p = make_problem(tokens=16, experts=32, hidden=256, inter=128, top_k=4, quant=quant, seed=4)
+    E = p["w13"].shape[0]
+    local = E // n
+    logits = np.random.default_rng(5).standard_normal((16, E)).astype(np.float32)
+    if fused_routing:
+        w, ids = hj.moe_route(jnp.asarray(logits), 4)
+        p["topk_weights"], p["topk_ids"] = np.asarray(w), np.asarray(ids)
+    want = run_jax(p)
+    scales = p["w13_scale"] is not None
+
+    def body(x, w13, w2, s13, s2, w, ids, logits):
+        kw = dict(quant=quant, w13_scale=s13 if scales else None, w2_scale=s2 if scales else None,
+                  a13_scale=p["a13_scale"], a2_scale=p["a2_scale"], num_experts_global=E,
+                  expert_offset=jax.lax.axis_index("ep") * local)
+        if fused_routing:
+            y = hj.fused_moe(x, w13, w2, router_logits=logits, top_k=4, **kw)
+        else:
+            y = hj.fused_moe(x, w13, w2, w, ids, **kw)
+        return jax.lax.psum(y.astype(jnp.float32), "ep")
+
+    ep = P("ep")
+    f = jax.jit(shard_map(body, mesh=mesh(n, "ep"), in_specs=(P(), ep, ep, ep, ep, P(), P(), P()), out_specs=P()))
+    zeros = np.zeros((E,), np.float32)
+    got = f(p["x"], p["w13"], p["w2"], p["w13_scale"] if scales else zeros, p["w2_scale"] if scales else zeros,
+            p["topk_weights"], p["topk_ids"], logits)
+    report("fused_moe_ep%d_%s%s" % (n, quant, "_routed" if fused_routing else ""), rel_err(got, want), 1e-2)
+
+
+if __name__ == "__main__":
+    assert len(jax.devices("cpu")) == 8, jax.devices()
+    rope_norm_tp()
+    decode_tp()
+    for q in (None, "fp8_tensor", "fp8_block128"):
+        moe_tp(q, n=2 if q == "fp8_block128" else 4)
+        moe_ep(q)
+    moe_ep(None, fused_routing=True)
+    print("ALL", len(CHECKS))

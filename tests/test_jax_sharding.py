@@ -1,0 +1,66 @@
+"""The jax ops in multi-device programs: shard_map over 8 host CPU devices (tensor parallel over heads and over the
+MoE intermediate size, expert parallel over experts; run in a child process, see jax_sharding_child.py), and
+fused_moe's traced expert_offset -- what expert parallelism under shard_map needs, since every rank runs the same
+program -- against the static offset it stands for."""
+
+import os
+import subprocess
+import sys
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import hpc_xla.jax as hj
+from test_fused_moe import make_problem, run_jax
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(HERE)
+
+
+def test_shard_map_tensor_and_expert_parallel():
+    env = dict(os.environ, JAX_PLATFORMS="cpu",
+               PYTHONPATH=os.pathsep.join(p for p in (ROOT, HERE, os.environ.get("PYTHONPATH")) if p))
+    proc = subprocess.run([sys.executable, os.path.join(HERE, "jax_sharding_child.py")], env=env,
+                          capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    lines = proc.stdout.splitlines()
+    assert lines[-1] == "ALL 11", proc.stdout
+    assert sum(line.startswith("ok ") for line in lines) == 11, proc.stdout
+
+
+@pytest.mark.parametrize("quant", [None, "fp8_tensor"])
+@pytest.mark.parametrize("offset", [0, 8, 24])
+def test_traced_expert_offset_equals_static(quant, offset):
+    """Ids of every kind: local, other ranks' (below and above the local range); bitwise the static offset."""
+    p = make_problem(tokens=9, experts=8, hidden=128, inter=128, top_k=4, quant=quant, expert_offset=offset,
+                     extra_experts=32 - 8 - offset, seed=offset)
+    want = run_jax(p)
+    kw = {k: p[k] for k in ("quant", "w13_scale", "w2_scale", "a13_scale", "a2_scale", "num_experts_global")}
+    f = jax.jit(lambda x, w13, w2, w, ids, off: hj.fused_moe(x, w13, w2, w, ids, expert_offset=off, **kw))
+    got = f(p["x"], p["w13"], p["w2"], p["topk_weights"], p["topk_ids"], jnp.int32(offset))
+    assert np.array_equal(np.asarray(got).view(np.uint16), want.view(np.uint16))
+
+
+def test_traced_expert_offset_keeps_id_checks():
+    """An id outside [0, num_experts_global) still raises with a traced offset (it is not folded into 'not
+    local')."""
+    p = make_problem(tokens=4, experts=8, hidden=128, inter=128, top_k=2, quant=None, expert_offset=8,
+                     extra_experts=8, seed=1)
+    ids = p["topk_ids"].copy()
+    ids[2, 1] = 99
+    with pytest.raises(Exception, match=r"topk_ids\[2, 1\] = 99 is outside"):
+        jax.block_until_ready(hj.fused_moe(p["x"], p["w13"], p["w2"], p["topk_weights"], ids,
+                                           expert_offset=jnp.int32(8), num_experts_global=24))
+
+
+def test_traced_expert_offset_argument_errors():
+    p = make_problem(tokens=2, experts=8, hidden=128, inter=128, top_k=2, quant=None)
+    args = (p["x"], p["w13"], p["w2"], p["topk_weights"], p["topk_ids"])
+    with pytest.raises(ValueError, match="num_experts_global"):
+        hj.fused_moe(*args, expert_offset=jnp.int32(0))
+    with pytest.raises(ValueError, match="expert_offset must be an int"):
+        hj.fused_moe(*args, expert_offset=jnp.float32(0), num_experts_global=8)
+    with pytest.raises(ValueError, match="expert_offset must be an int"):
+        hj.fused_moe(*args, expert_offset=jnp.zeros((2,), jnp.int32), num_experts_global=8)
