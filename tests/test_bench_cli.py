@@ -7,8 +7,9 @@ from hpc_xla.bench import moe, timing
 
 def test_moe_shapes_select_by_name_and_quant():
     assert moe._selected_shapes(None) == moe.SHAPES
-    picked = moe._selected_shapes("qwen3-30b-a3b/fp8_tensor,mixtral-8x7b")
+    picked = moe._selected_shapes("qwen3-30b-a3b/fp8_tensor,mixtral-8x7b/bf16")
     assert [(s[0], s[7]) for s in picked] == [("qwen3-30b-a3b", "fp8_tensor"), ("mixtral-8x7b", None)]
+    assert [s[7] for s in moe._selected_shapes("mixtral-8x7b")] == [None, "fp8_tensor"]  # the fp8 row
     assert [s[7] for s in moe._selected_shapes("qwen3-30b-a3b")] == [None, "fp8_tensor"]
     assert moe._selected_shapes("qwen3-30b-a3b/bf16")[0][7] is None
 

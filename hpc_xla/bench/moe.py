@@ -47,6 +47,7 @@ SHAPES = (
     ("hy3-ep8", 24, 192, 0, 4096, 1536, 8, "fp8_tensor"),
     ("dsv3-ep8", 32, 256, 0, 7168, 2048, 8, "fp8_block128"),
     ("mixtral-8x7b", 8, 8, 0, 4096, 14336, 2, None),
+    ("mixtral-8x7b", 8, 8, 0, 4096, 14336, 2, "fp8_tensor"),  # the target table is fp8 per-tensor
 )
 FP8 = torch.float8_e4m3fn
 
