@@ -6,6 +6,7 @@ import math
 
 import numpy as np
 
+from hpc_xla import _args
 from hpc_xla._ext import ext
 
 SCHEDULES = {"dynamic": 0, "static": 1}
@@ -57,17 +58,52 @@ def canonical_dtype_name(dtype):
     return np.dtype(dtype).name
 
 
+def dtype_code(op, name, dtype):
+    """The binary's code for the dtype of argument `name`; a dtype it does not know is an error naming both."""
+    try:
+        return ext().dtype_code(canonical_dtype_name(dtype))
+    except (TypeError, ValueError):
+        raise ValueError("%s: %s has dtype %s, which hpc_xla does not take (bfloat16, float16, float8_e4m3fn, ...)"
+                         % (op, name, dtype)) from None
+
+
+def check_shape_args(op, num_kv_heads, num_q_heads, head_dim, page_size, q_len, max_ctas):
+    """The plan's integer arguments -> ints (max_ctas may be None: the device's default)."""
+    ints = [_args.integer(op, n, v, minimum=1) for n, v in (("num_kv_heads", num_kv_heads), ("num_q_heads", num_q_heads),
+                                                           ("head_dim", head_dim), ("page_size", page_size),
+                                                           ("q_len", q_len))]
+    return ints + [_args.optional_integer(op, "max_ctas", max_ctas, 1, ext().decode_max_ctas_limit())]
+
+
 def max_ctas_for(device_index, num_kv_heads, num_q_heads, head_dim, q_len, page_size, kv_dtype, q_dtype):
     """Persistent-grid size: SMs x resident CTAs (occupancy API) on CUDA device `device_index`; the CPU
     platform's fixed count when device_index is None."""
     return int(ext().decode_max_ctas(num_kv_heads, num_q_heads, head_dim, q_len, page_size,
-                                     ext().dtype_code(canonical_dtype_name(kv_dtype)),
-                                     ext().dtype_code(canonical_dtype_name(q_dtype)),
+                                     dtype_code("decode_plan", "kv_dtype", kv_dtype),
+                                     dtype_code("decode_plan", "q_dtype", q_dtype),
                                      -1 if device_index is None else int(device_index)))
 
 
+def check_attention_call(q, k_cache, seq_lens, plan, plan_type, q_len, schedule):
+    """decode_attention's arguments as both faces check them before planning (shapes the wrappers read) -> q_len."""
+    if plan is not None and not isinstance(plan, plan_type):
+        raise TypeError("decode_attention: plan must be a DecodePlan from decode_plan (or None); got %s"
+                        % type(plan).__name__)
+    q_len = _args.integer("decode_attention", "q_len", q_len, minimum=1)
+    if schedule not in SCHEDULES:
+        raise ValueError("decode_attention: schedule must be 'dynamic' or 'static'; got %r" % (schedule,))
+    if len(seq_lens.shape) != 1:
+        raise ValueError("decode_attention: seq_lens must be [B] int32; got shape %s" % (tuple(seq_lens.shape),))
+    for name, a in (("q", q), ("k_cache", k_cache)):
+        dtype_code("decode_attention", name, a.dtype)
+    if len(q.shape) != 3 or len(k_cache.shape) != 4:
+        raise ValueError("decode_attention: q must be [B * q_len, Hq, D] and k_cache [NB, P, Hkv, D]; got %s, %s"
+                         % (tuple(q.shape), tuple(k_cache.shape)))
+    return q_len
+
+
 def default_sm_scale(head_dim, sm_scale):
-    return float(sm_scale) if sm_scale is not None else 1.0 / math.sqrt(head_dim)
+    return _args.real("decode_attention", "sm_scale", sm_scale) if sm_scale is not None else 1.0 / math.sqrt(head_dim)
 
 
 def read_plan(plan):

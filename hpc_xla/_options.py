@@ -1,5 +1,7 @@
 """Python-level options shared by the jax and torch faces (string choices -> what the binary takes)."""
 
+from hpc_xla import _args
+
 ROPE_STYLES = {"neox": 0, "gptj": 1}
 Q_QUANT = (None, "fp8")
 
@@ -18,7 +20,7 @@ def check_q_quant(q_quant):
 
 def rotary_dim_or_default(rotary_dim, q_shape):
     if rotary_dim is not None:
-        return int(rotary_dim)
+        return _args.integer("rope_norm", "rotary_dim", rotary_dim)
     if len(q_shape) != 3:
         raise ValueError("rope_norm: q must be a 3-D tensor [T, Hq, D]; got shape %s" % (tuple(q_shape),))
     return int(q_shape[-1])
@@ -35,9 +37,12 @@ def scoring_code(scoring):
 
 def groups_or_default(num_groups, topk_groups):
     """(num_groups, topk_groups) as the binary takes them: 0/0 when grouping is off."""
+    num_groups = _args.optional_integer("moe_route", "num_groups", num_groups, minimum=0)
+    topk_groups = _args.optional_integer("moe_route", "topk_groups", topk_groups, minimum=0)
     if num_groups is None or num_groups <= 1:
-        if topk_groups not in (None, 0, 1) and num_groups is None:
-            raise ValueError("moe_route: topk_groups needs num_groups")
+        if topk_groups not in (None, 0, 1):
+            raise ValueError("moe_route: topk_groups needs num_groups > 1; got num_groups=%s, topk_groups=%d"
+                             % (num_groups, topk_groups))
         return 0, 0
     if topk_groups is None:
         raise ValueError("moe_route: num_groups=%d needs topk_groups" % num_groups)
@@ -56,6 +61,23 @@ def moe_quant_code(quant):
 def check_activation(activation):
     if activation != "silu":
         raise ValueError("fused_moe: activation must be 'silu'; got %r" % (activation,))
+
+
+def route_top_k(router_logits, top_k):
+    """moe_route's top_k -> int in [1, E] (checked before the outputs [T, top_k] are allocated)."""
+    if len(router_logits.shape) != 2:
+        raise ValueError("moe_route: router_logits must be [T, E]; got shape %s" % (tuple(router_logits.shape),))
+    top_k, experts = _args.integer("moe_route", "top_k", top_k), int(router_logits.shape[1])
+    if not 1 <= top_k <= max(experts, 1):
+        raise ValueError("moe_route: top_k must be in [1, num_experts=%d]; got %d" % (experts, top_k))
+    return top_k
+
+
+def expert_counts(expert_offset, num_experts_global):
+    """(expert_offset, num_experts_global) as the binary takes them (0: E + expert_offset)."""
+    return (_args.integer("fused_moe", "expert_offset", expert_offset, minimum=0),
+            0 if num_experts_global is None else _args.integer("fused_moe", "num_experts_global", num_experts_global,
+                                                              minimum=1))
 
 
 def routing_inputs(topk_weights, topk_ids, router_logits, route_kwargs):

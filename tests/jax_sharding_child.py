@@ -99,7 +99,9 @@ def moe_tp(quant, n=4):
     def body(x, w13s, w2s, s13s, s2s, w, ids):
         w13l = w13s.reshape(E, -1, H)
         s13l = s13s.reshape(E, -1, H // 128) if block else s13s
-        y = hj.fused_moe(x, w13l, w2s, w, ids, quant=quant, w13_scale=s13l, w2_scale=s2s,
+        scaled = p["w13_scale"] is not None
+        y = hj.fused_moe(x, w13l, w2s, w, ids, quant=quant, w13_scale=s13l if scaled else None,
+                         w2_scale=s2s if scaled else None,
                          a13_scale=p["a13_scale"], a2_scale=p["a2_scale"])
         return jax.lax.psum(y.astype(jnp.float32), "tp")
 

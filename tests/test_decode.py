@@ -106,8 +106,10 @@ def test_errors_torch_cpu():
     t = _torch_args(case)
     with pytest.raises(ValueError, match=r"q.shape\[0\] must be batch \* q_len = 4 \* 2 = 8"):
         _call(t, case, q_len=2)
-    with pytest.raises(ValueError, match=r"sm_scale must be > 0"):
+    with pytest.raises(ValueError, match=r"sm_scale must be finite and > 0"):
         _call(t, case, sm_scale=-1.0)
+    with pytest.raises(ValueError, match=r"sm_scale must be finite and > 0; got inf"):
+        _call(t, case, sm_scale=float("inf"))
     with pytest.raises(ValueError, match=r"schedule must be 'dynamic' or 'static'"):
         _call(t, case, schedule="greedy")
     with pytest.raises(ValueError, match=r"k_cache must have dtype"):
@@ -135,6 +137,16 @@ def test_errors_torch_cpu():
                            page_size=16)
     with pytest.raises(ValueError, match=r"plan was built for batch=2 but this call has batch=4"):
         ht.decode_attention(t["q"], t["k_cache"], t["v_cache"], t["block_table"], t["seq_lens"], other)
+    # A plan buffer longer than decode_plan wrote (its size then implies another max_ctas): the extra CTAs would
+    # read start[] entries nobody wrote, so the header and the size must agree.
+    mine = ht.decode_plan(t["seq_lens"], num_kv_heads=1, num_q_heads=8, head_dim=128, page_size=16, max_ctas=8)
+    longer = torch.cat([mine.plan, torch.zeros(2, dtype=torch.int32)])
+    workspace = torch.empty(2 * mine.workspace.numel(), dtype=torch.float32)
+    out = torch.empty_like(t["q"])
+    with pytest.raises(ValueError, match=r"plan holds 41 int32, which for batch 4 means max_ctas=9, but decode_plan "
+                                         r"built it for max_ctas=8"):
+        torch.ops.hpc_xla.decode_attention(t["q"], None, t["k_cache"], t["v_cache"], t["block_table"],
+                                           t["seq_lens"], longer, workspace, out, None, None, 0.1, 1, 0, 8)
 
 
 def test_errors_jax_cpu():

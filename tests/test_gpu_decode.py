@@ -121,6 +121,27 @@ def test_misaligned_workspace_is_refused():
     plan = ht.decode_plan(t["seq_lens"], num_kv_heads=t["k_cache"].shape[2], num_q_heads=t["q"].shape[1],
                           head_dim=t["q"].shape[2], page_size=t["k_cache"].shape[1])
     shifted = torch.empty(4 * plan.workspace.numel() + 1, dtype=torch.float32, device="cuda")[1:]
-    with pytest.raises(ValueError, match="workspace must start on a 16-byte boundary"):
+    with pytest.raises(ValueError, match="workspace must be 16-byte aligned on the GPU"):
         ht.decode_attention(t["q"], t["k_cache"], t["v_cache"], t["block_table"], t["seq_lens"], schedule="static",
                             workspace=shifted)
+
+
+@pytest.mark.parametrize("name", ["k_cache", "q", "out"])
+def test_misaligned_views_are_refused(name):
+    # K/V rows are copied 16 bytes at a time, q read 8 elements at a time, out written 2 at a time: a view that
+    # breaks that alignment gets a clear error instead of a misaligned-address fault.
+    import torch
+
+    import hpc_xla.torch as ht
+    inp = make_inputs(DecodeCase())
+    t = {k: to_torch(v, "cuda") for k, v in inp.items()}
+    kw = {}
+    if name == "out":
+        kw["out"] = torch.empty(t["q"].numel() + 1, dtype=t["q"].dtype, device="cuda")[1:].view(t["q"].shape)
+    else:
+        flat = torch.empty(t[name].numel() + 8, dtype=t[name].dtype, device="cuda")
+        shifted = flat[4:4 + t[name].numel()].view(t[name].shape)
+        shifted.copy_(t[name])
+        t[name] = shifted
+    with pytest.raises(ValueError, match=name + r" must be \d+-byte aligned on the GPU"):
+        ht.decode_attention(t["q"], t["k_cache"], t["v_cache"], t["block_table"], t["seq_lens"], **kw)

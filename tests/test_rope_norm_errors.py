@@ -135,7 +135,7 @@ def test_torch_mixed_devices():
 
 
 @pytest.mark.parametrize("device", devices())
-@pytest.mark.parametrize("name", ["q", "k_cache", "q_scale_strided"])
+@pytest.mark.parametrize("name", ["q", "k_cache", "q_scale_strided", "positions", "slot_mapping"])
 def test_torch_non_contiguous_where_unsupported(device, name):
     import torch
 
@@ -150,6 +150,10 @@ def test_torch_non_contiguous_where_unsupported(device, name):
     elif name == "k_cache":
         t["k_cache"] = t["k_cache"].transpose(2, 3).contiguous().transpose(2, 3)
         message = r"k_cache must be contiguous in its last dimension"
+    elif name in ("positions", "slot_mapping"):  # the GPU kernels index them densely: a strided view is refused
+        t[name] = torch.stack([t[name], t[name]], dim=1)[:, 0]
+        assert t[name].stride(0) == 2
+        message = name + r" must be contiguous"
     else:
         kwargs["out_scale"] = torch.empty(case.num_q_heads, case.tokens, device=device).t()
         message = r"q_scale must be contiguous"

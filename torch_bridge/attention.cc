@@ -101,6 +101,7 @@ void BindAttention(nb::module_& m) {
         nb::arg("head_dim"), nb::arg("q_len"), nb::arg("page_size"), nb::arg("kv_dtype"), nb::arg("q_dtype"),
         nb::arg("device"));
   m.def("decode_plan_size", [](int64_t batch, int64_t max_ctas) { return attention::PlanInts(batch, max_ctas); });
+  m.def("decode_max_ctas_limit", [] { return attention::kMaxCtas; }, "The largest max_ctas a plan may have.");
   m.def("decode_workspace_size", &DecodeWorkspaceFloats, nb::arg("batch"), nb::arg("num_kv_heads"),
         nb::arg("num_q_heads"), nb::arg("head_dim"), nb::arg("q_len"), nb::arg("max_ctas"));
   m.def("decode_static_splits", &StaticSplits);

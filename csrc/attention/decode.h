@@ -69,8 +69,9 @@ int64_t DecodeWorkspaceFloats(int64_t batch, int num_kv_heads, int num_q_heads, 
                               int max_ctas);
 
 Status ValidateDecodeAttention(const DecodeAttentionArgs& args, DecodeConfig* config);
-// Checks a plan header (host copy) against the call: "plan was built for q_len=1 but this call has q_len=2".
-Status CheckPlanHeader(const int32_t* header, const DecodeConfig& config, int64_t batch);
+// Checks a plan header (host copy) against the call: "plan was built for q_len=1 but this call has q_len=2";
+// plan_ints is the plan tensor's length (its max_ctas must be the header's).
+Status CheckPlanHeader(const int32_t* header, const DecodeConfig& config, int64_t batch, int64_t plan_ints);
 // Fills the plan for host seq_lens (the CPU platform; also what the GPU planner computes).
 // The least work (tiles) the planner gives a CTA: kMinCapacityTiles, or HPC_XLA_DECODE_MIN_TILES (1..64) for
 // A/B runs. Read once; the GPU planner and BuildPlanHost use the same value.

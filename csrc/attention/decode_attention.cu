@@ -151,7 +151,7 @@ Status CheckOnDevice(const DecodeAttentionArgs& a, const DecodeConfig& cfg, cuda
     int32_t header[attention::kPlanHeaderInts];
     HPC_RETURN_IF_ERROR(CudaStatus(cudaMemcpy(header, a.plan.data, sizeof(header), cudaMemcpyDeviceToHost),
                                    "decode_attention check"));
-    HPC_RETURN_IF_ERROR(CheckPlanHeader(header, cfg, batch));
+    HPC_RETURN_IF_ERROR(CheckPlanHeader(header, cfg, batch, a.plan.shape[0]));
   }
   return Status::Ok();
 }
@@ -181,15 +181,22 @@ Status DecodePlanCuda(const DecodePlanArgs& a, cudaStream_t stream) {
                 DecodeMinCapacityTiles(), a.plan.ptr<int32_t>());
 }
 
+static_assert(attention::kMaxPieces == attention::kMaxCtas, "the combine kernel must hold a piece per CTA");
+
 Status DecodeAttentionCuda(const DecodeAttentionArgs& a, cudaStream_t stream) {
   DecodeConfig cfg;
   HPC_RETURN_IF_ERROR(ValidateDecodeAttention(a, &cfg));
   if (a.q.device != DeviceKind::kCuda) return Status::Internal("decode_attention: CUDA path called with CPU tensors");
   HPC_RETURN_IF_ERROR(CheckHopper(a.q.device_id));
   if (DeviceChecksEnabled()) HPC_RETURN_IF_ERROR(CheckOnDevice(a, cfg, stream));
-  if (reinterpret_cast<uintptr_t>(a.workspace.data) % 16 != 0) {  // the combine reads partials as float4
-    return ArgCheck("decode_attention").Fail("workspace must start on a 16-byte boundary (got a view at an offset)");
-  }
+  // Vector widths of the kernels' accesses: 16-byte cp.async of K/V rows, 8 q elements per load, 2 out elements
+  // per store, float4 partials in the combine.
+  const ArgCheck check("decode_attention");
+  HPC_RETURN_IF_ERROR(check.VectorAligned("k_cache", a.k_cache, 16));
+  HPC_RETURN_IF_ERROR(check.VectorAligned("v_cache", a.v_cache, 16));
+  HPC_RETURN_IF_ERROR(check.VectorAligned("q", a.q, 8 * static_cast<int>(DTypeBytes(a.q.dtype))));
+  HPC_RETURN_IF_ERROR(check.VectorAligned("out", a.out, 2 * static_cast<int>(DTypeBytes(a.out.dtype))));
+  HPC_RETURN_IF_ERROR(check.VectorAligned("workspace", a.workspace, 16));
   const KernelChoice kernel = ChooseKernel(cfg);
   int per_sm = 0;
   HPC_RETURN_IF_ERROR(PrepareKernel(kernel, &per_sm));
@@ -237,7 +244,7 @@ Status DecodeAttentionCuda(const DecodeAttentionArgs& a, cudaStream_t stream) {
   p.dynamic = a.schedule == DecodeSchedule::kDynamic;
   int grid = 0, combine_grid = 0;
   if (p.dynamic) {
-    const int max_ctas = static_cast<int>((a.plan.shape[0] - attention::kPlanHeaderInts - (batch + 1)) / 2 - 1);
+    const int max_ctas = static_cast<int>(attention::PlanMaxCtas(a.plan.shape[0], batch));
     if (max_ctas > attention::kMaxPieces) {
       return ArgCheck("decode_attention").Fail("plan was built for max_ctas=" + std::to_string(max_ctas) +
                                                "; at most " + std::to_string(attention::kMaxPieces) + " supported");

@@ -38,6 +38,9 @@ constexpr int32_t kPlanVersion = 1;
 // with more, smaller CTAs and no other benchmark row moved (bench/NOTES.md, min-tiles A/B).
 constexpr int kPieceCostTiles = 2;
 constexpr int kMinCapacityTiles = 1;
+// Largest persistent grid (max_ctas) a plan may have: the combine kernel holds one weight per piece of a row in
+// shared memory (kMaxPieces in decode_kernel.cuh, asserted equal in decode_attention.cu).
+constexpr int kMaxCtas = 2048;
 
 enum PlanField : int {
   kFieldMagic = 0,
@@ -60,6 +63,13 @@ enum PlanField : int {
 
 HPC_PLAN_HD int64_t PlanInts(int64_t batch, int64_t max_ctas) {
   return kPlanHeaderInts + (batch + 1) + 2 * (max_ctas + 1);
+}
+// The max_ctas a plan of `plan_ints` int32 for `batch` sequences was built with (PlanInts' inverse), or -1 when no
+// decode_plan for this batch has that size. Different (batch, max_ctas) can share a size, so the header is the
+// final word (CheckPlanHeader compares both).
+HPC_PLAN_HD int64_t PlanMaxCtas(int64_t plan_ints, int64_t batch) {
+  const int64_t rest = plan_ints - kPlanHeaderInts - (batch + 1);
+  return rest < 4 || rest % 2 != 0 ? -1 : rest / 2 - 1;
 }
 HPC_PLAN_HD int32_t* PlanPrefix(int32_t* plan) { return plan + kPlanHeaderInts; }
 HPC_PLAN_HD const int32_t* PlanPrefix(const int32_t* plan) { return plan + kPlanHeaderInts; }

@@ -1,3 +1,5 @@
+#include <cmath>
+#include <cstdint>
 #include <string>
 
 #include "csrc/attention/decode.h"
@@ -59,7 +61,10 @@ Status ValidateDecodePlan(const DecodePlanArgs& a) {
   HPC_RETURN_IF_ERROR(c.Dtype("seq_lens", a.seq_lens, {DType::kI32}));
   HPC_RETURN_IF_ERROR(c.Contiguous("seq_lens", a.seq_lens));
   if (a.seq_lens.shape[0] < 1) return c.Fail("seq_lens must hold at least one sequence");
-  if (a.max_ctas < 1) return c.Fail("max_ctas must be >= 1; got " + std::to_string(a.max_ctas));
+  if (a.max_ctas < 1 || a.max_ctas > attention::kMaxCtas) {
+    return c.Fail("max_ctas must be in [1, " + std::to_string(attention::kMaxCtas) + "]; got " +
+                  std::to_string(a.max_ctas));
+  }
   HPC_RETURN_IF_ERROR(c.Required("plan", a.plan, 1, "[plan_size]"));
   HPC_RETURN_IF_ERROR(c.Dtype("plan", a.plan, {DType::kI32}));
   HPC_RETURN_IF_ERROR(c.Contiguous("plan", a.plan));
@@ -125,27 +130,36 @@ Status ValidateDecodeAttention(const DecodeAttentionArgs& a, DecodeConfig* cfg) 
   HPC_RETURN_IF_ERROR(c.Dtype("out", a.out, {out_dtype}));
   for (int d = 0; d < 3; ++d) HPC_RETURN_IF_ERROR(c.Dim("out", a.out, d, a.q.shape[d], "from q"));
   HPC_RETURN_IF_ERROR(c.InnerContiguous("out", a.out));
+  HPC_RETURN_IF_ERROR(c.Writable("out", a.out));
   HPC_RETURN_IF_ERROR(c.SameDevice("out", a.out, "q", a.q));
-  if (!(a.sm_scale > 0.0f)) return c.Fail("sm_scale must be > 0; got " + std::to_string(a.sm_scale));
+  if (!(a.sm_scale > 0.0f) || !std::isfinite(a.sm_scale)) {
+    return c.Fail("sm_scale must be finite and > 0; got " + std::to_string(a.sm_scale));
+  }
 
   int max_ctas = a.max_ctas;
   if (a.schedule == DecodeSchedule::kDynamic) {
     HPC_RETURN_IF_ERROR(c.Required("plan", a.plan, 1, "[plan_size] (from decode_plan)"));
     HPC_RETURN_IF_ERROR(c.Dtype("plan", a.plan, {DType::kI32}));
+    HPC_RETURN_IF_ERROR(c.Contiguous("plan", a.plan));
     HPC_RETURN_IF_ERROR(c.SameDevice("plan", a.plan, "q", a.q));
-    // The plan's size fixes (batch, max_ctas): max_ctas = (size - header - batch - 1) / 2 - 1.
-    const int64_t rest = a.plan.shape[0] - attention::kPlanHeaderInts - (batch + 1);
-    if (rest < 4 || rest % 2 != 0) {
+    // The plan's size gives max_ctas for this batch (the header, checked on the CPU path and with HPC_XLA_CHECK,
+    // confirms both).
+    const int64_t ctas = attention::PlanMaxCtas(a.plan.shape[0], batch);
+    if (ctas < 1 || ctas > INT32_MAX) {
       return c.Fail("plan has " + std::to_string(a.plan.shape[0]) + " int32, which no decode_plan for batch " +
                     std::to_string(batch) + " produces (was it built for another batch size?)");
     }
-    max_ctas = static_cast<int>(rest / 2 - 1);
+    max_ctas = static_cast<int>(ctas);
   } else if (a.schedule != DecodeSchedule::kStatic) {
     return c.Fail("schedule must be 'dynamic' or 'static'");
   }
-  if (max_ctas < 1) return c.Fail("max_ctas must be >= 1");
+  if (max_ctas < 1 || max_ctas > attention::kMaxCtas) {
+    return c.Fail("max_ctas must be in [1, " + std::to_string(attention::kMaxCtas) + "]; got " +
+                  std::to_string(max_ctas) + (a.schedule == DecodeSchedule::kDynamic ? " (from the plan's size)" : ""));
+  }
   HPC_RETURN_IF_ERROR(c.Required("workspace", a.workspace, 1, "[workspace_size] float32"));
   HPC_RETURN_IF_ERROR(c.Dtype("workspace", a.workspace, {DType::kF32}));
+  HPC_RETURN_IF_ERROR(c.Contiguous("workspace", a.workspace));
   HPC_RETURN_IF_ERROR(c.SameDevice("workspace", a.workspace, "q", a.q));
   const int64_t need = DecodeWorkspaceFloats(batch, cfg->num_kv_heads, cfg->num_q_heads, cfg->head_dim, a.q_len,
                                              max_ctas);
@@ -157,7 +171,7 @@ Status ValidateDecodeAttention(const DecodeAttentionArgs& a, DecodeConfig* cfg) 
 }
 
 // Header check shared by the CPU path (host plan) and the GPU debug mode (copied plan header).
-Status CheckPlanHeader(const int32_t* header, const DecodeConfig& cfg, int64_t batch) {
+Status CheckPlanHeader(const int32_t* header, const DecodeConfig& cfg, int64_t batch, int64_t plan_ints) {
   ArgCheck c("decode_attention");
   using namespace attention;
   if (header[kFieldMagic] != kPlanMagic || header[kFieldVersion] != kPlanVersion) {
@@ -178,6 +192,18 @@ Status CheckPlanHeader(const int32_t* header, const DecodeConfig& cfg, int64_t b
       return c.Fail(std::string("plan was built for ") + f.name + "=" + std::to_string(header[f.field]) +
                     " but this call has " + f.name + "=" + std::to_string(f.want));
     }
+  }
+  if (header[kFieldNumCtas] < 0 || header[kFieldNumCtas] > header[kFieldMaxCtas]) {
+    return c.Fail("plan header is inconsistent (num_ctas=" + std::to_string(header[kFieldNumCtas]) + ", max_ctas=" +
+                  std::to_string(header[kFieldMaxCtas]) + "): not a decode_plan output");
+  }
+  // A plan buffer longer than its decode_plan wrote (e.g. sized for another batch) implies more CTAs than were
+  // planned, and those would read start[] entries nobody wrote: the size and the header must agree.
+  if (header[kFieldMaxCtas] != PlanMaxCtas(plan_ints, batch)) {
+    return c.Fail("plan holds " + std::to_string(plan_ints) + " int32, which for batch " + std::to_string(batch) +
+                  " means max_ctas=" + std::to_string(PlanMaxCtas(plan_ints, batch)) +
+                  ", but decode_plan built it for max_ctas=" + std::to_string(header[kFieldMaxCtas]) +
+                  " (pass the whole plan tensor decode_plan filled, not a resized buffer)");
   }
   return Status::Ok();
 }

@@ -1,5 +1,7 @@
 #include "csrc/common/check.h"
 
+#include <cmath>
+
 namespace hpc {
 namespace {
 
@@ -51,6 +53,39 @@ Status ArgCheck::InnerContiguous(const char* name, const TensorView& t) const {
 Status ArgCheck::Contiguous(const char* name, const TensorView& t) const {
   if (t.contiguous()) return Status::Ok();
   return Fail(std::string(name) + " must be contiguous; got a strided view of shape " + ShapeString(t));
+}
+
+Status ArgCheck::VectorAligned(const char* name, const TensorView& t, int bytes) const {
+  const int64_t elem = DTypeBytes(t.dtype);
+  bool ok = reinterpret_cast<uintptr_t>(t.data) % bytes == 0;
+  for (int d = 0; d + 1 < t.rank; ++d) ok = ok && (t.shape[d] == 1 || t.strides[d] * elem % bytes == 0);
+  if (ok) return Status::Ok();
+  return Fail(std::string(name) + " must be " + std::to_string(bytes) +
+              "-byte aligned on the GPU (data pointer and outer strides); got a view at offset " +
+              std::to_string(reinterpret_cast<uintptr_t>(t.data) % bytes) + " bytes from alignment, strides " +
+              StridesString(t) + " elements");
+}
+
+Status ArgCheck::Writable(const char* name, const TensorView& t) const {
+  for (int d = 0; d < t.rank; ++d) {
+    if (t.shape[d] > 1 && t.strides[d] == 0) {
+      return Fail(std::string(name) + " is written by the op, so it cannot be a broadcast (expanded) view; got "
+                  "stride 0 in dimension " + std::to_string(d) + " of shape " + ShapeString(t));
+    }
+  }
+  return Status::Ok();
+}
+
+Status ArgCheck::PositiveFiniteScales(const char* name, const TensorView& t, bool zero_ok) const {
+  if (!t.present()) return Status::Ok();
+  const float* s = t.ptr<const float>();
+  for (int64_t i = 0; i < t.numel(); ++i) {
+    if (!(s[i] > 0.0f || (zero_ok && s[i] == 0.0f)) || !std::isfinite(s[i])) {
+      return Fail(std::string(name) + (t.numel() == 1 ? "" : "[" + std::to_string(i) + "] (flat index)") +
+                  " must be finite and " + (zero_ok ? ">= 0" : "> 0") + "; got " + std::to_string(s[i]));
+    }
+  }
+  return Status::Ok();
 }
 
 Status ArgCheck::SameDevice(const char* name, const TensorView& t, const char* ref_name, const TensorView& ref) const {

@@ -24,6 +24,14 @@ class ArgCheck {
   Status Dim(const char* name, const TensorView& t, int dim, int64_t expected, const char* why) const;
   Status InnerContiguous(const char* name, const TensorView& t) const;  // stride 1 in the last dim
   Status Contiguous(const char* name, const TensorView& t) const;
+  // GPU vector access of `bytes` bytes along the last dim: the data pointer and every outer stride (in bytes)
+  // must be multiples of `bytes` (a misaligned access would fault and take the CUDA context with it).
+  Status VectorAligned(const char* name, const TensorView& t, int bytes) const;
+  // A tensor the op writes: no broadcast (stride-0) dimension, whose elements would overwrite each other.
+  Status Writable(const char* name, const TensorView& t) const;
+  // Host (CPU) float32 scale(s), contiguous: every element finite and > 0 (>= 0 with zero_ok: a weight block of
+  // zeros may carry scale 0). A bad scale turns every value it touches into 0, inf or NaN without another sign.
+  Status PositiveFiniteScales(const char* name, const TensorView& t, bool zero_ok = false) const;
   Status SameDevice(const char* name, const TensorView& t, const char* ref_name, const TensorView& ref) const;
   Status Scalar(const char* name, const TensorView& t) const;  // exactly one float32 element
   // Everything a dense operand must satisfy, in one call: present with len(dims) dims, one of `dtypes`,

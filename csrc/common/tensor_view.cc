@@ -57,14 +57,18 @@ TensorView DenseView(void* data, DType dtype, DeviceKind device, int device_id, 
   return t;
 }
 
-std::string ShapeString(const TensorView& t) {
-  if (!t.present()) return "absent";
+namespace {
+std::string DimsString(const int64_t* dims, int rank) {
   std::string s = "[";
-  for (int i = 0; i < t.rank; ++i) {
+  for (int i = 0; i < rank; ++i) {
     if (i) s += ", ";
-    s += std::to_string(t.shape[i]);
+    s += std::to_string(dims[i]);
   }
   return s + "]";
 }
+}  // namespace
+
+std::string ShapeString(const TensorView& t) { return t.present() ? DimsString(t.shape, t.rank) : "absent"; }
+std::string StridesString(const TensorView& t) { return t.present() ? DimsString(t.strides, t.rank) : "absent"; }
 
 }  // namespace hpc

@@ -38,6 +38,7 @@ struct TensorView {
 // A dense row-major view (what XLA hands a custom call). rank <= kMaxRank.
 TensorView DenseView(void* data, DType dtype, DeviceKind device, int device_id, const int64_t* dims, int rank);
 
-std::string ShapeString(const TensorView& t);  // "[4, 8, 128]" or "absent"
+std::string ShapeString(const TensorView& t);    // "[4, 8, 128]" or "absent"
+std::string StridesString(const TensorView& t);  // in elements, same format
 
 }  // namespace hpc

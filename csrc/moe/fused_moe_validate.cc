@@ -184,7 +184,13 @@ Status ValidateFusedMoe(const FusedMoeArgs& a) {
   HPC_RETURN_IF_ERROR(c.Dense("topk_weights", a.topk_weights, "[T, top_k]", {DType::kF32},
                               {{tokens, "T, from x"}, {a.topk_ids.shape[1], "top_k, from topk_ids"}}, "x", a.x));
   if (a.topk_ids.shape[1] < 1) return c.Fail("top_k must be >= 1");
-  if (a.expert_offset < 0) return c.Fail("expert_offset must be >= 0; got " + std::to_string(a.expert_offset));
+  if (a.expert_offset < 0 || a.expert_offset > INT32_MAX) {  // ids are int32
+    return c.Fail("expert_offset must be in [0, 2^31); got " + std::to_string(a.expert_offset));
+  }
+  if (a.num_experts_global < 0 || a.num_experts_global > INT32_MAX) {
+    return c.Fail("num_experts_global must be in [1, 2^31) (or 0: E + expert_offset); got " +
+                  std::to_string(a.num_experts_global));
+  }
   const int64_t global = a.num_experts_global > 0 ? a.num_experts_global : experts + a.expert_offset;
   if (a.expert_offset + experts > global) {
     return c.Fail("expert_offset + E (" + std::to_string(a.expert_offset + experts) + ") exceeds num_experts_global (" +

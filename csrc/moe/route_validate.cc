@@ -1,3 +1,4 @@
+#include <cmath>
 #include <string>
 
 #include "csrc/common/check.h"
@@ -19,6 +20,9 @@ Status ValidateMoeRoute(const MoeRouteArgs& a) {
     return c.Fail("top_k must be in [1, min(num_experts=" + std::to_string(experts) + ", " +
                   std::to_string(kMaxRouteTopK) + ")]; got " + std::to_string(a.top_k));
   }
+  if (tokens * a.top_k > (int64_t{1} << 30)) {  // the kernel counts tokens in int (and fused_moe takes no more)
+    return c.Fail("T * top_k must be <= 2^30; got " + std::to_string(tokens) + " * " + std::to_string(a.top_k));
+  }
   if (a.scoring != RouteScoring::kSoftmax && a.scoring != RouteScoring::kSigmoid) {
     return c.Fail("scoring must be 'softmax' or 'sigmoid'");
   }
@@ -39,7 +43,9 @@ Status ValidateMoeRoute(const MoeRouteArgs& a) {
   } else if (a.num_groups < 0) {
     return c.Fail("num_groups must be >= 0; got " + std::to_string(a.num_groups));
   }
-  if (!(a.routed_scaling > 0.0f)) return c.Fail("routed_scaling must be > 0");
+  if (!(a.routed_scaling > 0.0f) || !std::isfinite(a.routed_scaling)) {
+    return c.Fail("routed_scaling must be finite and > 0; got " + std::to_string(a.routed_scaling));
+  }
   if (a.correction_bias.present()) {
     HPC_RETURN_IF_ERROR(c.Dense("correction_bias", a.correction_bias, "[E]", {DType::kF32, DType::kBF16, DType::kF16},
                                 {{experts, "num_experts, from router_logits"}}, "router_logits", a.router_logits));

@@ -2,6 +2,7 @@
 // CTA by CTA, 64-token tiles with an online softmax per tile, partials merged by log-sum-exp in CTA order
 // (static schedule: fixed splits). fp32 arithmetic; P rounded to the compute dtype before P.V like the GPU.
 #include <cmath>
+#include <cstdint>
 #include <limits>
 #include <string>
 #include <vector>
@@ -141,6 +142,8 @@ void MergeSlots(const Partials& p, const std::vector<int64_t>& slots, std::vecto
 
 Status CheckData(const DecodeAttentionArgs& a, const DecodeConfig& cfg) {
   ArgCheck c("decode_attention");
+  HPC_RETURN_IF_ERROR(c.PositiveFiniteScales("k_scale", a.k_scale));
+  HPC_RETURN_IF_ERROR(c.PositiveFiniteScales("v_scale", a.v_scale));
   const int64_t batch = a.seq_lens.shape[0], max_blocks = a.block_table.shape[1], num_blocks = a.k_cache.shape[0];
   for (int64_t b = 0; b < batch; ++b) {
     const int64_t len = a.seq_lens.ptr<const int32_t>()[b];
@@ -189,11 +192,20 @@ Status DecodePlanCpu(const DecodePlanArgs& a) {
   HPC_RETURN_IF_ERROR(ValidateDecodePlan(a));
   if (a.seq_lens.device != DeviceKind::kCpu) return Status::Internal("decode_plan: CPU path called with GPU tensors");
   const int batch = static_cast<int>(a.seq_lens.shape[0]);
+  int64_t cost = 0;
   for (int b = 0; b < batch; ++b) {
     if (a.seq_lens.ptr<const int32_t>()[b] < 0) {
       return ArgCheck("decode_plan").Fail("seq_lens[" + std::to_string(b) + "] = " +
                                           std::to_string(a.seq_lens.ptr<const int32_t>()[b]) + " is negative");
     }
+    cost += attention::UnitCost(a.seq_lens.ptr<const int32_t>()[b], attention::kPieceCostTiles);
+  }
+  // The planner's prefix and positions are int32 (the GPU planner's too): the batch's cost over all kv heads,
+  // ~ total tokens / 64 * Hkv, must fit.
+  if (cost * a.config.num_kv_heads > INT32_MAX) {
+    return ArgCheck("decode_plan").Fail("the batch is too long to plan: sum over seq_lens of (64-token tiles + " +
+                                        std::to_string(attention::kPieceCostTiles) + ") * num_kv_heads = " +
+                                        std::to_string(cost * a.config.num_kv_heads) + " must be < 2^31");
   }
   BuildPlanHost(a.seq_lens.ptr<const int32_t>(), batch, a.config, a.max_ctas, a.plan.ptr<int32_t>());
   return Status::Ok();
@@ -217,7 +229,7 @@ Status DecodeAttentionCpu(const DecodeAttentionArgs& a) {
   }
   if (a.schedule == DecodeSchedule::kDynamic) {
     const int32_t* plan = a.plan.ptr<const int32_t>();
-    HPC_RETURN_IF_ERROR(CheckPlanHeader(plan, cfg, batch));
+    HPC_RETURN_IF_ERROR(CheckPlanHeader(plan, cfg, batch, a.plan.shape[0]));
     const int num_ctas = plan[attention::kFieldNumCtas];
     const Partials parts{a.workspace.ptr<float>(), 2 * static_cast<int64_t>(plan[attention::kFieldMaxCtas]), rows, dim};
     for (int cta = 0; cta < num_ctas; ++cta) {

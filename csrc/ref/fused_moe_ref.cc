@@ -52,6 +52,11 @@ Status FusedMoeCpu(const FusedMoeArgs& a) {
                                         std::to_string(global) + ")");
     }
   }
+  const ArgCheck c("fused_moe");
+  HPC_RETURN_IF_ERROR(c.PositiveFiniteScales("a13_scale", a.a13_scale));
+  HPC_RETURN_IF_ERROR(c.PositiveFiniteScales("a2_scale", a.a2_scale));
+  HPC_RETURN_IF_ERROR(c.PositiveFiniteScales("w13_scale", a.w13_scale, /*zero_ok=*/true));
+  HPC_RETURN_IF_ERROR(c.PositiveFiniteScales("w2_scale", a.w2_scale, /*zero_ok=*/true));
   const bool block = a.quant == MoeQuant::kFp8Block128, tensor = a.quant == MoeQuant::kFp8Tensor;
   const float a13 = tensor ? a.a13_scale.ptr<const float>()[0] : 0.f;
   const float a2 = tensor ? a.a2_scale.ptr<const float>()[0] : 0.f;

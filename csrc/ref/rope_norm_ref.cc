@@ -3,6 +3,7 @@
 #include <cmath>
 #include <vector>
 
+#include "csrc/common/check.h"
 #include "csrc/ref/element_access.h"
 #include "csrc/rope_norm/rope_norm.h"
 
@@ -65,6 +66,8 @@ Status RopeNormCpu(const RopeNormArgs& a) {
     HPC_RETURN_IF_ERROR(RopeNormIndexError(t, LoadIndex(a.positions, t * a.positions.strides[0]), max_pos,
                                            LoadIndex(a.slot_mapping, t * a.slot_mapping.strides[0]), num_slots));
   }
+  HPC_RETURN_IF_ERROR(ArgCheck("rope_norm").PositiveFiniteScales("k_scale", a.k_scale));
+  HPC_RETURN_IF_ERROR(ArgCheck("rope_norm").PositiveFiniteScales("v_scale", a.v_scale));
   const bool fp8_cache = a.k_cache.dtype == DType::kF8E4M3;
   const float k_scale = fp8_cache ? a.k_scale.ptr<const float>()[0] : 1.0f;
   const float v_scale = fp8_cache ? a.v_scale.ptr<const float>()[0] : 1.0f;

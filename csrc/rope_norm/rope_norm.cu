@@ -118,18 +118,6 @@ Status SetPrefetch(const void* kernel, int lanes, int device, RopeNormParams& p)
 
 bool Aligned16(const void* ptr) { return reinterpret_cast<uintptr_t>(ptr) % 16 == 0; }
 
-// 16-byte vector access needs 16-byte aligned rows: base pointer and every outer stride.
-Status CheckVectorAligned(const char* name, const TensorView& t) {
-  const int64_t elems = 16 / DTypeBytes(t.dtype);
-  bool ok = Aligned16(t.data);
-  for (int d = 0; d + 1 < t.rank; ++d) ok = ok && (t.shape[d] == 1 || t.strides[d] % elems == 0);
-  if (ok) return Status::Ok();
-  return ArgCheck("rope_norm").Fail(std::string(name) +
-                                    " must be 16-byte aligned on the GPU (data pointer and row strides); got a view "
-                                    "at offset " + std::to_string(reinterpret_cast<uintptr_t>(t.data) % 16) +
-                                    " bytes from alignment or with unaligned strides");
-}
-
 RopeNormParams MakeParams(const RopeNormArgs& a) {
   RopeNormParams p = {};
   p.q = a.q.data, p.k = a.k.data, p.v = a.v.data;
@@ -217,7 +205,7 @@ Status RopeNormCuda(const RopeNormArgs& a, cudaStream_t stream) {
   for (const auto& [name, t] : {std::pair<const char*, const TensorView*>{"q", &a.q}, {"k", &a.k}, {"v", &a.v},
                                 {"q_out", &a.q_out}, {"k_cache", &a.k_cache}, {"v_cache", &a.v_cache},
                                 {"q_norm_weight", &a.q_norm_weight}, {"k_norm_weight", &a.k_norm_weight}}) {
-    if (t->present()) HPC_RETURN_IF_ERROR(CheckVectorAligned(name, *t));
+    if (t->present()) HPC_RETURN_IF_ERROR(ArgCheck("rope_norm").VectorAligned(name, *t, 16));
   }
   RopeNormParams p = MakeParams(a);
   if (p.tokens == 0) return Status::Ok();

@@ -66,6 +66,7 @@ Status ValidateRopeNorm(const RopeNormArgs& a) {
   HPC_RETURN_IF_ERROR(c.Required("positions", a.positions, 1, "[T]"));
   HPC_RETURN_IF_ERROR(c.Dtype("positions", a.positions, {DType::kI32, DType::kI64}));
   HPC_RETURN_IF_ERROR(c.Dim("positions", a.positions, 0, tokens, "T, from q"));
+  HPC_RETURN_IF_ERROR(c.Contiguous("positions", a.positions));  // the GPU kernels index it densely
   HPC_RETURN_IF_ERROR(c.SameDevice("positions", a.positions, "q", a.q));
 
   if (a.rotary_dim < 2 || a.rotary_dim > head_dim || a.rotary_dim % 2 != 0) {
@@ -85,12 +86,15 @@ Status ValidateRopeNorm(const RopeNormArgs& a) {
   HPC_RETURN_IF_ERROR(c.Required("slot_mapping", a.slot_mapping, 1, "[T]"));
   HPC_RETURN_IF_ERROR(c.Dtype("slot_mapping", a.slot_mapping, {DType::kI32, DType::kI64}));
   HPC_RETURN_IF_ERROR(c.Dim("slot_mapping", a.slot_mapping, 0, tokens, "T, from q"));
+  HPC_RETURN_IF_ERROR(c.Contiguous("slot_mapping", a.slot_mapping));  // the GPU kernels index it densely
   HPC_RETURN_IF_ERROR(c.SameDevice("slot_mapping", a.slot_mapping, "q", a.q));
 
   HPC_RETURN_IF_ERROR(c.PagedKvCache(a.k_cache, a.v_cache, {a.q.dtype, DType::kF8E4M3}, "q", a.q));
   HPC_RETURN_IF_ERROR(c.Dim("k_cache", a.k_cache, 2, num_kv_heads, "num_kv_heads, from k"));
   HPC_RETURN_IF_ERROR(c.Dim("k_cache", a.k_cache, 3, head_dim, "head_dim, from q"));
   if (a.k_cache.shape[1] < 1) return c.Fail("k_cache page_size (shape[1]) must be at least 1");
+  HPC_RETURN_IF_ERROR(c.Writable("k_cache", a.k_cache));
+  HPC_RETURN_IF_ERROR(c.Writable("v_cache", a.v_cache));
   HPC_RETURN_IF_ERROR(c.CacheScale("k_scale", a.k_scale, "k_cache", a.k_cache));
   HPC_RETURN_IF_ERROR(c.CacheScale("v_scale", a.v_scale, "k_cache", a.k_cache));
 
@@ -98,6 +102,7 @@ Status ValidateRopeNorm(const RopeNormArgs& a) {
   HPC_RETURN_IF_ERROR(c.Dtype("q_out", a.q_out, {a.q.dtype, DType::kF8E4M3}));
   for (int d = 0; d < 3; ++d) HPC_RETURN_IF_ERROR(c.Dim("q_out", a.q_out, d, a.q.shape[d], "from q"));
   HPC_RETURN_IF_ERROR(c.InnerContiguous("q_out", a.q_out));
+  HPC_RETURN_IF_ERROR(c.Writable("q_out", a.q_out));
   HPC_RETURN_IF_ERROR(c.SameDevice("q_out", a.q_out, "q", a.q));
   if (a.q_out.dtype == DType::kF8E4M3) {
     HPC_RETURN_IF_ERROR(c.Dense("q_scale", a.q_scale, "[T, Hq]", {DType::kF32},

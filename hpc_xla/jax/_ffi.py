@@ -5,6 +5,7 @@ import functools
 import jax
 import jax.numpy as jnp
 
+from hpc_xla import _args
 from hpc_xla._ext import ext
 
 
@@ -22,21 +23,22 @@ def absent():
     return jnp.zeros((0,), jnp.float32)
 
 
-def optional(x, dtype=None):
+def optional(op, name, x):
+    """An optional array operand: the array, or the absent placeholder for None. An empty array would read as
+    "absent" on the other side, so it is refused here."""
     if x is None:
         return absent()
-    return jnp.asarray(x, dtype) if dtype is not None else jnp.asarray(x)
+    x = jnp.asarray(_args.array(op, name, x))
+    if x.size == 0:
+        raise ValueError("%s: %s is empty (shape %s); pass None to leave it out" % (op, name, x.shape))
+    return x
 
 
-def f32_scalar(x):
+def f32_scalar(op, name, x):
     """A per-tensor scale given as a python float, numpy or jax scalar -> float32 jax array (or absent)."""
     if x is None:
         return absent()
-    return jnp.asarray(x, jnp.float32).reshape(())
-
-
-def dtype_code(dtype):
-    """The binary's code for a dtype (numpy / jax / torch dtype or name)."""
-    from hpc_xla._decode import canonical_dtype_name
-
-    return ext().dtype_code(canonical_dtype_name(dtype))
+    x = jnp.asarray(x, jnp.float32)
+    if x.size != 1:
+        raise ValueError("%s: %s must be one float32 value (a per-tensor scale); got shape %s" % (op, name, x.shape))
+    return x.reshape(())

@@ -9,7 +9,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from hpc_xla import _decode
+from hpc_xla import _args, _decode
 from hpc_xla.jax import _ffi
 
 
@@ -52,6 +52,11 @@ def decode_plan(seq_lens, *, num_kv_heads, num_q_heads, head_dim, page_size, q_l
         pass it when planning for another platform, e.g. a CPU computation on a machine with a GPU.
     Returns a DecodePlan to pass to decode_attention (valid for every layer of the step).
     """
+    _args.array("decode_plan", "seq_lens", seq_lens)
+    num_kv_heads, num_q_heads, head_dim, page_size, q_len, max_ctas = _decode.check_shape_args(
+        "decode_plan", num_kv_heads, num_q_heads, head_dim, page_size, q_len, max_ctas)
+    if seq_lens.ndim != 1:
+        raise ValueError("decode_plan: seq_lens must be [B] int32; got shape %s" % (seq_lens.shape,))
     q_dtype = kv_dtype if q_dtype is None else q_dtype
     batch = int(seq_lens.shape[0])
     ctas = _max_ctas(max_ctas, num_kv_heads, num_q_heads, head_dim, q_len, page_size, kv_dtype, q_dtype)
@@ -62,7 +67,7 @@ def decode_plan(seq_lens, *, num_kv_heads, num_q_heads, head_dim, page_size, q_l
                             vmap_method="sequential")
     array = call(seq_lens, num_kv_heads=np.int32(num_kv_heads), num_q_heads=np.int32(num_q_heads),
                  head_dim=np.int32(head_dim), q_len=np.int32(q_len), page_size=np.int32(page_size),
-                 kv_dtype=np.int32(_ffi.dtype_code(kv_dtype)), max_ctas=np.int32(ctas))
+                 kv_dtype=np.int32(_decode.dtype_code("decode_plan", "kv_dtype", kv_dtype)), max_ctas=np.int32(ctas))
     return DecodePlan(array, config)
 
 
@@ -81,14 +86,16 @@ def decode_attention(q, k_cache, v_cache, block_table, seq_lens, plan=None, *, s
       schedule: "dynamic" (persistent, load-balanced) or "static" (fixed splits per sequence; the baseline).
     Returns out [B * q_len, Hq, D] bfloat16 (float16 for float16 q).
     """
-    if schedule not in _decode.SCHEDULES:
-        raise ValueError("decode_attention: schedule must be 'dynamic' or 'static'; got %r" % (schedule,))
-    if q.ndim != 3 or k_cache.ndim != 4:
-        raise ValueError("decode_attention: q must be [B * q_len, Hq, D] and k_cache [NB, P, Hkv, D]; got %s, %s"
-                         % (q.shape, k_cache.shape))
+    _args.arrays("decode_attention", q=q, k_cache=k_cache, v_cache=v_cache, block_table=block_table,
+                 seq_lens=seq_lens)
+    q_len = _decode.check_attention_call(q, k_cache, seq_lens, plan, DecodePlan, q_len, schedule)
     batch = int(seq_lens.shape[0])
     num_q_heads, head_dim = int(q.shape[1]), int(q.shape[2])
     page_size, num_kv_heads = int(k_cache.shape[1]), int(k_cache.shape[2])
+    # Results [B * q_len, Hq, D] and a workspace that scales with Hq: empty when one of these is 0, and XLA then
+    # skips the call (csrc's checks with it).
+    _args.nonempty_dims("decode_attention", **{"batch (seq_lens.shape[0])": batch, "num_q_heads (q.shape[1])":
+                                               num_q_heads, "head_dim (q.shape[2])": head_dim})
     if schedule == "dynamic":
         if plan is None:
             plan = decode_plan(seq_lens, num_kv_heads=num_kv_heads, num_q_heads=num_q_heads, head_dim=head_dim,
@@ -106,8 +113,9 @@ def decode_attention(q, k_cache, v_cache, block_table, seq_lens, plan=None, *, s
         "hpc_xla_decode_attention",
         (jax.ShapeDtypeStruct(q.shape, out_dtype), jax.ShapeDtypeStruct((workspace,), jnp.float32)),
         vmap_method="sequential")
-    out, _ = call(q, _ffi.optional(q_scale), k_cache, v_cache, block_table, seq_lens, plan_array,
-                  _ffi.f32_scalar(k_scale), _ffi.f32_scalar(v_scale),
+    op = "decode_attention"
+    out, _ = call(q, _ffi.optional(op, "q_scale", q_scale), k_cache, v_cache, block_table, seq_lens, plan_array,
+                  _ffi.f32_scalar(op, "k_scale", k_scale), _ffi.f32_scalar(op, "v_scale", v_scale),
                   sm_scale=np.float32(_decode.default_sm_scale(head_dim, sm_scale)), q_len=np.int32(q_len),
                   schedule=np.int32(_decode.SCHEDULES[schedule]), max_ctas=np.int32(ctas))
     return out

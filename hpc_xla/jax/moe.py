@@ -4,7 +4,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from hpc_xla import _options
+from hpc_xla import _args, _options
 from hpc_xla._ext import ext
 from hpc_xla.jax import _ffi
 
@@ -22,13 +22,17 @@ def moe_route(router_logits, top_k, *, scoring="softmax", renormalize=True, num_
       renormalize: divide the k weights by their sum; routed_scaling multiplies them afterwards.
     Returns (topk_weights [T, k] float32, topk_ids [T, k] int32), best expert first; ties -> lower index.
     """
+    _args.array("moe_route", "router_logits", router_logits)
+    top_k = _options.route_top_k(router_logits, top_k)
+    routed_scaling = _args.real("moe_route", "routed_scaling", routed_scaling)
     groups, kept = _options.groups_or_default(num_groups, topk_groups)
     tokens = router_logits.shape[0]
     call = jax.ffi.ffi_call("hpc_xla_moe_route",
                             (jax.ShapeDtypeStruct((tokens, top_k), jnp.float32),
                              jax.ShapeDtypeStruct((tokens, top_k), jnp.int32)),
                             vmap_method="sequential")
-    return tuple(call(router_logits, _ffi.optional(correction_bias), top_k=np.int32(top_k),
+    return tuple(call(router_logits, _ffi.optional("moe_route", "correction_bias", correction_bias),
+                      top_k=np.int32(top_k),
                       scoring=np.int32(_options.scoring_code(scoring)), renormalize=bool(renormalize),
                       num_groups=np.int32(groups), topk_groups=np.int32(kept),
                       routed_scaling=np.float32(routed_scaling)))
@@ -55,10 +59,14 @@ def fused_moe(x, w13, w2, topk_weights=None, topk_ids=None, *, quant=None, w13_s
         times. expert_offset may also be a traced int scalar, as under shard_map, where every rank runs the same
         program: `expert_offset=jax.lax.axis_index("ep") * E` (then num_experts_global is required).
     """
+    _args.arrays("fused_moe", x=x, w13=w13, w2=w2)
+    _args.nonempty_dims("fused_moe", **{"H (x.shape[-1])": x.shape[-1] if x.ndim else 0})
     _options.check_activation(activation)
     if _options.routing_inputs(topk_weights, topk_ids, router_logits, route_kwargs):
         top_k = route_kwargs.pop("top_k")
         topk_weights, topk_ids = moe_route(router_logits, top_k, **route_kwargs)
+    _args.arrays("fused_moe", topk_weights=topk_weights, topk_ids=topk_ids)
+    num_experts_global = _args.optional_integer("fused_moe", "num_experts_global", num_experts_global, minimum=1)
     expert_offset, topk_ids = _static_expert_offset(expert_offset, num_experts_global, w13.shape[0], topk_ids)
     # The CUDA pipeline's scratch is an extra result (XLA allocates it; handlers never allocate); dropped here.
     # The CPU handler ignores it (its size is the CUDA one: shapes must not depend on the platform).
@@ -68,9 +76,11 @@ def fused_moe(x, w13, w2, topk_weights=None, topk_ids=None, *, quant=None, w13_s
     call = jax.ffi.ffi_call("hpc_xla_fused_moe", (jax.ShapeDtypeStruct(x.shape, jnp.bfloat16),
                                                   jax.ShapeDtypeStruct((workspace,), jnp.uint8)),
                             vmap_method="sequential")
-    out, _ = call(x, _ffi.optional(x_scale), w13, w2, _ffi.optional(w13_scale), _ffi.optional(w2_scale),
-                _ffi.f32_scalar(a13_scale), _ffi.f32_scalar(a2_scale), topk_weights, topk_ids,
-                _ffi.optional(shared_output), quant=np.int32(_options.moe_quant_code(quant)),
+    op = "fused_moe"
+    out, _ = call(x, _ffi.optional(op, "x_scale", x_scale), w13, w2, _ffi.optional(op, "w13_scale", w13_scale),
+                _ffi.optional(op, "w2_scale", w2_scale), _ffi.f32_scalar(op, "a13_scale", a13_scale),
+                _ffi.f32_scalar(op, "a2_scale", a2_scale), topk_weights, topk_ids,
+                _ffi.optional(op, "shared_output", shared_output), quant=np.int32(_options.moe_quant_code(quant)),
                 expert_offset=np.int64(expert_offset), num_experts_global=np.int64(num_experts_global or 0))
     return out
 
@@ -84,7 +94,7 @@ def _static_expert_offset(expert_offset, num_experts_global, experts, topk_ids):
     id checks still report them. Same local rows per expert, so the kernels take the same paths as with a static offset.
     """
     if isinstance(expert_offset, (int, np.integer)) and not isinstance(expert_offset, bool):
-        return int(expert_offset), topk_ids
+        return _args.integer("fused_moe", "expert_offset", expert_offset, minimum=0), topk_ids
     if not isinstance(expert_offset, (jax.Array, np.ndarray)) or jnp.ndim(expert_offset) != 0 or \
             not jnp.issubdtype(jnp.result_type(expert_offset), jnp.integer):
         raise ValueError("fused_moe: expert_offset must be an int or an integer scalar array (e.g. "

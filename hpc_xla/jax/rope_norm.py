@@ -4,10 +4,11 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from hpc_xla import _options
+from hpc_xla import _args, _options
 from hpc_xla.jax import _ffi
 
 _TARGET = "hpc_xla_rope_norm"
+_OP = "rope_norm"
 _K_CACHE_ARG, _V_CACHE_ARG = 6, 7  # operand positions of the caches (aliased to the last two results)
 
 
@@ -31,9 +32,14 @@ def rope_norm(q, k, v, positions, cos_sin_cache, slot_mapping, k_cache, v_cache,
     Returns:
       (q_out, k_cache, v_cache), or (q_fp8, q_scale [T, Hq] float32, k_cache, v_cache) with q_quant="fp8".
     """
+    _args.arrays(_OP, q=q, k=k, v=v, positions=positions, cos_sin_cache=cos_sin_cache, slot_mapping=slot_mapping,
+                 k_cache=k_cache, v_cache=v_cache)
     quant_q = _options.check_q_quant(q_quant)
     style = _options.rope_style_code(rope_style)
     rot = _options.rotary_dim_or_default(rotary_dim, q.shape)
+    if q.ndim == 3:  # (other ranks: csrc names the error; the caches' results are not empty then)
+        _args.nonempty_dims(_OP, **{"head_dim (q.shape[2])": q.shape[2]})
+    eps = _args.real(_OP, "eps", eps)
     q_out_dtype = jnp.float8_e4m3fn if quant_q else q.dtype
     results = [jax.ShapeDtypeStruct(q.shape, q_out_dtype)]
     if quant_q:
@@ -48,8 +54,8 @@ def rope_norm(q, k, v, positions, cos_sin_cache, slot_mapping, k_cache, v_cache,
     )
     return tuple(call(
         q, k, v, positions, cos_sin_cache, slot_mapping, k_cache, v_cache,
-        _ffi.optional(q_norm_weight), _ffi.optional(k_norm_weight),
-        _ffi.f32_scalar(k_scale), _ffi.f32_scalar(v_scale),
+        _ffi.optional(_OP, "q_norm_weight", q_norm_weight), _ffi.optional(_OP, "k_norm_weight", k_norm_weight),
+        _ffi.f32_scalar(_OP, "k_scale", k_scale), _ffi.f32_scalar(_OP, "v_scale", v_scale),
         eps=np.float32(eps), rope_style=np.int32(style), rotary_dim=np.int64(rot),
         norm_before_rope=bool(norm_before_rope),
     ))

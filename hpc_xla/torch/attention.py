@@ -12,7 +12,7 @@ import dataclasses
 
 import torch
 
-from hpc_xla import _decode
+from hpc_xla import _args, _decode
 from hpc_xla._ext import ext
 from hpc_xla.torch._library import define
 
@@ -60,6 +60,11 @@ def decode_plan(seq_lens, *, num_kv_heads, num_q_heads, head_dim, page_size, q_l
                 q_dtype=None, max_ctas=None, out=None):
     """Builds the load-balanced schedule for `seq_lens` [B] int32 on their device (see hpc_xla.jax.decode_plan).
     `out`: an existing DecodePlan for the same config to refill in place (CUDA-graph friendly)."""
+    _args.tensor("decode_plan", "seq_lens", seq_lens)
+    num_kv_heads, num_q_heads, head_dim, page_size, q_len, max_ctas = _decode.check_shape_args(
+        "decode_plan", num_kv_heads, num_q_heads, head_dim, page_size, q_len, max_ctas)
+    if seq_lens.dim() != 1:
+        raise ValueError("decode_plan: seq_lens must be [B] int32; got shape %s" % (tuple(seq_lens.shape),))
     q_dtype = kv_dtype if q_dtype is None else q_dtype
     if out is None:
         ctas = _max_ctas(max_ctas, seq_lens.device, num_kv_heads, num_q_heads, head_dim, q_len, page_size, kv_dtype,
@@ -86,11 +91,9 @@ def decode_attention(q, k_cache, v_cache, block_table, seq_lens, plan=None, *, s
     `plan` must come from these `seq_lens` (refill it with decode_plan(..., out=plan) when they change).
     With schedule="static" (or no plan) a workspace is taken from `workspace` or allocated.
     """
-    if schedule not in _decode.SCHEDULES:
-        raise ValueError("decode_attention: schedule must be 'dynamic' or 'static'; got %r" % (schedule,))
-    if q.dim() != 3 or k_cache.dim() != 4:
-        raise ValueError("decode_attention: q must be [B * q_len, Hq, D] and k_cache [NB, P, Hkv, D]; got %s, %s"
-                         % (tuple(q.shape), tuple(k_cache.shape)))
+    _args.tensors("decode_attention", q=q, k_cache=k_cache, v_cache=v_cache, block_table=block_table,
+                  seq_lens=seq_lens)
+    q_len = _decode.check_attention_call(q, k_cache, seq_lens, plan, DecodePlan, q_len, schedule)
     batch = int(seq_lens.shape[0])
     num_q_heads, head_dim = int(q.shape[1]), int(q.shape[2])
     page_size, num_kv_heads = int(k_cache.shape[1]), int(k_cache.shape[2])

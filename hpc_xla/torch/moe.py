@@ -2,7 +2,7 @@
 
 import torch
 
-from hpc_xla import _options
+from hpc_xla import _args, _options
 from hpc_xla._ext import ext
 from hpc_xla.torch._library import define
 
@@ -27,13 +27,16 @@ def moe_route(router_logits, top_k, *, scoring="softmax", renormalize=True, num_
               correction_bias=None, routed_scaling=1.0, out=None):
     """Top-k expert routing (see hpc_xla.jax.moe_route). `out`: optional preallocated (weights, ids).
     Returns (topk_weights [T, k] float32, topk_ids [T, k] int32)."""
+    _args.tensor("moe_route", "router_logits", router_logits)
+    top_k = _options.route_top_k(router_logits, top_k)
     groups, kept = _options.groups_or_default(num_groups, topk_groups)
+    routed_scaling = _args.real("moe_route", "routed_scaling", routed_scaling)
     if out is None:
         tokens = router_logits.shape[0]
         out = (torch.empty(tokens, top_k, dtype=torch.float32, device=router_logits.device),
                torch.empty(tokens, top_k, dtype=torch.int32, device=router_logits.device))
-    moe_route_op(router_logits, correction_bias, out[0], out[1], int(top_k), _options.scoring_code(scoring),
-                 bool(renormalize), groups, kept, float(routed_scaling))
+    moe_route_op(router_logits, correction_bias, out[0], out[1], top_k, _options.scoring_code(scoring),
+                 bool(renormalize), groups, kept, routed_scaling)
     return out
 
 
@@ -55,8 +58,11 @@ def fused_moe_workspace_size(tokens, top_k, num_experts, hidden, inter, quant=No
     of the shapes (num_experts = the LOCAL experts, w13.shape[0]; inter = I). Allocate it once for the largest T you
     will run and pass it as `workspace=`, e.g. inside a CUDA graph. (One call's own need is not monotone in T -- it
     drops where the pipeline changes path -- so this is the maximum over T' <= tokens.)"""
-    return int(ext().fused_moe_workspace_size(int(tokens), int(top_k), int(num_experts), int(hidden), int(inter),
-                                              _options.moe_quant_code(quant)))
+    op = "fused_moe_workspace_size"
+    return int(ext().fused_moe_workspace_size(
+        _args.integer(op, "tokens", tokens, minimum=0), _args.integer(op, "top_k", top_k, minimum=1),
+        _args.integer(op, "num_experts", num_experts, minimum=1), _args.integer(op, "hidden", hidden, minimum=1),
+        _args.integer(op, "inter", inter, minimum=1), _options.moe_quant_code(quant)))
 
 
 def fused_moe(x, w13, w2, topk_weights=None, topk_ids=None, *, quant=None, w13_scale=None, w2_scale=None,
@@ -65,10 +71,13 @@ def fused_moe(x, w13, w2, topk_weights=None, topk_ids=None, *, quant=None, w13_s
     """One MoE layer (see hpc_xla.jax.fused_moe). `out`: optional preallocated [T, H] bfloat16. `workspace`:
     optional uint8 scratch of >= fused_moe_workspace_size(...) bytes for CUDA tensors (else allocated here
     with torch.empty on x's device: the caching allocator, fine under CUDA-graph capture); unused on CPU."""
+    _args.tensors("fused_moe", x=x, w13=w13, w2=w2)
     _options.check_activation(activation)
+    expert_offset, num_experts_global = _options.expert_counts(expert_offset, num_experts_global)
     if _options.routing_inputs(topk_weights, topk_ids, router_logits, route_kwargs):
         top_k = route_kwargs.pop("top_k")
         topk_weights, topk_ids = moe_route(router_logits, top_k, **route_kwargs)
+    _args.tensors("fused_moe", topk_weights=topk_weights, topk_ids=topk_ids)
     if out is None:
         out = torch.empty(x.shape, dtype=torch.bfloat16, device=x.device)
     if workspace is None:
@@ -78,6 +87,5 @@ def fused_moe(x, w13, w2, topk_weights=None, topk_ids=None, *, quant=None, w13_s
                                                            w13.shape[1] // 2, _options.moe_quant_code(quant)))
         workspace = torch.empty(size, dtype=torch.uint8, device=x.device)
     fused_moe_op(x, x_scale, w13, w2, w13_scale, w2_scale, a13_scale, a2_scale, topk_weights, topk_ids,
-                 shared_output, out, workspace, _options.moe_quant_code(quant), int(expert_offset),
-                 int(num_experts_global or 0))
+                 shared_output, out, workspace, _options.moe_quant_code(quant), expert_offset, num_experts_global)
     return out

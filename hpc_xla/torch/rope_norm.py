@@ -2,7 +2,7 @@
 
 import torch
 
-from hpc_xla import _options
+from hpc_xla import _args, _options
 from hpc_xla._ext import ext
 from hpc_xla.torch._library import define
 
@@ -39,14 +39,17 @@ def rope_norm(q, k, v, positions, cos_sin_cache, slot_mapping, k_cache, v_cache,
         `out` may be q itself.
     Returns q_out, or (q_fp8, q_scale) with q_quant="fp8". Launches on the current CUDA stream, never syncs.
     """
+    _args.tensors("rope_norm", q=q, k=k, v=v, positions=positions, cos_sin_cache=cos_sin_cache,
+                  slot_mapping=slot_mapping, k_cache=k_cache, v_cache=v_cache)
     quant_q = _options.check_q_quant(q_quant)
     style = _options.rope_style_code(rope_style)
     rot = _options.rotary_dim_or_default(rotary_dim, q.shape)
+    eps = _args.real("rope_norm", "eps", eps)
     if out is None:
         out = torch.empty(q.shape, dtype=torch.float8_e4m3fn if quant_q else q.dtype, device=q.device)
     if quant_q and out_scale is None:
         out_scale = torch.empty(q.shape[:2], dtype=torch.float32, device=q.device)
     rope_norm_op(q, k, v, positions, cos_sin_cache, slot_mapping, k_cache, v_cache, out,
-                 out_scale, q_norm_weight, k_norm_weight, k_scale, v_scale, float(eps), style,
+                 out_scale, q_norm_weight, k_norm_weight, k_scale, v_scale, eps, style,
                  rot, bool(norm_before_rope))
     return (out, out_scale) if quant_q else out

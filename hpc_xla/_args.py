@@ -1,0 +1,71 @@
+"""Python-side argument checks of the jax and torch faces: what the binary never sees as such.
+
+Shapes, dtypes and values are validated once, in csrc. What the binary cannot judge is how a Python value was
+converted on its way there -- `int(4.5)` is 4, `float("x")` fails far from the call, None has no `.shape` -- and
+calls XLA never makes (it skips a custom call whose results are all empty, so csrc's checks would not run).
+These helpers turn such values into errors that name the op and the argument.
+"""
+
+import numbers
+
+import numpy as np
+
+
+def integer(op, name, value, minimum=None, maximum=None):
+    """An int (Python or numpy integer; not bool, not float) within [minimum, maximum] -> int."""
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (numbers.Integral, np.integer)):
+        raise TypeError("%s: %s must be an int; got %r" % (op, name, value))
+    value = int(value)
+    if minimum is not None and value < minimum:
+        raise ValueError("%s: %s must be >= %d; got %d" % (op, name, minimum, value))
+    if maximum is not None and value > maximum:
+        raise ValueError("%s: %s must be <= %d; got %d" % (op, name, maximum, value))
+    return value
+
+
+def optional_integer(op, name, value, minimum=None, maximum=None):
+    return None if value is None else integer(op, name, value, minimum, maximum)
+
+
+def real(op, name, value):
+    """A real number (Python / numpy scalar or a 0-d array; not bool, not str) -> float."""
+    if value is None or isinstance(value, (bool, np.bool_, str, bytes)):
+        raise TypeError("%s: %s must be a number; got %r" % (op, name, value))
+    try:
+        return float(value)
+    except (TypeError, ValueError):
+        raise TypeError("%s: %s must be a number; got %r" % (op, name, value)) from None
+
+
+def array(op, name, value):
+    """Something with a shape and a dtype (a jax / numpy array, a tracer, a torch tensor)."""
+    if not (hasattr(value, "shape") and hasattr(value, "dtype")):
+        raise TypeError("%s: %s must be an array; got %s" % (op, name, type(value).__name__))
+    return value
+
+
+def tensor(op, name, value):
+    """A torch.Tensor (checked without importing torch where torch is not used)."""
+    import torch
+
+    if not isinstance(value, torch.Tensor):
+        raise TypeError("%s: %s must be a torch.Tensor; got %s" % (op, name, type(value).__name__))
+    return value
+
+
+def tensors(op, **named):
+    for name, value in named.items():
+        tensor(op, name, value)
+
+
+def arrays(op, **named):
+    for name, value in named.items():
+        array(op, name, value)
+
+
+def nonempty_dims(op, **dims):
+    """Dimensions that size every result of a jax custom call: when one is 0, XLA skips the call and csrc never
+    validates it, so the jax face checks them here (the torch face always reaches csrc)."""
+    for name, value in dims.items():
+        if int(value) < 1:
+            raise ValueError("%s: %s must be >= 1; got %d" % (op, name, int(value)))

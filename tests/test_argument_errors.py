@@ -1,0 +1,228 @@
+"""Bad arguments found by a fuzz campaign over both faces (session 23): each raises an error naming the op and the
+argument -- before, they crashed the process (decode workspace / plan views), were silently accepted (zero, NaN or
+infinite scales; truncated floats; broadcast output views; empty optional arrays in jax; meta tensors mixed with
+real ones) or failed with an error that named nothing (AttributeError on None, IndexError, ZeroDivisionError)."""
+
+import dataclasses
+
+import numpy as np
+import pytest
+
+import decode_harness
+import rope_norm_harness
+from test_fused_moe import make_problem
+
+ROPE = rope_norm_harness.Case(tokens=6, num_q_heads=4, num_kv_heads=2, head_dim=64, page_size=8, num_blocks=2)
+DECODE = decode_harness.DecodeCase(seq_lens=(100, 0, 3000))
+
+
+def _torch(inputs):
+    return {k: rope_norm_harness.to_torch(v, "cpu") for k, v in inputs.items()}
+
+
+def _rope_torch(t, **kw):
+    import hpc_xla.torch as ht
+
+    args = [t[k] for k in ("q", "k", "v", "positions", "cos_sin_cache", "slot_mapping", "k_cache", "v_cache")]
+    return ht.rope_norm(*args, **kw)
+
+
+def _decode_torch(t, **kw):
+    import hpc_xla.torch as ht
+
+    kw.setdefault("max_ctas", 8)
+    return ht.decode_attention(t["q"], t["k_cache"], t["v_cache"], t["block_table"], t["seq_lens"],
+                               k_scale=t["k_scale"], v_scale=t["v_scale"], **kw)
+
+
+# ---- crashes before: decode_attention's workspace and plan as broadcast views, a plan of the wrong size ----
+
+def test_decode_workspace_and_plan_views_are_refused():
+    import torch
+
+    import hpc_xla.torch as ht
+    from hpc_xla._ext import ext
+
+    t = {k: decode_harness.to_torch(v, "cpu") for k, v in decode_harness.make_inputs(DECODE).items()}
+    need = ext().decode_workspace_size(3, 1, 8, 128, 1, 8)
+    with pytest.raises(ValueError, match=r"decode_attention: workspace must be contiguous"):
+        _decode_torch(t, schedule="static", workspace=torch.zeros(1).expand(need))
+    plan = ht.decode_plan(t["seq_lens"], num_kv_heads=1, num_q_heads=8, head_dim=128, page_size=16, max_ctas=8)
+    broadcast = ht.DecodePlan(plan.plan[:1].expand(plan.plan.numel()), plan.workspace, plan.config)
+    with pytest.raises(ValueError, match=r"decode_attention: plan must be contiguous"):
+        _decode_torch(t, plan=broadcast)
+
+
+def test_decode_plan_cut_short_is_refused_in_jax():
+    import jax.numpy as jnp
+
+    import hpc_xla.jax as hj
+
+    inp = decode_harness.make_inputs(DECODE)
+    plan = hj.decode_plan(jnp.asarray(inp["seq_lens"]), num_kv_heads=1, num_q_heads=8, head_dim=128, page_size=16,
+                          max_ctas=8)
+    cut = hj.DecodePlan(plan.array[:16 + 4 + 2 * 3], plan.config)  # by its size: max_ctas 2; its header: 8
+    with pytest.raises(Exception, match=r"plan holds 26 int32, which for batch 3 means max_ctas=2, but decode_plan "
+                                        r"built it for max_ctas=8"):
+        np.asarray(hj.decode_attention(inp["q"], inp["k_cache"], inp["v_cache"], inp["block_table"],
+                                       inp["seq_lens"], cut))
+
+
+# ---- silent before: values csrc did not look at ----
+
+@pytest.mark.parametrize("value", [0.0, -1.0, float("nan"), float("inf")])
+def test_fp8_scales_must_be_finite_and_positive(value):
+    import torch
+
+    import hpc_xla.torch as ht
+
+    t = _torch(rope_norm_harness.make_inputs(dataclasses.replace(ROPE, cache_fp8=True)))
+    with pytest.raises(ValueError, match=r"rope_norm: k_scale must be finite and > 0"):
+        _rope_torch(t, k_scale=torch.tensor(value), v_scale=t["v_scale"])
+    fp8 = dataclasses.replace(DECODE, kv_dtype="float8_e4m3fn")
+    d = {k: decode_harness.to_torch(v, "cpu") for k, v in decode_harness.make_inputs(fp8).items()}
+    d["v_scale"] = torch.tensor(value)
+    with pytest.raises(ValueError, match=r"decode_attention: v_scale must be finite and > 0"):
+        _decode_torch(d)
+    p = make_problem(tokens=3, experts=4, hidden=128, inter=128, top_k=2, quant="fp8_tensor")
+    x = lambda k: rope_norm_harness.to_torch(p[k], "cpu")  # noqa: E731
+    with pytest.raises(ValueError, match=r"fused_moe: a13_scale must be finite and > 0"):
+        ht.fused_moe(x("x"), x("w13"), x("w2"), x("topk_weights"), x("topk_ids"), quant="fp8_tensor",
+                     w13_scale=x("w13_scale"), w2_scale=x("w2_scale"), a13_scale=torch.tensor(value),
+                     a2_scale=torch.tensor(0.02))
+
+
+def test_infinite_scalars_are_refused():
+    import torch
+
+    import hpc_xla.torch as ht
+
+    d = {k: decode_harness.to_torch(v, "cpu") for k, v in decode_harness.make_inputs(DECODE).items()}
+    with pytest.raises(ValueError, match=r"sm_scale must be finite and > 0; got inf"):
+        _decode_torch(d, sm_scale=float("inf"))
+    with pytest.raises(ValueError, match=r"routed_scaling must be finite and > 0; got inf"):
+        ht.moe_route(torch.zeros(3, 8), 2, routed_scaling=float("inf"))
+
+
+def test_broadcast_output_views_are_refused():
+    import torch
+
+    t = _torch(rope_norm_harness.make_inputs(ROPE))
+    t["k_cache"] = t["k_cache"][:1].expand(t["k_cache"].shape)
+    with pytest.raises(ValueError, match=r"k_cache is written by the op, so it cannot be a broadcast"):
+        _rope_torch(t)
+    d = {k: decode_harness.to_torch(v, "cpu") for k, v in decode_harness.make_inputs(DECODE).items()}
+    out = torch.empty(1, 8, 128, dtype=torch.bfloat16).expand(3, 8, 128)
+    with pytest.raises(ValueError, match=r"out is written by the op, so it cannot be a broadcast"):
+        _decode_torch(d, out=out)
+
+
+def test_decode_plan_of_too_long_a_batch_is_refused():
+    import torch
+
+    import hpc_xla.torch as ht
+
+    lens = torch.full((64,), 2**31 - 1, dtype=torch.int32)
+    with pytest.raises(ValueError, match=r"the batch is too long to plan"):
+        ht.decode_plan(lens, num_kv_heads=1, num_q_heads=8, head_dim=128, page_size=16, max_ctas=8)
+
+
+def test_meta_tensor_mixed_with_real_ones_is_refused():
+    t = _torch(rope_norm_harness.make_inputs(ROPE))
+    t["q"] = t["q"].to("meta")
+    with pytest.raises(ValueError, match=r"rope_norm: all tensors must be on one device; got cpu and meta"):
+        _rope_torch(t)
+
+
+# ---- silent before in the python faces: converted or truncated options, jax's empty-array cases ----
+
+def _route_torch(**kw):
+    import torch
+
+    import hpc_xla.torch as ht
+
+    return ht.moe_route(torch.zeros(5, 16), kw.pop("top_k", 2), **kw)
+
+
+@pytest.mark.parametrize("kw, error, message", [
+    (dict(num_groups=-4, topk_groups=1), ValueError, r"moe_route: num_groups must be >= 0; got -4"),
+    (dict(num_groups=1, topk_groups=5), ValueError, r"moe_route: topk_groups needs num_groups > 1"),
+    (dict(num_groups=4.5, topk_groups=1), TypeError, r"moe_route: num_groups must be an int; got 4.5"),
+    (dict(top_k=0), ValueError, r"moe_route: top_k must be in \[1, num_experts=16\]; got 0"),
+    (dict(top_k=2**31), ValueError, r"moe_route: top_k must be in \[1, num_experts=16\]; got 2147483648"),
+    (dict(top_k=2.0), TypeError, r"moe_route: top_k must be an int"),
+    (dict(routed_scaling="x"), TypeError, r"moe_route: routed_scaling must be a number"),
+])
+def test_route_options(kw, error, message):
+    with pytest.raises(error, match=message):
+        _route_torch(**kw)
+
+
+def test_torch_options_and_types():
+    import hpc_xla.torch as ht
+
+    t = _torch(rope_norm_harness.make_inputs(ROPE))
+    with pytest.raises(TypeError, match=r"rope_norm: rotary_dim must be an int; got 32.9"):
+        _rope_torch(t, rotary_dim=32.9)
+    with pytest.raises(TypeError, match=r"rope_norm: eps must be a number; got 'x'"):
+        _rope_torch(t, eps="x")
+    with pytest.raises(TypeError, match=r"rope_norm: q must be a torch.Tensor; got NoneType"):
+        _rope_torch(dict(t, q=None))
+    with pytest.raises(TypeError, match=r"moe_route: router_logits must be a torch.Tensor; got list"):
+        ht.moe_route([[0.0, 1.0]], 1)
+    d = {k: decode_harness.to_torch(v, "cpu") for k, v in decode_harness.make_inputs(DECODE).items()}
+    with pytest.raises(ValueError, match=r"decode_plan: max_ctas must be <= 2048; got 67108864"):
+        ht.decode_plan(d["seq_lens"], num_kv_heads=1, num_q_heads=8, head_dim=128, page_size=16, max_ctas=2**26)
+    with pytest.raises(ValueError, match=r"decode_plan: max_ctas must be >= 1; got -100"):
+        ht.decode_plan(d["seq_lens"], num_kv_heads=1, num_q_heads=8, head_dim=128, page_size=16, max_ctas=-100)
+    with pytest.raises(ValueError, match=r"decode_plan: kv_dtype has dtype int8"):
+        ht.decode_plan(d["seq_lens"], num_kv_heads=1, num_q_heads=8, head_dim=128, page_size=16, kv_dtype="int8")
+    with pytest.raises(TypeError, match=r"decode_attention: sm_scale must be a number"):
+        _decode_torch(d, sm_scale="x")
+    with pytest.raises(TypeError, match=r"decode_attention: plan must be a DecodePlan"):
+        _decode_torch(d, plan=d["seq_lens"])
+    with pytest.raises(ValueError, match=r"decode_attention: seq_lens must be \[B\] int32; got shape \(\)"):
+        _decode_torch(dict(d, seq_lens=d["seq_lens"][0]))
+    p = {k: rope_norm_harness.to_torch(v, "cpu") if isinstance(v, np.ndarray) else v
+         for k, v in make_problem(tokens=3, experts=4, hidden=128, inter=128, top_k=2, quant=None).items()}
+    args = (p["x"], p["w13"], p["w2"], p["topk_weights"], p["topk_ids"])
+    with pytest.raises(ValueError, match=r"fused_moe: num_experts_global must be >= 1; got -5"):
+        ht.fused_moe(*args, num_experts_global=-5)
+    with pytest.raises(ValueError, match=r"fused_moe: expert_offset must be >= 0; got -1"):
+        ht.fused_moe(*args, expert_offset=-1)
+    with pytest.raises(ValueError, match=r"fused_moe: expert_offset must be in \[0, 2\^31\)"):
+        ht.fused_moe(*args, expert_offset=2**40, num_experts_global=2**40 + 8)
+    with pytest.raises(ValueError, match=r"fused_moe_workspace_size: tokens must be >= 0; got -5"):
+        ht.fused_moe_workspace_size(-5, 2, 4, 128, 128)
+
+
+def test_jax_empty_and_zero_sized_cases():
+    """XLA skips a custom call whose results are all empty, and an empty optional array reads as 'absent'."""
+    import jax
+    import jax.numpy as jnp
+
+    import hpc_xla.jax as hj
+
+    inp = rope_norm_harness.make_inputs(ROPE)
+    args = [inp[k] for k in ("q", "k", "v", "positions", "cos_sin_cache", "slot_mapping", "k_cache", "v_cache")]
+    with pytest.raises(ValueError, match=r"rope_norm: q_norm_weight is empty \(shape \(0,\)\); pass None"):
+        hj.rope_norm(*args, q_norm_weight=jnp.zeros((0,), jnp.float32))
+    empty_d = [a[..., :0] if i in (0, 1, 2, 6, 7) else a for i, a in enumerate(args)]
+    with pytest.raises(ValueError, match=r"rope_norm: head_dim \(q.shape\[2\]\) must be >= 1; got 0"):
+        hj.rope_norm(*empty_d)
+    with pytest.raises(ValueError, match=r"rope_norm: k_scale must be one float32 value"):
+        hj.rope_norm(*args, k_scale=np.ones(2, np.float32))
+    with pytest.raises(ValueError, match=r"moe_route: top_k must be in \[1, num_experts=8\]; got 0"):
+        hj.moe_route(jnp.zeros((3, 8)), 0)
+    d = decode_harness.make_inputs(DECODE)
+    no_heads = jax.jit(lambda q, kc, vc, bt, sl: hj.decode_attention(q, kc, vc, bt, sl, schedule="static",
+                                                                    max_ctas=8))
+    with pytest.raises(ValueError, match=r"decode_attention: num_q_heads \(q.shape\[1\]\) must be >= 1; got 0"):
+        no_heads(d["q"][:, :0], d["k_cache"], d["v_cache"], d["block_table"], d["seq_lens"])
+    with pytest.raises(TypeError, match=r"decode_attention: plan must be a DecodePlan"):
+        hj.decode_attention(d["q"], d["k_cache"], d["v_cache"], d["block_table"], d["seq_lens"],
+                            jnp.zeros(40, jnp.int32))
+    p = make_problem(tokens=3, experts=4, hidden=128, inter=128, top_k=2, quant=None)
+    with pytest.raises(ValueError, match=r"fused_moe: shared_output is empty"):
+        hj.fused_moe(p["x"], p["w13"], p["w2"], p["topk_weights"], p["topk_ids"],
+                     shared_output=jnp.zeros((0,), jnp.bfloat16))
