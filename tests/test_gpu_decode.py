@@ -145,3 +145,21 @@ def test_misaligned_views_are_refused(name):
         t[name] = shifted
     with pytest.raises(ValueError, match=name + r" must be \d+-byte aligned on the GPU"):
         ht.decode_attention(t["q"], t["k_cache"], t["v_cache"], t["block_table"], t["seq_lens"], **kw)
+
+
+def test_device_checks_report_bad_kv_scale():
+    # fp8 KV scales live on the GPU: only the debug mode reads them (a zero scale would give all-zero K rows' scores)
+    out = _run_python("""
+import torch
+import hpc_xla.torch as ht
+from decode_harness import DecodeCase, make_inputs, to_torch
+t = {k: to_torch(v, "cuda") for k, v in make_inputs(DecodeCase(kv_dtype="float8_e4m3fn")).items()}
+try:
+    ht.decode_attention(t["q"], t["k_cache"], t["v_cache"], t["block_table"], t["seq_lens"], k_scale=t["k_scale"],
+                        v_scale=torch.tensor(float("nan"), device="cuda"))
+    torch.cuda.synchronize()
+    print("NO ERROR")
+except ValueError as e:
+    print("ERROR", e)
+""", HPC_XLA_CHECK="1")
+    assert "v_scale must be finite and > 0; got nan (HPC_XLA_CHECK)" in out, out

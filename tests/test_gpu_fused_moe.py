@@ -693,3 +693,20 @@ except ValueError as e:
 def test_moe_knobs_reject_unknown_values(knob, value, message):
     r = _run_child(_KNOB_CHILD, **{knob: value})
     assert message in r.stdout, r.stdout + r.stderr
+
+
+def test_cuda_device_check_reports_bad_activation_scale():
+    code = r"""
+import numpy as np, sys
+sys.path.insert(0, "tests")
+from test_gpu_fused_moe import run_cuda
+from test_fused_moe import make_problem
+p = make_problem(3, 2, 128, 128, 2, "fp8_tensor")
+p["a2_scale"] = np.float32(-1.0)
+try:
+    run_cuda(p)
+except ValueError as e:
+    print("ERR", e)
+"""
+    r = _run_child(code, HPC_XLA_CHECK="1")
+    assert "a2_scale must be finite and > 0; got -1.000000 (HPC_XLA_CHECK)" in r.stdout, r.stdout + r.stderr

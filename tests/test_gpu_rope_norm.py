@@ -240,3 +240,22 @@ def test_input_layouts(case, layout):
 
     inputs = make_inputs(case)
     check(case, inputs, *run_torch(case, inputs, device="cuda", input_layout=layout))
+
+
+def test_device_checks_report_bad_cache_scale():
+    code = "\n".join([
+        "import torch",
+        "import hpc_xla.torch as ht",
+        "from rope_norm_harness import Case, make_inputs, to_torch",
+        "t = {k: to_torch(v, 'cuda') for k, v in make_inputs(Case(tokens=6, num_blocks=1, page_size=8,",
+        "                                                          cache_fp8=True)).items()}",
+        "try:",
+        "    ht.rope_norm(t['q'], t['k'], t['v'], t['positions'], t['cos_sin_cache'], t['slot_mapping'],",
+        "                 t['k_cache'], t['v_cache'], k_scale=torch.zeros((), device='cuda'), v_scale=t['v_scale'])",
+        "    torch.cuda.synchronize()",
+        "    print('NO ERROR')",
+        "except ValueError as e:",
+        "    print('ERROR', e)",
+    ])
+    out = _run_python(code, HPC_XLA_CHECK="1")
+    assert "k_scale must be finite and > 0; got 0.000000 (HPC_XLA_CHECK)" in out, out

@@ -11,6 +11,7 @@
 #include "csrc/attention/decode_kernel.cuh"
 #include "csrc/common/arch.h"
 #include "csrc/common/check.h"
+#include "csrc/common/device_check.h"
 #include "csrc/common/occupancy.h"
 
 namespace hpc {
@@ -188,7 +189,11 @@ Status DecodeAttentionCuda(const DecodeAttentionArgs& a, cudaStream_t stream) {
   HPC_RETURN_IF_ERROR(ValidateDecodeAttention(a, &cfg));
   if (a.q.device != DeviceKind::kCuda) return Status::Internal("decode_attention: CUDA path called with CPU tensors");
   HPC_RETURN_IF_ERROR(CheckHopper(a.q.device_id));
-  if (DeviceChecksEnabled()) HPC_RETURN_IF_ERROR(CheckOnDevice(a, cfg, stream));
+  if (DeviceChecksEnabled()) {
+    HPC_RETURN_IF_ERROR(CheckOnDevice(a, cfg, stream));
+    HPC_RETURN_IF_ERROR(CheckScalesOnDevice("decode_attention", "k_scale", a.k_scale, stream));
+    HPC_RETURN_IF_ERROR(CheckScalesOnDevice("decode_attention", "v_scale", a.v_scale, stream));
+  }
   // Vector widths of the kernels' accesses: 16-byte cp.async of K/V rows, 8 q elements per load, 2 out elements
   // per store, float4 partials in the combine.
   const ArgCheck check("decode_attention");

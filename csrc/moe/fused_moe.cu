@@ -22,10 +22,12 @@
 #include <cub/block/block_scan.cuh>
 #include <cstdint>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "csrc/common/arch.h"
 #include "csrc/common/check.h"
+#include "csrc/common/device_check.h"
 #include "csrc/common/launch.cuh"
 #include "csrc/common/vec.cuh"
 #include "csrc/moe/fused_moe.h"
@@ -284,7 +286,14 @@ Status FusedMoeCuda(const FusedMoeArgs& a, cudaStream_t stream) {
   const int64_t top_k = a.topk_ids.shape[1];
   if (tokens == 0) return Status::Ok();
   const int64_t global = a.num_experts_global > 0 ? a.num_experts_global : experts + a.expert_offset;
-  if (DeviceChecksEnabled()) HPC_RETURN_IF_ERROR(CheckIdsOnDevice(a, global, stream));
+  if (DeviceChecksEnabled()) {
+    HPC_RETURN_IF_ERROR(CheckIdsOnDevice(a, global, stream));
+    for (const auto& [name, t, zero_ok] : {std::tuple<const char*, const TensorView*, bool>{"a13_scale", &a.a13_scale, false},
+                                          {"a2_scale", &a.a2_scale, false}, {"w13_scale", &a.w13_scale, true},
+                                          {"w2_scale", &a.w2_scale, true}}) {
+      HPC_RETURN_IF_ERROR(CheckScalesOnDevice("fused_moe", name, *t, stream, zero_ok));
+    }
+  }
   const moe::MoePlan plan = moe::MakeMoePlan(tokens, top_k, experts, hidden, inter, a.quant);
   if (plan.stream) return moe::RunStreamMoe(a, plan, stream);
   uint8_t* ws = a.workspace.ptr<uint8_t>();

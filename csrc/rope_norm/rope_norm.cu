@@ -10,6 +10,7 @@
 
 #include "csrc/common/arch.h"
 #include "csrc/common/check.h"
+#include "csrc/common/device_check.h"
 #include "csrc/common/launch.cuh"
 #include "csrc/common/numeric.h"
 #include "csrc/common/occupancy.h"
@@ -209,7 +210,11 @@ Status RopeNormCuda(const RopeNormArgs& a, cudaStream_t stream) {
   }
   RopeNormParams p = MakeParams(a);
   if (p.tokens == 0) return Status::Ok();
-  if (DeviceChecksEnabled()) HPC_RETURN_IF_ERROR(CheckIndicesOnDevice(p, stream, a.q.device_id));
+  if (DeviceChecksEnabled()) {
+    HPC_RETURN_IF_ERROR(CheckIndicesOnDevice(p, stream, a.q.device_id));
+    HPC_RETURN_IF_ERROR(CheckScalesOnDevice("rope_norm", "k_scale", a.k_scale, stream));
+    HPC_RETURN_IF_ERROR(CheckScalesOnDevice("rope_norm", "v_scale", a.v_scale, stream));
+  }
 
   const bool fp8_cache = a.k_cache.dtype == DType::kF8E4M3, fp8_q = a.q_out.dtype == DType::kF8E4M3;
   void* kernel = nullptr;

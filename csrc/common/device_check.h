@@ -1,0 +1,18 @@
+// HPC_XLA_CHECK=1 helpers shared by the CUDA launchers: copy small device inputs to the host (syncing the stream)
+// and run the same checks the CPU path runs on them.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include "csrc/common/status.h"
+#include "csrc/common/tensor_view.h"
+
+namespace hpc {
+
+// The float32 scale tensor `scale` (on the GPU, contiguous; absent is fine) checked like
+// ArgCheck::PositiveFiniteScales: every element finite and > 0 (>= 0 with zero_ok). Syncs `stream`; skipped (Ok)
+// while the stream is being captured.
+Status CheckScalesOnDevice(const char* op, const char* name, const TensorView& scale, cudaStream_t stream,
+                           bool zero_ok = false);
+
+}  // namespace hpc
