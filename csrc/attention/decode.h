@@ -3,11 +3,7 @@
 // fixed (kv head, sequence, split) grid (static), then merges split pieces in a fixed order.
 #pragma once
 
-// EXPERIMENT 19: per-CTA timestamps (decode_trace.cuh); this commit is never landed.
-#define HPC_DECODE_TRACE 1
-
 #include <cstdint>
-#include <vector>
 
 #include "csrc/common/status.h"
 #include "csrc/common/tensor_view.h"
@@ -84,11 +80,5 @@ int DecodeMinCapacityTiles();
 void BuildPlanHost(const int32_t* seq_lens, int batch, const DecodeConfig& config, int max_ctas, int32_t* plan);
 Status DecodeAttentionCuda(const DecodeAttentionArgs& args, cudaStream_t stream);
 Status DecodeAttentionCpu(const DecodeAttentionArgs& args);
-
-#ifdef HPC_DECODE_TRACE
-// Zeroes the trace buffer / syncs the device and copies it out: [kernel (attention, combine, plan)][2048 CTAs][10].
-Status DecodeTraceReset();
-Status DecodeTraceRead(std::vector<uint64_t>* out);
-#endif
 
 }  // namespace hpc

@@ -73,7 +73,6 @@ __global__ void __launch_bounds__(1024) DecodePlanKernel(const int32_t* seq_lens
   // The CTA starts below binary-search the prefix: from shared memory when it fits (a search through global
   // memory is a chain of dependent L2 round trips, and the attention kernel waits for this whole kernel).
   __shared__ int32_t prefix_smem[kPlanSmemPrefix];
-  HPC_TRACE_TIME(kTracePlan, 0);
   PdlWait();
   int32_t* prefix = PlanPrefix(plan);
   const bool in_smem = batch < kPlanSmemPrefix;
@@ -118,7 +117,6 @@ __global__ void __launch_bounds__(1024) DecodePlanKernel(const int32_t* seq_lens
                                              running, 0, 0};
     for (int i = 0; i < kPlanHeaderInts; ++i) plan[i] = header[i];
   }
-  HPC_TRACE_TIME(kTracePlan, 5);
 }
 
 // HPC_XLA_CHECK=1: copy the plan header and the lengths/block ids the kernel will use, validate on the host.
@@ -277,20 +275,5 @@ Status DecodeAttentionCuda(const DecodeAttentionArgs& a, cudaStream_t stream) {
   return Launch("decode_attention combine launch", combine, dim3(combine_grid, combine_rows),
                 dim3(attention::kCombineThreads), 0, stream, p);
 }
-
-#ifdef HPC_DECODE_TRACE
-Status DecodeTraceReset() {
-  void* addr = nullptr;
-  HPC_RETURN_IF_ERROR(CudaStatus(cudaGetSymbolAddress(&addr, attention::g_decode_trace), "decode trace"));
-  return CudaStatus(cudaMemset(addr, 0, sizeof(attention::g_decode_trace)), "decode trace");
-}
-
-Status DecodeTraceRead(std::vector<uint64_t>* out) {
-  out->resize(sizeof(attention::g_decode_trace) / sizeof(uint64_t));
-  HPC_RETURN_IF_ERROR(CudaStatus(cudaDeviceSynchronize(), "decode trace"));
-  return CudaStatus(cudaMemcpyFromSymbol(out->data(), attention::g_decode_trace, sizeof(attention::g_decode_trace)),
-                    "decode trace");
-}
-#endif
 
 }  // namespace hpc

@@ -24,15 +24,6 @@
 #include "csrc/common/tensor_view.h"
 #include "csrc/common/vec.cuh"
 
-#ifdef HPC_DECODE_TRACE
-#include "csrc/attention/decode_trace.cuh"
-#define HPC_TRACE_TIME(kernel, field) TraceTime(kernel, field)
-#define HPC_TRACE_VALUE(kernel, field, v) TraceValue(kernel, field, v)
-#else
-#define HPC_TRACE_TIME(kernel, field) ((void)0)
-#define HPC_TRACE_VALUE(kernel, field, v) ((void)0)
-#endif
-
 namespace hpc::attention {
 
 constexpr int kDecodeThreads = 128;
@@ -590,11 +581,7 @@ __global__ void __launch_bounds__(kDecodeThreads) DecodeAttentionKernel(const __
   float* obuf = reinterpret_cast<float*>(ml_smem + S::kMlBytes);
   float* lse_smem = reinterpret_cast<float*>(ml_smem + S::kMlBytes + S::kOBufBytes);
 
-  HPC_TRACE_TIME(kTraceAttention, 0);
-  HPC_TRACE_VALUE(kTraceAttention, 6, clock64());
-  HPC_TRACE_VALUE(kTraceAttention, 9, SmId());
   PdlWait();  // the plan (and q / the cache) come from earlier kernels in the stream
-  HPC_TRACE_TIME(kTraceAttention, 1);
   // The persistent grid is fully resident, so the combine kernel may be scheduled now (it waits for us in
   // PdlWait). A static grid can have several waves: let it finish first.
   if (p.dynamic) PdlLaunchDependents();
@@ -611,14 +598,7 @@ __global__ void __launch_bounds__(kDecodeThreads) DecodeAttentionKernel(const __
   TileStream load, comp;
   load.Init(p);
   comp = load;
-  HPC_TRACE_TIME(kTraceAttention, 2);
-  if (!comp.valid) {
-    HPC_TRACE_TIME(kTraceAttention, 5);
-    return;
-  }
-#ifdef HPC_DECODE_TRACE
-  unsigned long long traced_tiles = 0;
-#endif
+  if (!comp.valid) return;
   // Copies run kStages - 1 tiles ahead of the compute; the block ids of the next `load` tile are fetched one
   // copy ahead of that. Page size 64 (one page per tile) takes the single-id path.
   auto run = [&](auto one_page) {
@@ -656,9 +636,6 @@ __global__ void __launch_bounds__(kDecodeThreads) DecodeAttentionKernel(const __
         CpAsyncCommit();
         CpAsyncWait<S::kStages - 1>();
         __syncthreads();
-#ifdef HPC_DECODE_TRACE
-        if (traced_tiles++ == 0) HPC_TRACE_TIME(kTraceAttention, 3);
-#endif
         ComputeTile<D, MT, KV, CT>(p, comp.piece, comp.tile, stages_addr + stage * S::kStageBytes, qsmem_addr, st,
                                    pos, s_scale);
         __syncthreads();  // the stage is refilled by a later load
@@ -671,7 +648,6 @@ __global__ void __launch_bounds__(kDecodeThreads) DecodeAttentionKernel(const __
       }
       comp.Advance(p);
     }
-    HPC_TRACE_TIME(kTraceAttention, 4);
   };
   if (p.page_shift >= 6) {
     run(std::true_type{});
@@ -679,11 +655,6 @@ __global__ void __launch_bounds__(kDecodeThreads) DecodeAttentionKernel(const __
     run(std::false_type{});
   }
   CpAsyncWait<0>();
-  HPC_TRACE_TIME(kTraceAttention, 5);
-  HPC_TRACE_VALUE(kTraceAttention, 7, clock64());
-#ifdef HPC_DECODE_TRACE
-  HPC_TRACE_VALUE(kTraceAttention, 8, traced_tiles);
-#endif
 }
 
 // Merges split pieces and zero-fills the rows of empty sequences. Dynamic: a CTA per CTA boundary i (per (i, row)
@@ -792,10 +763,8 @@ __global__ void __launch_bounds__(kCombineThreads) DecodeCombineKernel(const __g
   // Block (0, 0) waits even without a task: a grid none of whose CTAs waits could complete before the attention
   // grid does, and the next PDL-launched kernel, which waits for this grid only, would read `out` too early.
   const bool anchor = blockIdx.x == 0 && blockIdx.y == 0;
-  HPC_TRACE_TIME(kTraceCombine, 0);
   auto leave = [&]() {
     if (anchor) PdlWait();
-    HPC_TRACE_TIME(kTraceCombine, 5);
   };
   const int D = p.head_dim;
   if (blockIdx.y == 0) {
@@ -850,7 +819,6 @@ __global__ void __launch_bounds__(kCombineThreads) DecodeCombineKernel(const __g
   if (count <= warp_pieces && p.rows <= kWarpMergeMaxRows) {
     if (r != 0) return leave();
     PdlWait();  // the partials come from the attention kernel
-    HPC_TRACE_TIME(kTraceCombine, 1);
     if (D == 64) {
       WarpMergeRows<64, kRowsPerWarp>(p, unit, count, first_slot, second_slot, stride_slot);
     } else if (D == 128) {
@@ -858,12 +826,10 @@ __global__ void __launch_bounds__(kCombineThreads) DecodeCombineKernel(const __g
     } else {
       WarpMergeRows<256, kRowsPerWarp>(p, unit, count, first_slot, second_slot, stride_slot);
     }
-    HPC_TRACE_TIME(kTraceCombine, 5);
     return;
   }
   if (r >= p.rows) return leave();
   PdlWait();  // the partials come from the attention kernel
-  HPC_TRACE_TIME(kTraceCombine, 1);
   const float* po = p.workspace;
   const float* plse = p.workspace + p.num_slots * p.rows * D;
   auto slot_of = [&](int k) { return k == 0 ? first_slot : second_slot + (k - 1) * stride_slot; };
@@ -913,6 +879,5 @@ __global__ void __launch_bounds__(kCombineThreads) DecodeCombineKernel(const __g
     }
     __syncthreads();  // weights[] and group_sums are refilled for the next row
   }
-  HPC_TRACE_TIME(kTraceCombine, 5);
 }
 }  // namespace hpc::attention
