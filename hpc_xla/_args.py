@@ -58,6 +58,16 @@ def tensors(op, **named):
         tensor(op, name, value)
 
 
+def optional_tensors(op, **named):
+    """Optional tensor arguments: a torch.Tensor or None (a float scale would otherwise reach torch's dispatcher
+    and fail there with a message about schemas)."""
+    import torch
+
+    for name, value in named.items():
+        if value is not None and not isinstance(value, torch.Tensor):
+            raise TypeError("%s: %s must be a torch.Tensor or None; got %s" % (op, name, type(value).__name__))
+
+
 def arrays(op, **named):
     for name, value in named.items():
         array(op, name, value)

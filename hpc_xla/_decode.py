@@ -14,6 +14,13 @@ HEADER_FIELDS = ("magic", "version", "batch", "num_kv_heads", "num_q_heads", "he
                  "kv_dtype", "max_ctas", "num_ctas", "capacity", "piece_cost", "head_cost")
 HEADER_INTS = 16
 TILE_TOKENS = 64
+MAX_STATIC_SPLITS = 16
+# Read from the binary once, at import: the faces then compute sizes and codes in plain Python, which torch.compile
+# traces (a call into the extension while dynamo traces is a graph break). tests/test_decode_plan.py checks the
+# formulas below against the binary's.
+_DTYPE_CODES = {n: ext().dtype_code(n) for n in ("float32", "float16", "bfloat16", "float8_e4m3fn", "int32", "int64",
+                                                 "uint8")}
+MAX_CTAS_LIMIT = int(ext().decode_max_ctas_limit())
 
 
 @dataclasses.dataclass(frozen=True)
@@ -31,21 +38,41 @@ class DecodeConfig:
 
     @property
     def plan_size(self):
-        return int(ext().decode_plan_size(self.batch, self.max_ctas))
+        return plan_ints(self.batch, self.max_ctas)
 
     @property
     def workspace_size(self):
-        return int(ext().decode_workspace_size(self.batch, self.num_kv_heads, self.num_q_heads, self.head_dim,
-                                               self.q_len, self.max_ctas))
+        return workspace_floats(self.batch, self.num_kv_heads, self.num_q_heads, self.head_dim, self.q_len,
+                                self.max_ctas)
 
-    def check_call(self, batch, num_kv_heads, num_q_heads, head_dim, q_len, page_size):
-        """Raises ValueError naming the first field the call disagrees on."""
+    def check_call(self, batch, num_kv_heads, num_q_heads, head_dim, q_len, page_size, kv_dtype=None):
+        """Raises ValueError naming the first field the call disagrees on (kv_dtype: the cache's dtype, which picks
+        the kernel the plan's grid was sized for; None skips it)."""
+        kv = self.kv_dtype if kv_dtype is None else canonical_dtype_name(kv_dtype)
         for name, got in (("batch", batch), ("num_kv_heads", num_kv_heads), ("num_q_heads", num_q_heads),
-                          ("head_dim", head_dim), ("q_len", q_len), ("page_size", page_size)):
+                          ("head_dim", head_dim), ("q_len", q_len), ("page_size", page_size), ("kv_dtype", kv)):
             want = getattr(self, name)
             if want != got:
                 raise ValueError("decode_attention: plan was built for %s=%s but this call has %s=%s"
                                  % (name, want, name, got))
+
+
+def plan_ints(batch, max_ctas):
+    """int32 of a plan (csrc/attention/decode_plan.h PlanInts)."""
+    return HEADER_INTS + (batch + 1) + 2 * (max_ctas + 1)
+
+
+def static_splits(batch, num_kv_heads, max_ctas):
+    """Fixed splits per sequence of the static schedule (decode_validate.cc StaticSplits)."""
+    units = batch * num_kv_heads
+    return min(max(max_ctas // units if units > 0 else 1, 1), MAX_STATIC_SPLITS)
+
+
+def workspace_floats(batch, num_kv_heads, num_q_heads, head_dim, q_len, max_ctas):
+    """fp32 elements of decode_attention's workspace for either schedule (decode_validate.cc DecodeWorkspaceFloats)."""
+    rows = q_len * (num_q_heads // max(num_kv_heads, 1))
+    slots = max(2 * max_ctas, batch * num_kv_heads * static_splits(batch, num_kv_heads, max_ctas))
+    return slots * rows * (head_dim + 1)
 
 
 def canonical_dtype_name(dtype):
@@ -61,8 +88,8 @@ def canonical_dtype_name(dtype):
 def dtype_code(op, name, dtype):
     """The binary's code for the dtype of argument `name`; a dtype it does not know is an error naming both."""
     try:
-        return ext().dtype_code(canonical_dtype_name(dtype))
-    except (TypeError, ValueError):
+        return _DTYPE_CODES[canonical_dtype_name(dtype)]
+    except (TypeError, ValueError, KeyError):
         raise ValueError("%s: %s has dtype %s, which hpc_xla does not take (bfloat16, float16, float8_e4m3fn, ...)"
                          % (op, name, dtype)) from None
 
@@ -72,7 +99,7 @@ def check_shape_args(op, num_kv_heads, num_q_heads, head_dim, page_size, q_len, 
     ints = [_args.integer(op, n, v, minimum=1) for n, v in (("num_kv_heads", num_kv_heads), ("num_q_heads", num_q_heads),
                                                            ("head_dim", head_dim), ("page_size", page_size),
                                                            ("q_len", q_len))]
-    return ints + [_args.optional_integer(op, "max_ctas", max_ctas, 1, ext().decode_max_ctas_limit())]
+    return ints + [_args.optional_integer(op, "max_ctas", max_ctas, 1, MAX_CTAS_LIMIT)]
 
 
 def max_ctas_for(device_index, num_kv_heads, num_q_heads, head_dim, q_len, page_size, kv_dtype, q_dtype):

@@ -60,11 +60,7 @@ def moe_route(router_logits, top_k, *, scoring="softmax", renormalize=True, num_
     """float64 routing: returns (weights [T, k], ids [T, k], select [T, E]) with the documented rules
     (ties: lower expert index first). `select` is what the ranking used (to tell near-ties in tests)."""
     x = _f64(router_logits)
-    if scoring == "softmax":
-        e = np.exp(x - x.max(-1, keepdims=True))
-        score = e / e.sum(-1, keepdims=True)
-    else:
-        score = 1.0 / (1.0 + np.exp(-x))
+    score = _route_scores(x, scoring)
     select = score + (0.0 if correction_bias is None else _f64(correction_bias))
     tokens, experts = x.shape
     allowed = np.ones_like(select, bool)
@@ -78,10 +74,27 @@ def moe_route(router_logits, top_k, *, scoring="softmax", renormalize=True, num_
         allowed = np.repeat(mask, experts // num_groups, axis=-1)
     masked = np.where(allowed, select, -np.inf)
     ids = np.argsort(-masked, axis=-1, kind="stable")[:, :top_k]
-    weights = np.take_along_axis(score, ids, -1)
+    return _route_weights(score, ids, renormalize, routed_scaling), ids, masked
+
+
+def moe_route_weights(router_logits, ids, *, scoring="softmax", renormalize=True, routed_scaling=1.0):
+    """float64 weights moe_route gives the experts `ids` [T, k] (in that order): lets a test check the weights of
+    a selection that differs from the reference's only by a near-tie."""
+    return _route_weights(_route_scores(_f64(router_logits), scoring), np.asarray(ids), renormalize, routed_scaling)
+
+
+def _route_scores(x, scoring):
+    if scoring == "softmax":
+        e = np.exp(x - x.max(-1, keepdims=True))
+        return e / e.sum(-1, keepdims=True)
+    return 1.0 / (1.0 + np.exp(-x))
+
+
+def _route_weights(score, ids, renormalize, routed_scaling):
+    weights = np.take_along_axis(score, ids.astype(np.int64), -1)
     if renormalize:
         weights = weights / weights.sum(-1, keepdims=True)
-    return weights * routed_scaling, ids, masked
+    return weights * routed_scaling
 
 
 def _fp8_round(x):

@@ -25,6 +25,7 @@ class DecodeCase:
     q_dtype: str = "bfloat16"
     schedule: str = "dynamic"
     max_ctas: int = None  # None: the platform default
+    sm_scale: float = None  # None: 1 / sqrt(head_dim), decode_attention's default
     seed: int = 0
 
     @property
@@ -89,6 +90,7 @@ def reference_output(case, inp):
         q = q * inp["q_scale"][..., None]
     ks, vs = float(inp["k_scale"] or 1.0), float(inp["v_scale"] or 1.0)
     out = np.zeros(q.shape)
+    scale = case.sm_scale if case.sm_scale is not None else 1.0 / np.sqrt(case.head_dim)
     for b, n in enumerate(inp["seq_lens"]):
         if n == 0:
             continue
@@ -100,7 +102,7 @@ def reference_output(case, inp):
             vis = n - case.q_len + j + 1
             row = b * case.q_len + j
             for h in range(case.num_q_heads):
-                s = K[:vis, h // g] @ q[row, h] / np.sqrt(case.head_dim)
+                s = (K[:vis, h // g] @ q[row, h]) * scale
                 p = np.exp(s - s.max())
                 out[row, h] = (p / p.sum()) @ V[:vis, h // g]
     return out
@@ -129,7 +131,7 @@ def run_torch(case, inp, device="cpu"):
                      device=device)  # poisoned: every element must be written
     ht.decode_attention(t["q"], t["k_cache"], t["v_cache"], t["block_table"], t["seq_lens"], plan,
                         q_scale=t["q_scale"], k_scale=t["k_scale"], v_scale=t["v_scale"], q_len=case.q_len,
-                        schedule=case.schedule, max_ctas=case.max_ctas, out=out)
+                        schedule=case.schedule, max_ctas=case.max_ctas, out=out, sm_scale=case.sm_scale)
     return from_torch(out)
 
 
@@ -149,7 +151,7 @@ def run_jax(case, inp, device="cpu"):
                                   kv_dtype=k_cache.dtype, q_dtype=q.dtype, max_ctas=case.max_ctas)
         return hj.decode_attention(q, k_cache, v_cache, block_table, seq_lens, plan, q_scale=a["q_scale"],
                                    k_scale=a["k_scale"], v_scale=a["v_scale"], q_len=case.q_len,
-                                   schedule=case.schedule, max_ctas=case.max_ctas)
+                                   schedule=case.schedule, max_ctas=case.max_ctas, sm_scale=case.sm_scale)
 
     with jax.default_device(dev):
         out = jax.jit(f)(a["q"], a["k_cache"], a["v_cache"], a["block_table"], a["seq_lens"])

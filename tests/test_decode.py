@@ -28,7 +28,8 @@ def cases(draw):
         seq_lens=tuple(lens), num_q_heads=kv * group, num_kv_heads=kv,
         head_dim=draw(st.sampled_from([64, 128, 256])), page_size=draw(st.sampled_from([16, 32, 64])),
         q_len=q_len, kv_dtype=kv_dtype, q_dtype=q_dtype, schedule=draw(st.sampled_from(["dynamic", "static"])),
-        max_ctas=draw(st.sampled_from([None, 1, 3, 17])), seed=draw(st.integers(0, 2**31 - 1)))
+        max_ctas=draw(st.sampled_from([None, 1, 3, 17])), sm_scale=draw(st.sampled_from([None, 0.02, 0.3])),
+        seed=draw(st.integers(0, 2**31 - 1)))
 
 
 @pytest.mark.parametrize("device", devices())
@@ -169,3 +170,44 @@ def test_errors_jax_cpu():
     with pytest.raises(jax.errors.JaxRuntimeError, match=r"v_cache.shape\[1\] must be 16"):
         jax.block_until_ready(hj.decode_attention(a["q"], a["k_cache"], a["v_cache"][:, :8], a["block_table"],
                                                   a["seq_lens"], schedule="static"))
+
+
+@pytest.mark.parametrize("device", devices())
+@pytest.mark.parametrize("schedule", ["dynamic", "static"])
+def test_torch_compile_fullgraph(device, schedule):
+    """A step's plan + attention under torch.compile(fullgraph=True): the wrappers' sizes and dtype codes are plain
+    Python and the device's grid size a folded constant, so dynamo traces them without a graph break."""
+    import torch
+
+    import hpc_xla.torch as ht
+    from decode_harness import from_torch, to_torch
+
+    case = DecodeCase(schedule=schedule, max_ctas=None)
+    inp = make_inputs(case)
+    t = {k: to_torch(v, device) for k, v in inp.items()}
+
+    @torch.compile(fullgraph=True, dynamic=False)
+    def step(q, k_cache, v_cache, block_table, seq_lens):
+        plan = None
+        if schedule == "dynamic":
+            plan = ht.decode_plan(seq_lens, num_kv_heads=case.num_kv_heads, num_q_heads=case.num_q_heads,
+                                  head_dim=case.head_dim, page_size=case.page_size)
+        return ht.decode_attention(q * 1.0, k_cache, v_cache, block_table, seq_lens, plan, schedule=schedule) * 1.0
+
+    check(case, inp, from_torch(step(t["q"], t["k_cache"], t["v_cache"], t["block_table"], t["seq_lens"])))
+
+
+def test_python_sizes_equal_the_binary():
+    """The faces size plans and workspaces in Python (hpc_xla._decode); the binary validates against its own."""
+    from hpc_xla import _decode
+    from hpc_xla._ext import ext
+
+    for batch in (1, 3, 64, 2047):
+        for heads in ((1, 8), (8, 64), (4, 4)):
+            for max_ctas in (1, 17, 264, 2048):
+                assert _decode.plan_ints(batch, max_ctas) == ext().decode_plan_size(batch, max_ctas)
+                for d, q_len in ((64, 1), (128, 4), (256, 2)):
+                    assert _decode.workspace_floats(batch, heads[0], heads[1], d, q_len, max_ctas) == \
+                        ext().decode_workspace_size(batch, heads[0], heads[1], d, q_len, max_ctas)
+                    assert _decode.static_splits(batch, heads[0], max_ctas) == \
+                        ext().decode_static_splits(batch, heads[0], max_ctas)

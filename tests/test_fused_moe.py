@@ -77,7 +77,10 @@ def run_jax(p):
 
 
 def _tol(p):
-    return 5e-2 if p["quant"] else 1e-2
+    """The CPU path against the float64 oracle: the oracle quantizes exactly like the pipeline (fp32 amax / 448,
+    reciprocal multiply, e4m3 rounding), so what is left is the bf16 output rounding (~2e-3 on every scheme);
+    leaving out one fp8 quantization step shows as 2-3e-2 (session 23's test audit)."""
+    return 5e-3
 
 
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -134,7 +137,7 @@ def test_bad_inputs():
                      **dict(common, w13_scale=t["w13_scale"][:, :, :1].contiguous()))
     bad_ids = t["topk_ids"].clone()
     bad_ids[1, 0] = 7
-    with pytest.raises(ValueError, match=r"topk_ids\[1, 0\] = 7 is outside \[0, num_experts_global=2\)"):
+    with pytest.raises(ValueError, match=r"topk_ids\[1, 0\] = 7 is not below num_experts_global=2"):
         ht.fused_moe(t["x"], t["w13"], t["w2"], t["topk_weights"], bad_ids, **common)
     q = make_problem(3, 2, 192, 128, 1, None)
     tq = {k: (to_torch(v, "cpu") if isinstance(v, (np.ndarray, np.generic)) else v) for k, v in q.items()}
@@ -427,3 +430,39 @@ def test_gate_up_split_rule_by_quant():
     default, one, four = ws(), ws(HPC_XLA_MOE_UP_SPLITS="1"), ws(HPC_XLA_MOE_UP_SPLITS="4")
     assert default[1] == one[1] < four[1]  # fp8_tensor
     assert default[0] > one[0] and default[2] > one[2]  # bf16, fp8_block128
+
+
+def test_torch_compile_fullgraph():
+    """Routing fused in + the layer + the workspace size under torch.compile(fullgraph=True) (CPU)."""
+    import torch
+
+    import hpc_xla.torch as ht
+
+    p = make_problem(tokens=5, experts=8, hidden=128, inter=128, top_k=2, quant="fp8_tensor", seed=3)
+    t = {k: (to_torch(v, "cpu") if isinstance(v, (np.ndarray, np.generic)) else v) for k, v in p.items()}
+    logits = torch.randn(5, 8, generator=torch.Generator().manual_seed(0))
+    kw = dict(quant="fp8_tensor", w13_scale=t["w13_scale"], w2_scale=t["w2_scale"], a13_scale=t["a13_scale"],
+              a2_scale=t["a2_scale"])
+
+    @torch.compile(fullgraph=True, dynamic=False)
+    def layer(x, w13, w2, logits):
+        size = ht.fused_moe_workspace_size(x.shape[0], 2, w13.shape[0], x.shape[1], w2.shape[2], quant="fp8_tensor")
+        return ht.fused_moe(x * 1.0, w13, w2, router_logits=logits, top_k=2, **kw) * 1.0, size
+
+    got, size = layer(t["x"], t["w13"], t["w2"], logits)
+    want = ht.fused_moe(t["x"], t["w13"], t["w2"], router_logits=logits, top_k=2, **kw)
+    assert torch.equal(got, want)
+    assert size == ht.fused_moe_workspace_size(5, 2, 8, 128, 128, quant="fp8_tensor")
+
+
+@pytest.mark.parametrize("framework", ["jax", "torch"])
+def test_negative_ids_contribute_nothing(framework):
+    """-1 (vLLM's id for another rank's expert or a padded slot) adds 0, like a valid id of another rank."""
+    p = make_problem(tokens=6, experts=4, hidden=128, inter=128, top_k=3, quant=None, seed=5)
+    dropped = dict(p, topk_ids=p["topk_ids"].copy(), topk_weights=p["topk_weights"].copy())
+    dropped["topk_ids"][::2, 1] = -1
+    dropped["topk_ids"][1, :] = -7
+    got = (run_jax if framework == "jax" else run_torch)(dropped)
+    zeroed = dict(p, topk_weights=np.where(dropped["topk_ids"] < 0, 0.0, p["topk_weights"]).astype(np.float32))
+    assert reference.relative_error(got, reference_out(zeroed)) < _tol(p)
+    assert np.all(got[1].astype(np.float32) == 0)

@@ -36,10 +36,11 @@ def _tile_m(p):
 
 
 def _cpu_bound(p):
-    """Bound on the relative error vs the CPU reference. The tiled path rounds where the reference does (half the
-    oracle tolerance); the grouped path also rounds the gate/up and down rows to bf16 between its kernels (as
-    vLLM's Triton fused_moe does), ~0.4% (bf16) / ~1.5% (fp8) from the reference: the oracle tolerance."""
-    return _tol(p) / 2 if _tile_m(p) < GROUPED_TILE else _tol(p)
+    """Bound on the relative error vs the CPU reference. The tiled and stream paths round where the reference does
+    (1e-2: only the accumulation order differs; ~2e-3 seen); the grouped path also rounds the gate/up and down rows
+    to bf16 between its kernels (as vLLM's Triton fused_moe does), ~0.4% (bf16) / ~1.5% (fp8) from the reference:
+    the oracle tolerance."""
+    return 1e-2 if _tile_m(p) < GROUPED_TILE else _tol(p)
 
 
 def _cuda_inputs(p):
@@ -296,7 +297,8 @@ except ValueError as e:
     print("ERR", e)
 """
     r = _run_child(code, HPC_XLA_CHECK="1")
-    assert "topk_ids[1, 0] = 7 is outside [0, num_experts_global=2) (HPC_XLA_CHECK)" in r.stdout, r.stdout + r.stderr
+    assert "topk_ids[1, 0] = 7 is not below num_experts_global=2 (negative ids are skipped) (HPC_XLA_CHECK)" in \
+        r.stdout, r.stdout + r.stderr
 
 
 def test_cuda_errors():
@@ -710,3 +712,15 @@ except ValueError as e:
 """
     r = _run_child(code, HPC_XLA_CHECK="1")
     assert "a2_scale must be finite and > 0; got -1.000000 (HPC_XLA_CHECK)" in r.stdout, r.stdout + r.stderr
+
+
+@pytest.mark.parametrize("tokens", [1, 3, 40, 600])  # stream, tiled and grouped paths
+@pytest.mark.parametrize("quant", QUANTS)
+def test_negative_ids_contribute_nothing(tokens, quant):
+    """-1 (vLLM's id for another rank's expert or a padded slot) and other negative ids add 0 on every path, as on
+    the CPU."""
+    p = make_problem(tokens, 8, 256, 256, 4, quant, seed=tokens)
+    p["topk_ids"] = p["topk_ids"].copy()
+    p["topk_ids"][::2, 1] = -1
+    p["topk_ids"][1 % tokens, :] = -7
+    _check_oracle_and_cpu(p, run_cuda(p))

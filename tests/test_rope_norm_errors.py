@@ -114,9 +114,12 @@ def test_torch_non_tensor_argument():
 
     inputs = make_inputs(BASE)
     t = {k: to_torch(v, "cpu") for k, v in inputs.items()}
-    with pytest.raises((TypeError, RuntimeError)):
+    with pytest.raises(TypeError, match=r"rope_norm: positions must be a torch.Tensor; got list"):
         ht.rope_norm(t["q"], t["k"], t["v"], [1, 2, 3], t["cos_sin_cache"], t["slot_mapping"], t["k_cache"],
                      t["v_cache"])
+    with pytest.raises(TypeError, match=r"rope_norm: k_scale must be a torch.Tensor or None; got float"):
+        ht.rope_norm(*[t[k] for k in ("q", "k", "v", "positions", "cos_sin_cache", "slot_mapping", "k_cache",
+                                      "v_cache")], k_scale=0.5)
 
 
 def test_torch_mixed_devices():

@@ -186,7 +186,8 @@ Status CheckPlanHeader(const int32_t* header, const DecodeConfig& cfg, int64_t b
                 {kFieldNumQHeads, cfg.num_q_heads, "num_q_heads"},
                 {kFieldHeadDim, cfg.head_dim, "head_dim"},
                 {kFieldQLen, cfg.q_len, "q_len"},
-                {kFieldPageSize, cfg.page_size, "page_size"}};
+                {kFieldPageSize, cfg.page_size, "page_size"},
+                {kFieldKvDtype, static_cast<int64_t>(cfg.kv_dtype), "kv_dtype (code)"}};
   for (const auto& f : fields) {
     if (header[f.field] != f.want) {
       return c.Fail(std::string("plan was built for ") + f.name + "=" + std::to_string(header[f.field]) +

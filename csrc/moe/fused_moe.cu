@@ -259,7 +259,8 @@ Status DispatchTile(int tile_m, const GemmParams& up, const GemmParams& down, in
   }
 }
 
-// HPC_XLA_CHECK=1: the ids must be in [0, num_experts_global) (copies them to the host; syncs).
+// HPC_XLA_CHECK=1: the ids must be below num_experts_global (negative ones are skipped, as everywhere; copies them
+// to the host; syncs).
 Status CheckIdsOnDevice(const FusedMoeArgs& a, int64_t global, cudaStream_t stream) {
   const int64_t n = a.topk_ids.numel(), top_k = a.topk_ids.shape[1];
   std::vector<int32_t> ids(n);
@@ -267,10 +268,10 @@ Status CheckIdsOnDevice(const FusedMoeArgs& a, int64_t global, cudaStream_t stre
                                  "fused_moe: HPC_XLA_CHECK copy"));
   HPC_RETURN_IF_ERROR(CudaStatus(cudaStreamSynchronize(stream), "fused_moe: HPC_XLA_CHECK sync"));
   for (int64_t i = 0; i < n; ++i) {
-    if (ids[i] < 0 || ids[i] >= global) {
+    if (ids[i] >= global) {
       return ArgCheck("fused_moe").Fail("topk_ids[" + std::to_string(i / top_k) + ", " + std::to_string(i % top_k) +
-                                        "] = " + std::to_string(ids[i]) + " is outside [0, num_experts_global=" +
-                                        std::to_string(global) + ") (HPC_XLA_CHECK)");
+                                        "] = " + std::to_string(ids[i]) + " is not below num_experts_global=" +
+                                        std::to_string(global) + " (negative ids are skipped) (HPC_XLA_CHECK)");
     }
   }
   return Status::Ok();

@@ -46,10 +46,10 @@ Status FusedMoeCpu(const FusedMoeArgs& a) {
   const int64_t global = a.num_experts_global > 0 ? a.num_experts_global : experts + a.expert_offset;
   const int32_t* ids = a.topk_ids.ptr<const int32_t>();
   for (int64_t i = 0; i < tokens * top_k; ++i) {
-    if (ids[i] < 0 || ids[i] >= global) {
+    if (ids[i] >= global) {  // negative ids are "no expert" (vLLM's -1 for other ranks' experts): they add 0
       return ArgCheck("fused_moe").Fail("topk_ids[" + std::to_string(i / top_k) + ", " + std::to_string(i % top_k) +
-                                        "] = " + std::to_string(ids[i]) + " is outside [0, num_experts_global=" +
-                                        std::to_string(global) + ")");
+                                        "] = " + std::to_string(ids[i]) + " is not below num_experts_global=" +
+                                        std::to_string(global) + " (negative ids are skipped)");
     }
   }
   const ArgCheck c("fused_moe");

@@ -42,7 +42,8 @@ def fused_moe(x, w13, w2, topk_weights=None, topk_ids=None, *, quant=None, w13_s
               a13_scale=None, a2_scale=None, x_scale=None, expert_offset=0, num_experts_global=None,
               activation="silu", shared_output=None, router_logits=None, **route_kwargs):
     """One MoE layer: y[t] = sum_j w[t,j] * W2_e(silu(W1g_e x) * (W1u_e x)) over the local experts
-    (expert_offset <= id < expert_offset + E; other ids contribute 0), + shared_output; bfloat16 [T, H].
+    (expert_offset <= id < expert_offset + E; other ids contribute 0, negative ones too -- vLLM's -1 for an expert of
+    another rank or a padded slot), + shared_output; bfloat16 [T, H].
 
     Args:
       x: [T, H] bfloat16 (quantized inside), or float8_e4m3fn already quantized (fp8_tensor: with a13_scale;

@@ -23,7 +23,8 @@ def rope_norm(q, k, v, positions, cos_sin_cache, slot_mapping, k_cache, v_cache,
         cos in [:, :rotary_dim/2], sin in [:, rotary_dim/2:].
       slot_mapping: [T] int32/int64; token t goes to block s // P, offset s % P; -1 skips the token.
       k_cache, v_cache: [num_blocks, P, Hkv, D] in q's dtype or float8_e4m3fn (then k_scale/v_scale: float32
-        scalars, the cache holds saturate(x / scale)). Donate them to update in place.
+        scalars, the cache holds e4m3(saturate(x * fp32(1 / scale))): a reciprocal multiply, which differs from
+        x / scale by one fp8 step in ~1e-5 of the values). Donate them to update in place.
       q_norm_weight, k_norm_weight: optional [D] RMSNorm weights: x * rsqrt(mean(x^2) + eps) * w, per head.
       rope_style: "neox" (rotate halves) or "gptj" (rotate interleaved pairs). rotary_dim: default D.
       norm_before_rope: RMSNorm then RoPE (default) or RoPE then RMSNorm.

@@ -53,6 +53,13 @@ def _max_ctas(max_ctas, device, num_kv_heads, num_q_heads, head_dim, q_len, page
     if max_ctas is not None:
         return int(max_ctas)
     index = None if device.type == "cpu" else (device.index or 0)
+    return _device_max_ctas(index, num_kv_heads, num_q_heads, head_dim, q_len, page_size,
+                            _decode.canonical_dtype_name(kv_dtype), _decode.canonical_dtype_name(q_dtype))
+
+
+@torch.compiler.assume_constant_result
+def _device_max_ctas(index, num_kv_heads, num_q_heads, head_dim, q_len, page_size, kv_dtype, q_dtype):
+    # an occupancy query of the binary: a constant of the device and the config (torch.compile folds it)
     return _decode.max_ctas_for(index, num_kv_heads, num_q_heads, head_dim, q_len, page_size, kv_dtype, q_dtype)
 
 
@@ -76,9 +83,9 @@ def decode_plan(seq_lens, *, num_kv_heads, num_q_heads, head_dim, page_size, q_l
         out = DecodePlan(torch.empty(config.plan_size, dtype=torch.int32, device=seq_lens.device),
                          torch.empty(config.workspace_size, dtype=torch.float32, device=seq_lens.device), config)
     c = out.config
-    c.check_call(int(seq_lens.shape[0]), num_kv_heads, num_q_heads, head_dim, q_len, page_size)
+    c.check_call(int(seq_lens.shape[0]), num_kv_heads, num_q_heads, head_dim, q_len, page_size, kv_dtype)
     decode_plan_op(seq_lens, out.plan, c.num_kv_heads, c.num_q_heads, c.head_dim, c.q_len, c.page_size,
-                   ext().dtype_code(c.kv_dtype), c.max_ctas)
+                   _decode.dtype_code("decode_plan", "kv_dtype", c.kv_dtype), c.max_ctas)
     return out
 
 
@@ -93,6 +100,8 @@ def decode_attention(q, k_cache, v_cache, block_table, seq_lens, plan=None, *, s
     """
     _args.tensors("decode_attention", q=q, k_cache=k_cache, v_cache=v_cache, block_table=block_table,
                   seq_lens=seq_lens)
+    _args.optional_tensors("decode_attention", k_scale=k_scale, v_scale=v_scale, q_scale=q_scale, out=out,
+                           workspace=workspace)
     q_len = _decode.check_attention_call(q, k_cache, seq_lens, plan, DecodePlan, q_len, schedule)
     batch = int(seq_lens.shape[0])
     num_q_heads, head_dim = int(q.shape[1]), int(q.shape[2])
@@ -102,14 +111,14 @@ def decode_attention(q, k_cache, v_cache, block_table, seq_lens, plan=None, *, s
                            page_size=page_size, q_len=q_len, kv_dtype=k_cache.dtype, q_dtype=q.dtype,
                            max_ctas=max_ctas)
     if plan is not None:
-        plan.config.check_call(batch, num_kv_heads, num_q_heads, head_dim, q_len, page_size)
+        plan.config.check_call(batch, num_kv_heads, num_q_heads, head_dim, q_len, page_size, k_cache.dtype)
         ctas = plan.config.max_ctas
         workspace = plan.workspace if workspace is None else workspace
     else:
         ctas = _max_ctas(max_ctas, q.device, num_kv_heads, num_q_heads, head_dim, q_len, page_size, k_cache.dtype,
                          q.dtype)
     if workspace is None:
-        size = ext().decode_workspace_size(batch, num_kv_heads, num_q_heads, head_dim, q_len, ctas)
+        size = _decode.workspace_floats(batch, num_kv_heads, num_q_heads, head_dim, q_len, ctas)
         workspace = torch.empty(size, dtype=torch.float32, device=q.device)
     if out is None:
         out = torch.empty(q.shape, dtype=torch.float16 if q.dtype == torch.float16 else torch.bfloat16,

@@ -28,6 +28,7 @@ def moe_route(router_logits, top_k, *, scoring="softmax", renormalize=True, num_
     """Top-k expert routing (see hpc_xla.jax.moe_route). `out`: optional preallocated (weights, ids).
     Returns (topk_weights [T, k] float32, topk_ids [T, k] int32)."""
     _args.tensor("moe_route", "router_logits", router_logits)
+    _args.optional_tensors("moe_route", correction_bias=correction_bias)
     top_k = _options.route_top_k(router_logits, top_k)
     groups, kept = _options.groups_or_default(num_groups, topk_groups)
     routed_scaling = _args.real("moe_route", "routed_scaling", routed_scaling)
@@ -59,10 +60,22 @@ def fused_moe_workspace_size(tokens, top_k, num_experts, hidden, inter, quant=No
     will run and pass it as `workspace=`, e.g. inside a CUDA graph. (One call's own need is not monotone in T -- it
     drops where the pipeline changes path -- so this is the maximum over T' <= tokens.)"""
     op = "fused_moe_workspace_size"
-    return int(ext().fused_moe_workspace_size(
+    return _workspace_bytes(
         _args.integer(op, "tokens", tokens, minimum=0), _args.integer(op, "top_k", top_k, minimum=1),
         _args.integer(op, "num_experts", num_experts, minimum=1), _args.integer(op, "hidden", hidden, minimum=1),
-        _args.integer(op, "inter", inter, minimum=1), _options.moe_quant_code(quant)))
+        _args.integer(op, "inter", inter, minimum=1), _options.moe_quant_code(quant))
+
+
+# Sizes from the binary's path rules: constants of the shapes, which torch.compile folds (a call into the extension
+# while dynamo traces would otherwise break the graph).
+@torch.compiler.assume_constant_result
+def _workspace_bytes(tokens, top_k, num_experts, hidden, inter, quant_code):
+    return int(ext().fused_moe_workspace_size(tokens, top_k, num_experts, hidden, inter, quant_code))
+
+
+@torch.compiler.assume_constant_result
+def _call_workspace_bytes(tokens, top_k, num_experts, hidden, inter, quant_code):
+    return int(ext().fused_moe_call_workspace_size(tokens, top_k, num_experts, hidden, inter, quant_code))
 
 
 def fused_moe(x, w13, w2, topk_weights=None, topk_ids=None, *, quant=None, w13_scale=None, w2_scale=None,
@@ -72,6 +85,9 @@ def fused_moe(x, w13, w2, topk_weights=None, topk_ids=None, *, quant=None, w13_s
     optional uint8 scratch of >= fused_moe_workspace_size(...) bytes for CUDA tensors (else allocated here
     with torch.empty on x's device: the caching allocator, fine under CUDA-graph capture); unused on CPU."""
     _args.tensors("fused_moe", x=x, w13=w13, w2=w2)
+    _args.optional_tensors("fused_moe", w13_scale=w13_scale, w2_scale=w2_scale, a13_scale=a13_scale,
+                           a2_scale=a2_scale, x_scale=x_scale, shared_output=shared_output, out=out,
+                           workspace=workspace)
     _options.check_activation(activation)
     expert_offset, num_experts_global = _options.expert_counts(expert_offset, num_experts_global)
     if _options.routing_inputs(topk_weights, topk_ids, router_logits, route_kwargs):
@@ -83,8 +99,8 @@ def fused_moe(x, w13, w2, topk_weights=None, topk_ids=None, *, quant=None, w13_s
     if workspace is None:
         size = 0
         if x.device.type == "cuda":  # exactly this call's need
-            size = int(ext().fused_moe_call_workspace_size(x.shape[0], topk_ids.shape[-1], w13.shape[0], x.shape[-1],
-                                                           w13.shape[1] // 2, _options.moe_quant_code(quant)))
+            size = _call_workspace_bytes(x.shape[0], topk_ids.shape[-1], w13.shape[0], x.shape[-1], w13.shape[1] // 2,
+                                         _options.moe_quant_code(quant))
         workspace = torch.empty(size, dtype=torch.uint8, device=x.device)
     fused_moe_op(x, x_scale, w13, w2, w13_scale, w2_scale, a13_scale, a2_scale, topk_weights, topk_ids,
                  shared_output, out, workspace, _options.moe_quant_code(quant), expert_offset, num_experts_global)

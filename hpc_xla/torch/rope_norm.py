@@ -41,6 +41,8 @@ def rope_norm(q, k, v, positions, cos_sin_cache, slot_mapping, k_cache, v_cache,
     """
     _args.tensors("rope_norm", q=q, k=k, v=v, positions=positions, cos_sin_cache=cos_sin_cache,
                   slot_mapping=slot_mapping, k_cache=k_cache, v_cache=v_cache)
+    _args.optional_tensors("rope_norm", q_norm_weight=q_norm_weight, k_norm_weight=k_norm_weight, k_scale=k_scale,
+                           v_scale=v_scale, out=out, out_scale=out_scale)
     quant_q = _options.check_q_quant(q_quant)
     style = _options.rope_style_code(rope_style)
     rot = _options.rotary_dim_or_default(rotary_dim, q.shape)
