@@ -53,11 +53,6 @@ bool FusedMoeGemmGathersA(int64_t tokens, int64_t top_k, int64_t experts, int64_
 // Gate-up GEMM launches in this process that gathered A themselves (grouped_gemm_sm90.cu): the tests' proof that the
 // fused gather ran, where FusedMoeGemmGathersA only predicts it.
 int64_t FusedMoeGemmGatherLaunches();
-// Whether the grouped path's gate-up GEMM computes silu(gate) * up in its epilogue (HPC_XLA_MOE_ACT=epilogue on a
-// configuration that has that kernel): false wherever the grouped path is not taken.
-bool FusedMoeActInEpilogue(int64_t tokens, int64_t top_k, int64_t experts, int64_t experts_global, MoeQuant quant);
-// Gate-up GEMM launches in this process whose epilogue computed the activation (the tests' proof that it ran).
-int64_t FusedMoeActEpilogueLaunches();
 // What one call with `tokens` tokens needs (the CUDA path checks the workspace against it).
 int64_t FusedMoeWorkspaceBytes(int64_t tokens, int64_t top_k, int64_t experts, int64_t hidden, int64_t inter,
                                MoeQuant quant);
