@@ -34,7 +34,6 @@
 #include "csrc/moe/fused_moe_grouped.h"
 #include "csrc/moe/fused_moe_plan.h"
 #include "csrc/moe/fused_moe_stream.h"
-#include "csrc/moe/grouped_gemm_sm90.h"
 #include "csrc/moe/moe_common.cuh"
 #include "csrc/moe/moe_gemm.cuh"
 
@@ -341,13 +340,8 @@ Status FusedMoeCuda(const FusedMoeArgs& a, cudaStream_t stream) {
   // 2. activation quant (fp8 with bf16 x), once per token -- unless the grouped path quantizes per row in its gather
   const uint8_t* a_x = static_cast<const uint8_t*>(a.x.data);
   const float* a_x_scale = block ? a.x_scale.ptr<const float>() : nullptr;
-  // HPC_XLA_MOE_GATHER=fused: the gate-up GEMM reads fp8 rows of x_q itself, so x is quantized here once per token
-  // even where the per-row gather would win (there is no gather kernel left to quantize in).
-  const bool gemm_gathers =
-      plan.grouped &&
-      moe::GroupedGemmGathersA(a.quant, moe::GroupedCtaRows(plan.pairs, experts, a.num_experts_global, a.quant));
   const bool quant_in_gather =
-      plan.grouped && !gemm_gathers && moe::GroupedQuantizeInGather(tokens, plan.pairs, experts, global);
+      plan.grouped && moe::GroupedQuantizeInGather(tokens, plan.pairs, experts, global);
   if (fp8 && a.x.dtype == DType::kBF16 && !quant_in_gather) {
     QuantParams qp = {};
     qp.x = a.x.ptr<const __nv_bfloat16>();

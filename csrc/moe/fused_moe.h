@@ -47,12 +47,6 @@ int FusedMoeTileM(int64_t tokens, int64_t top_k, int64_t experts, MoeQuant quant
 // Rows of the grouped path's CTA tile (64 ping-pong | 128 cooperative) when TileM picks that path, ignoring
 // HPC_XLA_MOE_GEMM_TILE; experts_global = the routing's expert count (0: unknown, the local count).
 int FusedMoeGroupedCtaRows(int64_t tokens, int64_t top_k, int64_t experts, int64_t experts_global, MoeQuant quant);
-// Whether the grouped path's gate-up GEMM gathers its A rows itself (HPC_XLA_MOE_GATHER=fused on a configuration that
-// has the gather kernel) rather than reading the gather kernel's copy: false wherever the grouped path is not taken.
-bool FusedMoeGemmGathersA(int64_t tokens, int64_t top_k, int64_t experts, int64_t experts_global, MoeQuant quant);
-// Gate-up GEMM launches in this process that gathered A themselves (grouped_gemm_sm90.cu): the tests' proof that the
-// fused gather ran, where FusedMoeGemmGathersA only predicts it.
-int64_t FusedMoeGemmGatherLaunches();
 // What one call with `tokens` tokens needs (the CUDA path checks the workspace against it).
 int64_t FusedMoeWorkspaceBytes(int64_t tokens, int64_t top_k, int64_t experts, int64_t hidden, int64_t inter,
                                MoeQuant quant);

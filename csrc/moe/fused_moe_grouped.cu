@@ -3,8 +3,7 @@
 // token per 128 columns, scale = amax/448). Then:
 //   setup    (1 CTA)  per-group arguments of both grouped GEMMs from the per-expert counts (grouped_gemm_sm90)
 //   gather   rows[r] = xq[pair(r) / k] (or x: bf16, or fp8 x as given), + its block scales: a row copy. Rows are
-//            contiguous per expert (sorted order, no padding). Skipped with HPC_XLA_MOE_GATHER=fused (fp8_tensor,
-//            128-row tiles): GEMM1 then gathers the same rows from xq itself (gather_a_mainloop_sm90.h).
+//            contiguous per expert (sorted order, no padding).
 //   GEMM1    rows x w13[e]^T -> gate_up bf16 [rows, 2I] (CUTLASS WGMMA grouped GEMM, fp32 accumulation)
 //   act      silu(gate) * up in fp32 -> intermediate (bf16 | e4m3 static a2 | e4m3 per row per 128 + scales)
 //   GEMM2    intermediate x w2[e]^T -> down bf16 [rows, H]
@@ -255,25 +254,15 @@ Status RunGroupedMoe(const FusedMoeArgs& a, const MoePlan& plan, const uint8_t* 
     g.args = ws + args;
     return g;
   };
-  GroupedGemmProblem gate_up = problem(plan.rows, plan.rows_scale, a.a13_scale, a.w13, a.w13_scale, plan.gate_up,
-                                       2 * inter, hidden, plan.gemm_args);
+  const GroupedGemmProblem gate_up = problem(plan.rows, plan.rows_scale, a.a13_scale, a.w13, a.w13_scale, plan.gate_up,
+                                             2 * inter, hidden, plan.gemm_args);
   const GroupedGemmProblem down = problem(plan.inter, plan.inter_scale, a.a2_scale, a.w2, a.w2_scale, plan.down, hidden,
                                           inter, plan.gemm_args + experts * kGroupedGemmArgsBytesPerExpert);
 
+  HPC_RETURN_IF_ERROR(LaunchGroupedGemmSetup(groups, gate_up, down, stream));
+
   // a_x is the op's bf16 x with fp8 quant exactly when fused_moe.cu left the quantization to the gather
   const bool quantize = fp8 && a.x.dtype == DType::kBF16 && a_x == a.x.data;
-  // HPC_XLA_MOE_GATHER=fused: GEMM1 reads its A rows from a_x (fp8 [T, H]: x_q, or fp8 x) through the sorted pairs,
-  // and the gather kernel does not run (fused_moe.cu then never leaves the quantization to it; if it did, the copy
-  // path still works).
-  const bool gemm_gathers = GroupedGemmGathersA(a.quant, groups.tile_m) && !quantize;
-  if (gemm_gathers) {
-    gate_up.gather_x = a_x;
-    gate_up.gather_row_bytes = hidden;
-    gate_up.sorted_pairs = reinterpret_cast<const int32_t*>(ws + plan.sorted_pairs);
-    gate_up.top_k = static_cast<int>(top_k);
-  }
-
-  HPC_RETURN_IF_ERROR(LaunchGroupedGemmSetup(groups, gate_up, down, stream));
   GatherParams gp = {};
   gp.src = a_x;
   gp.src_scale = block && !quantize ? a_x_scale : nullptr;
@@ -291,10 +280,8 @@ Status RunGroupedMoe(const FusedMoeArgs& a, const MoePlan& plan, const uint8_t* 
   auto* gather = gp.mode == GatherMode::kCopy          ? &MoeGatherKernel<GatherMode::kCopy>
                  : gp.mode == GatherMode::kQuantTensor ? &MoeGatherKernel<GatherMode::kQuantTensor>
                                                        : &MoeGatherKernel<GatherMode::kQuantBlock>;
-  if (!gemm_gathers) {
-    HPC_RETURN_IF_ERROR(Launch("fused_moe gather launch", gather, RowGrid(plan.max_rows, GatherSegments(gp), sms),
-                               dim3(kRowThreads), 0, stream, gp));
-  }
+  HPC_RETURN_IF_ERROR(Launch("fused_moe gather launch", gather, RowGrid(plan.max_rows, GatherSegments(gp), sms),
+                             dim3(kRowThreads), 0, stream, gp));
 
   HPC_RETURN_IF_ERROR(LaunchGroupedGemm(groups, gate_up, stream));
 

@@ -104,21 +104,6 @@ GroupedGemmTile GroupedGemmTileFromEnv() {
   return tile;
 }
 
-const char* GroupedGatherEnvText() {
-  const char* v = std::getenv("HPC_XLA_MOE_GATHER");
-  return v == nullptr ? "" : v;
-}
-
-GroupedGather GroupedGatherFromEnv() {
-  static const GroupedGather gather = [] {
-    const char* v = GroupedGatherEnvText();
-    if (*v == '\0' || std::strcmp(v, "copy") == 0) return GroupedGather::kCopy;
-    if (std::strcmp(v, "fused") == 0) return GroupedGather::kFused;
-    return GroupedGather::kInvalid;
-  }();
-  return gather;
-}
-
 }  // namespace moe
 
 Status ValidateFusedMoe(const FusedMoeArgs& a) {
@@ -224,11 +209,6 @@ int FusedMoeTileM(int64_t tokens, int64_t top_k, int64_t experts, MoeQuant quant
   return moe::TileM(tokens, top_k, experts, quant);
 }
 
-bool FusedMoeGemmGathersA(int64_t tokens, int64_t top_k, int64_t experts, int64_t experts_global, MoeQuant quant) {
-  return moe::TileM(tokens, top_k, experts, quant) == moe::kGroupedTileM &&
-         moe::GroupedGemmGathersA(quant, moe::GroupedCtaRows(tokens * top_k, experts, experts_global, quant));
-}
-
 int FusedMoeGroupedCtaRows(int64_t tokens, int64_t top_k, int64_t experts, int64_t experts_global, MoeQuant quant) {
   return moe::GroupedCtaRows(tokens * top_k, experts, experts_global, quant);
 }
@@ -261,10 +241,6 @@ Status ValidateFusedMoeCuda(const FusedMoeArgs& a) {
   if (!moe::GroupedGemmTileFromEnv().valid) {
     return c.Fail(std::string("HPC_XLA_MOE_GEMM_TILE must be '128x256', '128x128', '64x256', '64x128' or unset; got '") +
                   moe::GroupedGemmTileEnvText() + "'");
-  }
-  if (moe::GroupedGatherFromEnv() == moe::GroupedGather::kInvalid) {
-    return c.Fail(std::string("HPC_XLA_MOE_GATHER must be 'copy', 'fused' or unset; got '") +
-                  moe::GroupedGatherEnvText() + "'");
   }
   const int64_t tokens = a.x.shape[0], hidden = a.x.shape[1], experts = a.w13.shape[0], inter = a.w13.shape[1] / 2;
   if (hidden % 64 != 0) return c.Fail("the CUDA path needs H (x.shape[1]) to be a multiple of 64; got " + std::to_string(hidden));

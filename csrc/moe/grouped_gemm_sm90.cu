@@ -9,8 +9,6 @@
 // a few dozen rows (GroupedGemmGroups::tile_m, from fused_moe_plan.h's GroupedCtaRows). GEMM1 (gate-up) and GEMM2
 // (down) share the kernel type (shapes are runtime).
 // Cluster 1x1x1: groups are as small as one M tile, where a cluster's second CTA would often idle.
-// HPC_XLA_MOE_GATHER=fused: GEMM1 (fp8_tensor, 128x256 / 128x128) gathers its A rows from x_q itself
-// (gather_a_mainloop_sm90.h, the aux producer warp's cp.async) instead of reading the gather kernel's copy by TMA.
 //
 // Why our own entry kernel instead of GemmUniversalAdapter: (1) CUTLASS 4.2's ptr-array kernels never call
 // griddepcontrol.wait, so launching them with PDL would let them read the setup kernel's arguments too early;
@@ -31,12 +29,10 @@
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
-#include <atomic>
 #include <string>
 
 #include "csrc/common/arch.h"
 #include "csrc/common/launch.cuh"
-#include "csrc/moe/gather_a_mainloop_sm90.h"
 #include "csrc/moe/grouped_gemm_sm90.h"
 #include "csrc/moe/moe_common.cuh"
 #include "cute/tensor.hpp"
@@ -50,10 +46,6 @@
 
 namespace hpc::moe {
 namespace {
-
-// Gate-up launches that took a gather kernel (host side, this process): what the tests observe to know that
-// HPC_XLA_MOE_GATHER=fused really ran it rather than falling back to the copy path (FusedMoeGemmGatherLaunches).
-std::atomic<int64_t> g_gather_launches{0};
 
 using namespace cute;
 
@@ -123,30 +115,6 @@ using Fp8BlockNarrowKernel = GroupedKernel<cutlass::float_e4m3_t, Shape<_64, _12
                                            cutlass::gemm::KernelPtrArrayTmaWarpSpecializedPingpongFP8BlockScaledAccum,
                                            true>::Kernel;
 
-// The same kernel with A's rows gathered by the mainloop's auxiliary producer warp (gather_a_mainloop_sm90.h;
-// HPC_XLA_MOE_GATHER=fused, gate-up only): the builder's tile, stages, TiledMma and smem layouts, so mma() and the
-// epilogue see exactly what the TMA kernel gives them.
-template <class G>
-struct GatherAKernelOf {
-  using Base = typename G::Mainloop;
-  using Policy = typename Base::DispatchPolicy;
-  using Mainloop = cutlass::gemm::collective::CollectiveMma<
-      MainloopSm90ArrayTmaGmmaGatherA<Policy::Stages, typename Policy::ClusterShape, typename Policy::Schedule>,
-      typename Base::TileShape, typename Base::ElementA, typename Base::StrideA, typename Base::ElementB,
-      typename Base::StrideB, typename Base::TiledMma, typename Base::GmemTiledCopyA, typename Base::SmemLayoutAtomA,
-      typename Base::SmemCopyAtomA, typename Base::TransformA, typename Base::GmemTiledCopyB,
-      typename Base::SmemLayoutAtomB, typename Base::SmemCopyAtomB, typename Base::TransformB>;
-  using Kernel = cutlass::gemm::kernel::GemmUniversal<ProblemShape, Mainloop, typename G::Epilogue>;
-  static_assert(sizeof(typename Mainloop::TensorStorage) == sizeof(typename Base::TensorStorage),
-                "the gather kernel keeps the TMA kernel's stages");
-};
-using Fp8TensorWideGatherKernel =
-    GatherAKernelOf<GroupedKernel<cutlass::float_e4m3_t, Shape<_128, _256, _128>,
-                                  cutlass::gemm::KernelPtrArrayTmaWarpSpecializedCooperativeFP8FastAccum, false>>::Kernel;
-using Fp8TensorGatherKernel =
-    GatherAKernelOf<GroupedKernel<cutlass::float_e4m3_t, Shape<_128, _128, _128>,
-                                  cutlass::gemm::KernelPtrArrayTmaWarpSpecializedCooperativeFP8FastAccum, false>>::Kernel;
-
 // The CUTLASS kernel body behind a PDL wait (see the top of the file). No static shared memory here: the
 // kernel's SharedStorage must start at the dynamic shared-memory base (TMA swizzle alignment).
 template <class Kernel>
@@ -170,10 +138,7 @@ static_assert(std::is_same_v<StrideA, typename Fp8BlockKernel::InternalStrideA> 
                   std::is_same_v<StrideD, typename Fp8BlockKernel::InternalStrideD> &&
                   std::is_same_v<StrideA, typename Fp8TensorKernel::InternalStrideA> &&
                   std::is_same_v<StrideB, typename Fp8TensorWideKernel::InternalStrideB> &&
-                  std::is_same_v<StrideD, typename Bf16WideKernel::InternalStrideD> &&
-                  std::is_same_v<StrideA, typename Fp8TensorWideGatherKernel::InternalStrideA> &&
-                  std::is_same_v<StrideB, typename Fp8TensorWideGatherKernel::InternalStrideB> &&
-                  std::is_same_v<StrideD, typename Fp8TensorGatherKernel::InternalStrideD>,
+                  std::is_same_v<StrideD, typename Bf16WideKernel::InternalStrideD>,
               "one argument layout for all kernel types");
 // Row pitch in mode 0, unit stride in mode 1 (K for A/B, N for D): what the setup kernel fills in.
 static_assert(cute::is_static_v<decltype(get<1>(StrideA{}))> && cute::is_static_v<decltype(get<1>(StrideB{}))> &&
@@ -288,16 +253,6 @@ typename Kernel::Arguments MakeArguments(const GroupedGemmGroups& g, const Group
   if constexpr (std::is_same_v<Kernel, Fp8BlockKernel> || std::is_same_v<Kernel, Fp8BlockNarrowKernel>) {
     args.mainloop = {reinterpret_cast<const ElementAB**>(w.a), w.stride_a, reinterpret_cast<const ElementAB**>(w.b),
                      w.stride_b, w.sfa, w.layout_sfa, w.sfb, w.layout_sfb};
-  } else if constexpr (std::is_same_v<Kernel, Fp8TensorWideGatherKernel> ||
-                       std::is_same_v<Kernel, Fp8TensorGatherKernel>) {
-    GatherAArguments gather;
-    gather.x = p.gather_x;
-    gather.row_bytes = p.gather_row_bytes;
-    gather.sorted_pairs = p.sorted_pairs;
-    gather.expert_first = g.expert_first;
-    gather.top_k = p.top_k;
-    args.mainloop = {reinterpret_cast<const ElementAB**>(w.a), w.stride_a, reinterpret_cast<const ElementAB**>(w.b),
-                     w.stride_b, gather};
   } else {
     args.mainloop = {reinterpret_cast<const ElementAB**>(w.a), w.stride_a, reinterpret_cast<const ElementAB**>(w.b),
                      w.stride_b};
@@ -382,9 +337,6 @@ Status LaunchGroupedGemmSetup(const GroupedGemmGroups& g, const GroupedGemmProbl
 }
 
 Status LaunchGroupedGemm(const GroupedGemmGroups& g, const GroupedGemmProblem& p, cudaStream_t stream) {
-  if (p.gather_x != nullptr && g.quant != MoeQuant::kFp8Tensor) {
-    return Status::Internal("fused_moe grouped GEMM: A gather requested for a quant without a gather kernel");
-  }
   const GroupedGemmTile env = GroupedGemmTileFromEnv();  // invalid never gets here: ValidateFusedMoeCuda
   const bool narrow = env.m != 0 ? env.m == 64 : g.tile_m == 64;
   const bool wide = env.n != 128;  // N 256 unless the knob says 128
@@ -393,11 +345,6 @@ Status LaunchGroupedGemm(const GroupedGemmGroups& g, const GroupedGemmProblem& p
       if (narrow) return RunKernel<Bf16NarrowKernel>(g, p, stream);
       return wide ? RunKernel<Bf16WideKernel>(g, p, stream) : RunKernel<Bf16Kernel>(g, p, stream);
     case MoeQuant::kFp8Tensor:
-      if (p.gather_x != nullptr) {  // the caller checked GroupedGemmGathersA: 128-row tiles
-        if (narrow) return Status::Internal("fused_moe grouped GEMM: no gather kernel for 64-row tiles");
-        g_gather_launches.fetch_add(1, std::memory_order_relaxed);
-        return wide ? RunKernel<Fp8TensorWideGatherKernel>(g, p, stream) : RunKernel<Fp8TensorGatherKernel>(g, p, stream);
-      }
       if (narrow) {
         return wide ? RunKernel<Fp8TensorNarrowKernel>(g, p, stream)
                     : RunKernel<Fp8TensorNarrow128Kernel>(g, p, stream);
@@ -410,7 +357,3 @@ Status LaunchGroupedGemm(const GroupedGemmGroups& g, const GroupedGemmProblem& p
 }
 
 }  // namespace hpc::moe
-
-namespace hpc {
-int64_t FusedMoeGemmGatherLaunches() { return moe::g_gather_launches.load(std::memory_order_relaxed); }
-}  // namespace hpc

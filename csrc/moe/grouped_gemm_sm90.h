@@ -36,13 +36,6 @@ struct GroupedGemmProblem {
   void* d = nullptr;                 // [rows, N] bf16
   int64_t n = 0, k = 0;
   void* args = nullptr;              // device scratch, kGroupedGemmArgsBytesPerExpert * E bytes, 256-aligned
-  // Gate-up with HPC_XLA_MOE_GATHER=fused (GroupedGemmGathersA): A's rows are read straight from gather_x [T, K]
-  // (e4m3, gather_row_bytes apart) through the sorted pairs -- row r of expert e is token
-  // sorted_pairs[expert_first[e] + r] / top_k -- instead of from `a`. Null: A comes from `a`.
-  const void* gather_x = nullptr;
-  int64_t gather_row_bytes = 0;
-  const int32_t* sorted_pairs = nullptr;
-  int top_k = 0;
 };
 
 // What both grouped GEMMs of one layer share.
@@ -69,24 +62,6 @@ struct GroupedGemmTile {
 };
 GroupedGemmTile GroupedGemmTileFromEnv();
 const char* GroupedGemmTileEnvText();  // the variable's text, "" when unset
-
-// HPC_XLA_MOE_GATHER (read once): where the gate-up GEMM's A rows come from. copy (unset): the gather kernel writes
-// them to the workspace and the GEMM reads them by TMA; fused: the GEMM's auxiliary producer warp gathers them from
-// x (quantized once per token) by cp.async (gather_a_mainloop_sm90.h), no gather kernel. Anything else -> kInvalid
-// (ValidateFusedMoeCuda reports it). fused_moe_validate.cc.
-enum class GroupedGather { kCopy, kFused, kInvalid };
-GroupedGather GroupedGatherFromEnv();
-const char* GroupedGatherEnvText();  // the variable's text, "" when unset
-
-// Whether the gate-up GEMM gathers its A rows itself: HPC_XLA_MOE_GATHER=fused and a configuration that has the
-// gather kernel (fp8_tensor on the 128-row cooperative tiles, 128x256 / 128x128); everything else takes the copy
-// path. tile_m: GroupedGemmGroups::tile_m (GroupedCtaRows). The caller must then give fp8 x rows, quantized once per
-// token (or fp8 x itself).
-inline bool GroupedGemmGathersA(MoeQuant quant, int tile_m) {
-  if (GroupedGatherFromEnv() != GroupedGather::kFused || quant != MoeQuant::kFp8Tensor) return false;
-  const GroupedGemmTile env = GroupedGemmTileFromEnv();
-  return (env.m != 0 ? env.m : tile_m) == 128;
-}
 
 // The grouped GEMM itself (persistent grid of one CTA per SM). Waits for all earlier kernels of the stream
 // (PDL wait before its first global read), so the setup kernel and the producers of A must precede it.
