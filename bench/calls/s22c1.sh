@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # session 22 call 1 (staged in session 21 from HEAD 9e8bdb4-era main; re-stage with
-# `tools/stage_experiments.sh m e14:8313fc9` if main moved): experiment 14b (sparse EP reduce) vs main; the tiled
+# `tools/stage_experiments.sh m e14:166fa33` if main moved): experiment 14b (sparse EP reduce) vs main; the tiled
 # M-tile knob; stream vs tiled at Qwen3 fp8 T=2/4; Hy3-TP8 T=1; profiles; whole fused_moe GPU file on e14 + memcheck.
 . "$(dirname "$0")/prelude.sh"
 AB="env AB_WIDTH=100 AB_TIMEOUT=150 OUT=/tmp/abl tools/ab_bench.sh"
