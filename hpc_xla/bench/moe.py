@@ -85,9 +85,23 @@ def _weights(e, h, i, quant, gen):
     return out
 
 
+def _routing():
+    """HPC_BENCH_MOE_ROUTING: "random" (default; each token draws top_k distinct experts uniformly) or "balanced"
+    (every expert gets T*k/E pairs, +-1: slot j of token t takes expert (t*k + j) mod E under a random relabeling) --
+    to bound what the GEMMs lose to partly filled tiles (bench/research/moe_grouped_gemm_1000tf.md)."""
+    mode = os.environ.get("HPC_BENCH_MOE_ROUTING", "random")
+    if mode not in ("random", "balanced"):
+        raise SystemExit("HPC_BENCH_MOE_ROUTING must be 'random' or 'balanced'; got %r" % mode)
+    return mode
+
+
 def _inputs(tokens, e_local, e_global, offset, h, top_k, gen):
     x = torch.randn(tokens, h, device="cuda", generator=gen).to(torch.bfloat16)
-    ids = torch.rand(tokens, e_global, device="cuda", generator=gen).argsort(dim=1)[:, :top_k].to(torch.int32)
+    if _routing() == "balanced":
+        slots = torch.arange(tokens * top_k, device="cuda").view(tokens, top_k) % e_global
+        ids = torch.randperm(e_global, device="cuda", generator=gen)[slots].to(torch.int32)
+    else:
+        ids = torch.rand(tokens, e_global, device="cuda", generator=gen).argsort(dim=1)[:, :top_k].to(torch.int32)
     weights = torch.rand(tokens, top_k, device="cuda", generator=gen)
     return dict(x=x, ids=ids.contiguous(), weights=weights, out=torch.empty(tokens, h, device="cuda",
                                                                              dtype=torch.bfloat16))
@@ -403,6 +417,7 @@ def run(args):
     peers = os.environ.get("HPC_BENCH_PEERS", "1") != "0"  # 0: ours only (A/B runs of HPC_XLA_MOE_PATH)
     peer = triton_peer() if peers else None
     print("triton peer: %s" % (_TRITON["why"] if peers else "off (HPC_BENCH_PEERS=0)"), flush=True)
+    print("routing: %s (HPC_BENCH_MOE_ROUTING)" % _routing(), flush=True)
     if peer is not None and os.environ.get("HPC_TRITON_PRECOMPILE", "1") != "0":
         t0 = time.time()
         jobs = [list(shape) + [t] for shape in shapes for t in tokens_list]
