@@ -211,14 +211,19 @@ cases = [
     Case(tokens=37, num_q_heads=4, num_kv_heads=2, page_size=8, num_blocks=6, head_dim=96),  # general kernel
     Case(tokens=37, num_q_heads=4, num_kv_heads=2, page_size=8, num_blocks=6, rotary_dim=40),  # general kernel
 ]
+from hpc_xla._ext import ext
+launched = []
 for case in cases:
     inputs = make_inputs(case)
     check(case, inputs, *run_torch(case, inputs, device="cuda"))
-print("OK", len(cases))
+    launched.append(ext().rope_norm_last_launch()[0])
+print("OK", len(cases), "ROWS", *launched)
 """
     for rows in ("1", "2", "4"):
         out = _run_python(code, HPC_XLA_ROPE_ROWS=rows)
         assert "OK 7" in out, (rows, out)
+        # the knob really took effect: the paired cases ran with these rows, the last two took the general kernel
+        assert out.split("ROWS")[1].split() == [rows] * 5 + ["0", "0"], (rows, out)
 
 
 LAYOUT_CASES = [

@@ -46,6 +46,11 @@ void BindRopeNorm(nb::module_& m) {
         nb::arg("rotary_dim"), nb::arg("norm_before_rope"), nb::arg("stream") = -1,
         "Fused QK-RMSNorm + RoPE + paged KV-cache write (see hpc_xla.torch.rope_norm). Writes q_out, q_scale, "
         "k_cache and v_cache in place; launches on `stream` if >= 0, else on the tensors' current stream.");
+  m.def("rope_norm_last_launch", [] {
+    const RopeNormLaunchInfo info = RopeNormLastLaunch();
+    return nb::make_tuple(info.rows_per_group, info.kv_merged);
+  }, "(rows per lane group, k/v groups merged) of the last CUDA rope_norm launch; rows 0 = the general kernel, "
+     "-1 = none yet.");
 }
 
 }  // namespace hpc::bridge

@@ -4,6 +4,7 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cstdint>
 #include <cstdlib>
 #include <mutex>
@@ -50,6 +51,9 @@ int RowsPerGroup(int64_t tokens, int q_heads, int kv_heads, int group_lanes, int
   const int64_t wave = static_cast<int64_t>(sms) * kPairedThreads * kPairedMinBlocks<4>;
   return tokens * groups * group_lanes >= 2 * wave ? 4 : 1;
 }
+
+// rows * 2 + kv_merged of the last launch (-1: none yet; 0: the general kernel), for RopeNormLastLaunch
+std::atomic<int> g_last_launch{-1};
 
 // Whether a token's k and v rows share one lane group (RopeNormParams::kv_merged): when all of them fit in its
 // rows. HPC_XLA_ROPE_KV_MERGE=0 keeps separate k and v groups, for A/B runs.
@@ -199,6 +203,13 @@ Status CheckIndicesOnDevice(const RopeNormParams& p, cudaStream_t stream, int de
 
 }  // namespace
 
+RopeNormLaunchInfo RopeNormLastLaunch() {
+  const int v = g_last_launch.load(std::memory_order_relaxed);
+  RopeNormLaunchInfo info;
+  if (v >= 0) info.rows_per_group = v / 2, info.kv_merged = (v % 2) != 0;
+  return info;
+}
+
 Status RopeNormCuda(const RopeNormArgs& a, cudaStream_t stream) {
   HPC_RETURN_IF_ERROR(ValidateRopeNorm(a));
   if (a.q.device != DeviceKind::kCuda) return Status::Internal("rope_norm: CUDA launcher called with CPU tensors");
@@ -243,7 +254,9 @@ Status RopeNormCuda(const RopeNormArgs& a, cudaStream_t stream) {
       default: kernel = PickPaired<16>(rows, a.q.dtype, fp8_cache, fp8_q); break;
     }
     HPC_RETURN_IF_ERROR(SetPrefetch(kernel, lanes, a.q.device_id, p));
+    g_last_launch.store(rows * 2 + (p.kv_merged ? 1 : 0), std::memory_order_relaxed);
   } else {
+    g_last_launch.store(0, std::memory_order_relaxed);
     lanes = GroupLanes(p.head_dim);
     groups_per_token = p.groups_per_token = p.num_q_heads + 2 * p.num_kv_heads;  // one row per group
     switch (lanes) {

@@ -41,6 +41,13 @@ Status ValidateRopeNorm(const RopeNormArgs& args);
 // CUDA launcher (csrc/rope_norm/rope_norm.cu): validates, checks the GPU is Hopper, launches one kernel.
 // With HPC_XLA_CHECK=1 it also validates positions/slot_mapping on the GPU (syncs).
 Status RopeNormCuda(const RopeNormArgs& args, cudaStream_t stream);
+// What the last RopeNormCuda launch in this process chose (tests read it to prove an A/B knob took effect):
+// rows per lane group (0: the general kernel), and whether a token's k and v rows shared a group.
+struct RopeNormLaunchInfo {
+  int rows_per_group = -1;
+  bool kv_merged = false;
+};
+RopeNormLaunchInfo RopeNormLastLaunch();
 
 // CPU reference (csrc/ref/rope_norm_ref.cc): validates, also checks positions/slot ranges, computes in fp32.
 Status RopeNormCpu(const RopeNormArgs& args);
