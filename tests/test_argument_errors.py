@@ -226,3 +226,50 @@ def test_jax_empty_and_zero_sized_cases():
     with pytest.raises(ValueError, match=r"fused_moe: shared_output is empty"):
         hj.fused_moe(p["x"], p["w13"], p["w2"], p["topk_weights"], p["topk_ids"],
                      shared_output=jnp.zeros((0,), jnp.bfloat16))
+
+
+def test_decode_plan_buffer_must_have_the_exact_size():
+    """decode_attention reads max_ctas back from the plan's size: a longer buffer would claim CTAs nobody planned."""
+    import torch
+
+    from hpc_xla._ext import ext
+
+    seq_lens = torch.tensor([5, 70], dtype=torch.int32)
+    need = ext().decode_plan_size(2, 8)
+    with pytest.raises(ValueError, match=r"plan must hold exactly %d int32 for batch 2 and max_ctas 8; got %d"
+                                         % (need, need + 2)):
+        torch.ops.hpc_xla.decode_plan(seq_lens, torch.empty(need + 2, dtype=torch.int32), 1, 8, 128, 1, 16,
+                                      ext().dtype_code("bfloat16"), 8)
+
+
+def test_empty_operands_that_are_real():
+    """At T=0, shared_output [0, H] and a T=0 slice of an index tensor are real (empty) operands, not 'absent'."""
+    import jax.numpy as jnp
+    import torch
+
+    import hpc_xla.jax as hj
+    import hpc_xla.torch as ht
+
+    p = make_problem(tokens=1, experts=4, hidden=128, inter=128, top_k=2, quant=None)
+    out = hj.fused_moe(p["x"][:0], p["w13"], p["w2"], p["topk_weights"][:0], p["topk_ids"][:0],
+                       shared_output=jnp.zeros((0, 128), jnp.bfloat16))
+    assert out.shape == (0, 128)
+    t = _torch(rope_norm_harness.make_inputs(ROPE))
+    positions = torch.stack([t["positions"], t["positions"]], 1)[:0, 0]  # T=0, stride 2: nothing to address
+    empty = {k: t[k][:0] for k in ("q", "k", "v", "slot_mapping")}
+    ht.rope_norm(empty["q"], empty["k"], empty["v"], positions, t["cos_sin_cache"], empty["slot_mapping"],
+                 t["k_cache"], t["v_cache"])
+
+
+def test_traced_negative_offset_keeps_negative_ids_out():
+    """A traced expert_offset never turns a 'no expert' id (< 0) into a local one."""
+    import jax
+    import jax.numpy as jnp
+
+    import hpc_xla.jax as hj
+
+    p = make_problem(tokens=4, experts=4, hidden=128, inter=128, top_k=2, quant=None, seed=2)
+    ids = np.full((4, 2), -1, np.int32)
+    f = jax.jit(lambda off: hj.fused_moe(p["x"], p["w13"], p["w2"], p["topk_weights"], ids, expert_offset=off,
+                                         num_experts_global=8))
+    assert np.all(np.asarray(f(jnp.int32(-2))).astype(np.float32) == 0)

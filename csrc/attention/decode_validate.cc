@@ -70,8 +70,9 @@ Status ValidateDecodePlan(const DecodePlanArgs& a) {
   HPC_RETURN_IF_ERROR(c.Contiguous("plan", a.plan));
   HPC_RETURN_IF_ERROR(c.SameDevice("plan", a.plan, "seq_lens", a.seq_lens));
   const int64_t need = attention::PlanInts(a.seq_lens.shape[0], a.max_ctas);
-  if (a.plan.shape[0] < need) {
-    return c.Fail("plan must hold " + std::to_string(need) + " int32 for batch " +
+  // exactly: decode_attention reads max_ctas back from the plan's size, so a longer buffer would claim more CTAs
+  if (a.plan.shape[0] != need) {
+    return c.Fail("plan must hold exactly " + std::to_string(need) + " int32 for batch " +
                   std::to_string(a.seq_lens.shape[0]) + " and max_ctas " + std::to_string(a.max_ctas) + "; got " +
                   std::to_string(a.plan.shape[0]));
   }

@@ -33,6 +33,7 @@ int64_t TensorView::numel() const {
 }
 
 bool TensorView::contiguous() const {
+  if (numel() == 0) return true;  // no element to address: any strides will do (e.g. a T=0 slice)
   int64_t expected = 1;
   for (int i = rank - 1; i >= 0; --i) {
     if (shape[i] != 1 && strides[i] != expected) return false;

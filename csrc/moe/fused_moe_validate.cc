@@ -252,7 +252,7 @@ Status ValidateFusedMoeCuda(const FusedMoeArgs& a) {
                   " local experts (w13.shape[0]); got " + std::to_string(experts));
   }
   if (tokens * a.topk_ids.shape[1] > (int64_t{1} << 30)) {
-    return c.Fail("T * top_k must be < 2^30 on the CUDA path; got " + std::to_string(tokens * a.topk_ids.shape[1]));
+    return c.Fail("T * top_k must be <= 2^30 on the CUDA path; got " + std::to_string(tokens * a.topk_ids.shape[1]));
   }
   // cp.async / vector loads move 16 bytes: the operands' base addresses must be 16-byte aligned.
   for (const auto& [name, t] : {std::pair<const char*, const TensorView*>{"x", &a.x}, {"w13", &a.w13}, {"w2", &a.w2},

@@ -24,13 +24,14 @@ def absent():
 
 
 def optional(op, name, x):
-    """An optional array operand: the array, or the absent placeholder for None. An empty array would read as
-    "absent" on the other side, so it is refused here."""
+    """An optional array operand: the array, or the absent placeholder for None. A given array of the placeholder's
+    shape (0,) would read as "absent" on the other side (ffi/buffers.h), so it is refused here; other empty shapes
+    (e.g. shared_output [0, H] at T=0) are real operands."""
     if x is None:
         return absent()
     x = jnp.asarray(_args.array(op, name, x))
-    if x.size == 0:
-        raise ValueError("%s: %s is empty (shape %s); pass None to leave it out" % (op, name, x.shape))
+    if x.shape == (0,):
+        raise ValueError("%s: %s is empty (shape (0,)); pass None to leave it out" % (op, name))
     return x
 
 

@@ -104,6 +104,7 @@ def _static_expert_offset(expert_offset, num_experts_global, experts, topk_ids):
         raise ValueError("fused_moe: a traced expert_offset needs num_experts_global (the routing's expert count)")
     ids = jnp.asarray(topk_ids)
     offset = jnp.asarray(expert_offset).astype(ids.dtype)
-    local = (ids >= offset) & (ids < offset + experts)
+    # ids < 0 stay "no expert" whatever the offset (a negative offset must not turn -1 into a local expert)
+    local = (ids >= 0) & (ids >= offset) & (ids < offset + experts)
     valid = (ids >= 0) & (ids < num_experts_global)
     return 0, jnp.where(local, ids - offset, jnp.where(valid, experts, ids)).astype(ids.dtype)

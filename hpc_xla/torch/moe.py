@@ -99,6 +99,9 @@ def fused_moe(x, w13, w2, topk_weights=None, topk_ids=None, *, quant=None, w13_s
     if workspace is None:
         size = 0
         if x.device.type == "cuda":  # exactly this call's need
+            if isinstance(x.shape[0], torch.SymInt):
+                raise ValueError("fused_moe: with a dynamic token count (torch.compile) pass workspace= sized by "
+                                 "fused_moe_workspace_size(max_tokens, ...): this call's own size depends on T")
             size = _call_workspace_bytes(x.shape[0], topk_ids.shape[-1], w13.shape[0], x.shape[-1], w13.shape[1] // 2,
                                          _options.moe_quant_code(quant))
         workspace = torch.empty(size, dtype=torch.uint8, device=x.device)
