@@ -116,6 +116,10 @@ def check_attention_call(q, k_cache, seq_lens, plan, plan_type, q_len, schedule)
     if plan is not None and not isinstance(plan, plan_type):
         raise TypeError("decode_attention: plan must be a DecodePlan from decode_plan (or None); got %s"
                         % type(plan).__name__)
+    if q_len is None:  # the plan's, else what the shapes say (q holds B * q_len rows)
+        batch = int(seq_lens.shape[0]) if len(seq_lens.shape) == 1 else 0
+        q_len = plan.config.q_len if plan is not None else (
+            q.shape[0] // batch if batch > 0 and q.shape[0] % batch == 0 and q.shape[0] > 0 else 1)
     q_len = _args.integer("decode_attention", "q_len", q_len, minimum=1)
     if schedule not in SCHEDULES:
         raise ValueError("decode_attention: schedule must be 'dynamic' or 'static'; got %r" % (schedule,))

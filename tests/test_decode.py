@@ -211,3 +211,30 @@ def test_python_sizes_equal_the_binary():
                         ext().decode_workspace_size(batch, heads[0], heads[1], d, q_len, max_ctas)
                     assert _decode.static_splits(batch, heads[0], max_ctas) == \
                         ext().decode_static_splits(batch, heads[0], max_ctas)
+
+
+@pytest.mark.parametrize("framework", ["jax", "torch"])
+def test_q_len_defaults_to_the_plan_or_the_shapes(framework):
+    """q_len need not be repeated: the plan's, else q.shape[0] / B (the contract's B * q_len rows)."""
+    case = DecodeCase(q_len=3, seq_lens=(100, 0, 7, 700))
+    inp = make_inputs(case)
+    for schedule in ("dynamic", "static"):
+        c = dataclasses.replace(case, schedule=schedule)
+        want = RUNNERS[framework](c, inp)
+        if framework == "torch":
+            import hpc_xla.torch as ht
+            from decode_harness import from_torch, to_torch
+
+            t = {k: to_torch(v, "cpu") for k, v in inp.items()}
+            plan = None if schedule == "static" else ht.decode_plan(
+                t["seq_lens"], num_kv_heads=1, num_q_heads=8, head_dim=128, page_size=16, q_len=3)
+            got = from_torch(ht.decode_attention(t["q"], t["k_cache"], t["v_cache"], t["block_table"], t["seq_lens"],
+                                                 plan, schedule=schedule))
+        else:
+            import hpc_xla.jax as hj
+
+            plan = None if schedule == "static" else hj.decode_plan(
+                inp["seq_lens"], num_kv_heads=1, num_q_heads=8, head_dim=128, page_size=16, q_len=3)
+            got = np.asarray(hj.decode_attention(inp["q"], inp["k_cache"], inp["v_cache"], inp["block_table"],
+                                                 inp["seq_lens"], plan, schedule=schedule))
+        assert np.array_equal(np.asarray(got).view(np.uint16), np.asarray(want).view(np.uint16))

@@ -72,7 +72,7 @@ def decode_plan(seq_lens, *, num_kv_heads, num_q_heads, head_dim, page_size, q_l
 
 
 def decode_attention(q, k_cache, v_cache, block_table, seq_lens, plan=None, *, sm_scale=None, k_scale=None,
-                     v_scale=None, q_scale=None, q_len=1, schedule="dynamic", max_ctas=None):
+                     v_scale=None, q_scale=None, q_len=None, schedule="dynamic", max_ctas=None):
     """Attention of q_len new query tokens per sequence against the paged KV cache.
 
     Args:
@@ -84,6 +84,7 @@ def decode_attention(q, k_cache, v_cache, block_table, seq_lens, plan=None, *, s
         other lengths the kernel still reads nothing outside the sequences, but its merges of split sequences
         assume the plan's lengths, so the results are unspecified.
       schedule: "dynamic" (persistent, load-balanced) or "static" (fixed splits per sequence; the baseline).
+      q_len: new tokens per sequence; default: the plan's, else q.shape[0] / B.
     Returns out [B * q_len, Hq, D] bfloat16 (float16 for float16 q).
     """
     _args.arrays("decode_attention", q=q, k_cache=k_cache, v_cache=v_cache, block_table=block_table,

@@ -90,13 +90,14 @@ def decode_plan(seq_lens, *, num_kv_heads, num_q_heads, head_dim, page_size, q_l
 
 
 def decode_attention(q, k_cache, v_cache, block_table, seq_lens, plan=None, *, sm_scale=None, k_scale=None,
-                     v_scale=None, q_scale=None, q_len=1, schedule="dynamic", max_ctas=None, out=None,
+                     v_scale=None, q_scale=None, q_len=None, schedule="dynamic", max_ctas=None, out=None,
                      workspace=None):
     """Attention of q_len new tokens per sequence against the paged cache (see hpc_xla.jax.decode_attention).
 
     k_cache / v_cache may be vLLM's strided views. `out`: optional preallocated [B * q_len, Hq, D] output.
     `plan` must come from these `seq_lens` (refill it with decode_plan(..., out=plan) when they change).
-    With schedule="static" (or no plan) a workspace is taken from `workspace` or allocated.
+    With schedule="static" (or no plan) a workspace is taken from `workspace` or allocated. `q_len` defaults to the
+    plan's, else q.shape[0] / B.
     """
     _args.tensors("decode_attention", q=q, k_cache=k_cache, v_cache=v_cache, block_table=block_table,
                   seq_lens=seq_lens)
