@@ -166,6 +166,8 @@ def test_errors_jax_cpu():
                                                            jax.device_put(bad, cpu), a["seq_lens"]))
     plan = hj.decode_plan(a["seq_lens"], num_kv_heads=1, num_q_heads=8, head_dim=128, page_size=16, q_len=2)
     with pytest.raises(ValueError, match=r"plan was built for q_len=2 but this call has q_len=1"):
+        hj.decode_attention(a["q"], a["k_cache"], a["v_cache"], a["block_table"], a["seq_lens"], plan, q_len=1)
+    with pytest.raises(Exception, match=r"q.shape\[0\] must be batch \* q_len = 4 \* 2 = 8"):  # q_len from the plan
         hj.decode_attention(a["q"], a["k_cache"], a["v_cache"], a["block_table"], a["seq_lens"], plan)
     with pytest.raises(jax.errors.JaxRuntimeError, match=r"v_cache.shape\[1\] must be 16"):
         jax.block_until_ready(hj.decode_attention(a["q"], a["k_cache"], a["v_cache"][:, :8], a["block_table"],
