@@ -32,7 +32,8 @@ TensorView FromFields(const char* name, void* data, int32_t device_type, int32_t
   t.dtype = FromDlpack(code, bits, lanes);
   if (t.dtype == DType::kInvalid) {
     ThrowType(name, "has a dtype hpc_xla does not take (DLPack code " + std::to_string(code) + ", " +
-                        std::to_string(bits) + " bits)");
+                        std::to_string(bits) + " bits); the ops take bfloat16, float16, float32, float8_e4m3fn, "
+                        "int32, int64 or uint8 where each argument's documentation says so");
   }
   if (ndim > kMaxRank) ThrowType(name, "has rank " + std::to_string(ndim) + " (at most 6 supported)");
   if (device_type == dlpack::kCUDA) {

@@ -127,8 +127,9 @@ Status ValidateFusedMoe(const FusedMoeArgs& a) {
   HPC_RETURN_IF_ERROR(c.Dim("w2", a.w2, 2, inter, "I, from w13"));
   HPC_RETURN_IF_ERROR(c.Contiguous("w2", a.w2));
   HPC_RETURN_IF_ERROR(c.SameDevice("w2", a.w2, "x", a.x));
-  if (hidden % 16 != 0 || inter % 16 != 0) {
-    return c.Fail("H and I must be multiples of 16; got H=" + std::to_string(hidden) + ", I=" + std::to_string(inter));
+  if (hidden % 16 != 0 || inter % 16 != 0 || hidden == 0) {
+    return c.Fail("H and I must be positive multiples of 16; got H=" + std::to_string(hidden) + ", I=" +
+                  std::to_string(inter));
   }
 
   const bool fp8_weights = a.w13.dtype == DType::kF8E4M3;
