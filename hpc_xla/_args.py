@@ -44,27 +44,40 @@ def array(op, name, value):
     return value
 
 
-def tensor(op, name, value):
-    """A torch.Tensor (checked without importing torch where torch is not used)."""
-    import torch
+_TORCH_TENSOR = None
 
-    if not isinstance(value, torch.Tensor):
+
+def _tensor_type():
+    """torch.Tensor, imported on first use (this module serves the jax face too, which must not import torch)."""
+    global _TORCH_TENSOR
+    if _TORCH_TENSOR is None:
+        import torch
+
+        _TORCH_TENSOR = torch.Tensor
+    return _TORCH_TENSOR
+
+
+def tensor(op, name, value):
+    """A torch.Tensor."""
+    if not isinstance(value, _tensor_type()):
         raise TypeError("%s: %s must be a torch.Tensor; got %s" % (op, name, type(value).__name__))
     return value
 
 
 def tensors(op, **named):
+    # on every call of a torch wrapper: one type lookup, no per-argument function call
+    cls = _tensor_type()
     for name, value in named.items():
-        tensor(op, name, value)
+        if not isinstance(value, cls):
+            raise TypeError("%s: %s must be a torch.Tensor; got %s" % (op, name, type(value).__name__))
 
 
 def optional_tensors(op, **named):
     """Optional tensor arguments: a torch.Tensor or None (a float scale would otherwise reach torch's dispatcher
     and fail there with a message about schemas)."""
-    import torch
-
+    cls = _tensor_type()
     for name, value in named.items():
-        if value is not None and not isinstance(value, torch.Tensor):
+        if value is not None and not isinstance(value, cls):
             raise TypeError("%s: %s must be a torch.Tensor or None; got %s" % (op, name, type(value).__name__))
 
 
