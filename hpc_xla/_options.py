@@ -63,14 +63,16 @@ def check_activation(activation):
         raise ValueError("fused_moe: activation must be 'silu'; got %r" % (activation,))
 
 
-def route_top_k(router_logits, top_k):
-    """moe_route's top_k -> int in [1, E] (checked before the outputs [T, top_k] are allocated)."""
+def route_options(router_logits, top_k, scoring, num_groups, topk_groups, routed_scaling):
+    """moe_route's options as the binary takes them: (top_k in [1, E], scoring code, num_groups, topk_groups,
+    routed_scaling as a float). top_k is checked here, before the outputs [T, top_k] are allocated."""
     if len(router_logits.shape) != 2:
         raise ValueError("moe_route: router_logits must be [T, E]; got shape %s" % (tuple(router_logits.shape),))
     top_k, experts = _args.integer("moe_route", "top_k", top_k), int(router_logits.shape[1])
     if not 1 <= top_k <= max(experts, 1):
         raise ValueError("moe_route: top_k must be in [1, num_experts=%d]; got %d" % (experts, top_k))
-    return top_k
+    groups, kept = groups_or_default(num_groups, topk_groups)
+    return top_k, scoring_code(scoring), groups, kept, _args.real("moe_route", "routed_scaling", routed_scaling)
 
 
 def expert_counts(expert_offset, num_experts_global):

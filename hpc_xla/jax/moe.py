@@ -23,9 +23,8 @@ def moe_route(router_logits, top_k, *, scoring="softmax", renormalize=True, num_
     Returns (topk_weights [T, k] float32, topk_ids [T, k] int32), best expert first; ties -> lower index.
     """
     _args.array("moe_route", "router_logits", router_logits)
-    top_k = _options.route_top_k(router_logits, top_k)
-    routed_scaling = _args.real("moe_route", "routed_scaling", routed_scaling)
-    groups, kept = _options.groups_or_default(num_groups, topk_groups)
+    top_k, scoring, groups, kept, routed_scaling = _options.route_options(router_logits, top_k, scoring, num_groups,
+                                                                          topk_groups, routed_scaling)
     tokens = router_logits.shape[0]
     call = jax.ffi.ffi_call("hpc_xla_moe_route",
                             (jax.ShapeDtypeStruct((tokens, top_k), jnp.float32),
@@ -33,7 +32,7 @@ def moe_route(router_logits, top_k, *, scoring="softmax", renormalize=True, num_
                             vmap_method="sequential")
     return tuple(call(router_logits, _ffi.optional("moe_route", "correction_bias", correction_bias),
                       top_k=np.int32(top_k),
-                      scoring=np.int32(_options.scoring_code(scoring)), renormalize=bool(renormalize),
+                      scoring=np.int32(scoring), renormalize=bool(renormalize),
                       num_groups=np.int32(groups), topk_groups=np.int32(kept),
                       routed_scaling=np.float32(routed_scaling)))
 

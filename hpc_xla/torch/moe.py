@@ -29,15 +29,14 @@ def moe_route(router_logits, top_k, *, scoring="softmax", renormalize=True, num_
     Returns (topk_weights [T, k] float32, topk_ids [T, k] int32)."""
     _args.tensor("moe_route", "router_logits", router_logits)
     _args.optional_tensors("moe_route", correction_bias=correction_bias)
-    top_k = _options.route_top_k(router_logits, top_k)
-    groups, kept = _options.groups_or_default(num_groups, topk_groups)
-    routed_scaling = _args.real("moe_route", "routed_scaling", routed_scaling)
+    top_k, scoring, groups, kept, routed_scaling = _options.route_options(router_logits, top_k, scoring, num_groups,
+                                                                          topk_groups, routed_scaling)
     if out is None:
         tokens = router_logits.shape[0]
         out = (torch.empty(tokens, top_k, dtype=torch.float32, device=router_logits.device),
                torch.empty(tokens, top_k, dtype=torch.int32, device=router_logits.device))
-    moe_route_op(router_logits, correction_bias, out[0], out[1], top_k, _options.scoring_code(scoring),
-                 bool(renormalize), groups, kept, routed_scaling)
+    moe_route_op(router_logits, correction_bias, out[0], out[1], top_k, scoring, bool(renormalize), groups, kept,
+                 routed_scaling)
     return out
 
 
