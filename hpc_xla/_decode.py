@@ -15,6 +15,7 @@ HEADER_FIELDS = ("magic", "version", "batch", "num_kv_heads", "num_q_heads", "he
 HEADER_INTS = 16
 TILE_TOKENS = 64
 MAX_STATIC_SPLITS = 16
+MAX_Q_LEN = 4  # new tokens per sequence the kernel takes (csrc/attention/decode.h kMaxQLen)
 # Read from the binary once, at import: the faces then compute sizes and codes in plain Python, which torch.compile
 # traces (a call into the extension while dynamo traces is a graph break). tests/test_decode_plan.py checks the
 # formulas below against the binary's.

@@ -145,3 +145,35 @@ def test_bad_plan_arguments_raise():
     with pytest.raises(ValueError, match=r"seq_lens\[1\] = -3 is negative"):
         ht.decode_plan(torch.tensor([1, -3], dtype=torch.int32), num_kv_heads=1, num_q_heads=8, head_dim=128,
                        page_size=16, max_ctas=4)
+    # the faces' copy of the kernel's q_len limit is the binary's
+    with pytest.raises(ValueError, match=r"q_len must be in \[1, %d\]" % _decode.MAX_Q_LEN):
+        ht.decode_plan(lens, num_kv_heads=1, num_q_heads=8, head_dim=128, page_size=16, q_len=_decode.MAX_Q_LEN + 1)
+    ht.decode_plan(lens, num_kv_heads=1, num_q_heads=8, head_dim=128, page_size=16, q_len=_decode.MAX_Q_LEN)
+
+
+def test_plans_share_a_given_workspace():
+    """decode_plan(workspace=): one buffer sized for the largest batch serves the plans of every batch size (the
+    vLLM adapter keeps one plan per batch size for CUDA-graph replay)."""
+    import torch
+
+    import hpc_xla.torch as ht
+
+    shape = dict(num_kv_heads=2, num_q_heads=8, head_dim=128, page_size=16)
+    big = ht.decode_plan(torch.zeros(64, dtype=torch.int32), **shape)
+    lens = torch.tensor([10, 300], dtype=torch.int32)
+    small = ht.decode_plan(lens, workspace=big.workspace, **shape)
+    assert small.workspace is big.workspace and small.config.workspace_size <= big.workspace.shape[0]
+    q = torch.randn(2, 8, 128, dtype=torch.bfloat16)
+    cache = torch.randn(40, 16, 2, 128, dtype=torch.bfloat16)
+    table = torch.arange(40, dtype=torch.int32).reshape(2, 20)
+    torch.testing.assert_close(ht.decode_attention(q, cache, cache, table, lens, small),
+                               ht.decode_attention(q, cache, cache, table, lens, ht.decode_plan(lens, **shape)),
+                               rtol=0, atol=0)
+    with pytest.raises(ValueError, match=r"workspace must be a 1-D float32 tensor on cpu with >= \d+ elements"):
+        ht.decode_plan(lens, workspace=torch.empty(5, dtype=torch.float32), **shape)
+    with pytest.raises(ValueError, match=r"workspace must be a 1-D float32"):
+        ht.decode_plan(lens, workspace=torch.empty(big.workspace.shape, dtype=torch.float16), **shape)
+    with pytest.raises(ValueError, match=r"workspace applies to a new plan"):
+        ht.decode_plan(lens, out=small, workspace=big.workspace, **shape)
+    with pytest.raises(TypeError, match=r"workspace"):
+        ht.decode_plan(lens, workspace=[0.0] * 10, **shape)

@@ -64,10 +64,13 @@ def _device_max_ctas(index, num_kv_heads, num_q_heads, head_dim, q_len, page_siz
 
 
 def decode_plan(seq_lens, *, num_kv_heads, num_q_heads, head_dim, page_size, q_len=1, kv_dtype=torch.bfloat16,
-                q_dtype=None, max_ctas=None, out=None):
+                q_dtype=None, max_ctas=None, out=None, workspace=None):
     """Builds the load-balanced schedule for `seq_lens` [B] int32 on their device (see hpc_xla.jax.decode_plan).
-    `out`: an existing DecodePlan for the same config to refill in place (CUDA-graph friendly)."""
+    `out`: an existing DecodePlan for the same config to refill in place (CUDA-graph friendly).
+    `workspace`: a float32 buffer of at least the config's workspace_size for a new plan to use instead of its own
+    (one buffer sized for the largest batch can serve the plans of every batch size: they run one at a time)."""
     _args.tensor("decode_plan", "seq_lens", seq_lens)
+    _args.optional_tensors("decode_plan", workspace=workspace)
     num_kv_heads, num_q_heads, head_dim, page_size, q_len, max_ctas = _decode.check_shape_args(
         "decode_plan", num_kv_heads, num_q_heads, head_dim, page_size, q_len, max_ctas)
     if seq_lens.dim() != 1:
@@ -80,8 +83,16 @@ def decode_plan(seq_lens, *, num_kv_heads, num_q_heads, head_dim, page_size, q_l
                                       num_q_heads=int(num_q_heads), head_dim=int(head_dim), q_len=int(q_len),
                                       page_size=int(page_size), kv_dtype=_decode.canonical_dtype_name(kv_dtype),
                                       max_ctas=ctas)
-        out = DecodePlan(torch.empty(config.plan_size, dtype=torch.int32, device=seq_lens.device),
-                         torch.empty(config.workspace_size, dtype=torch.float32, device=seq_lens.device), config)
+        if workspace is None:
+            workspace = torch.empty(config.workspace_size, dtype=torch.float32, device=seq_lens.device)
+        elif (workspace.dtype != torch.float32 or workspace.dim() != 1 or workspace.device != seq_lens.device
+              or workspace.shape[0] < config.workspace_size):
+            raise ValueError("decode_plan: workspace must be a 1-D float32 tensor on %s with >= %d elements; got %s %s "
+                             "on %s" % (seq_lens.device, config.workspace_size, workspace.dtype,
+                                        tuple(workspace.shape), workspace.device))
+        out = DecodePlan(torch.empty(config.plan_size, dtype=torch.int32, device=seq_lens.device), workspace, config)
+    elif workspace is not None:
+        raise ValueError("decode_plan: workspace applies to a new plan; a refilled plan (out=) keeps its own")
     c = out.config
     c.check_call(int(seq_lens.shape[0]), num_kv_heads, num_q_heads, head_dim, q_len, page_size, kv_dtype)
     decode_plan_op(seq_lens, out.plan, c.num_kv_heads, c.num_q_heads, c.head_dim, c.q_len, c.page_size,

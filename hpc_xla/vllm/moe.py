@@ -1,0 +1,113 @@
+"""vLLM 0.33 MoE experts on hpc_xla's fused_moe (`--moe-backend hpc` once the plugin in hpc_xla.vllm has rebound
+vLLM's `hpc_moe.HPCExperts` to this class: vLLM has no registry for out-of-tree MoE backends, and its fp8 oracle
+imports that name lazily).
+
+FP8 models: per-tensor weights with static activation scales, and 128x128 block weights with dynamic per-token
+128-column activations (DeepSeek-V3 style). The layer hands over bf16 activations (`expects_unquantized_inputs`)
+and hpc_xla quantizes them inside its pipeline; the top-k weighted reduce is fused too, so vLLM's finalize does
+nothing. Expert parallelism: vLLM's global ids, with this rank's experts found from `expert_map` when there is one
+(any placement) or as the contiguous range [ep_rank * E_local, (ep_rank + 1) * E_local) when not.
+"""
+
+import torch
+
+import vllm.model_executor.layers.fused_moe.modular_kernel as mk
+from vllm.model_executor.layers.fused_moe.activation import MoEActivation
+from vllm.model_executor.layers.fused_moe.topk_weight_and_reduce import TopKWeightAndReduceNoOP
+from vllm.model_executor.layers.quantization.utils.quant_utils import (kFp8Dynamic128Sym, kFp8Static128BlockSym,
+                                                                       kFp8StaticTensorSym)
+from vllm.platforms import current_platform
+
+SCHEMES = ((kFp8StaticTensorSym, kFp8StaticTensorSym), (kFp8Static128BlockSym, kFp8Dynamic128Sym))
+
+
+class HpcXlaExperts(mk.FusedMoEExpertsModular):
+    """Gate-up GEMM, SiLU*up, quantization, down GEMM and the weighted top-k reduce in hpc_xla's one pipeline."""
+
+    def __init__(self, moe_config, quant_config):
+        super().__init__(moe_config, quant_config)
+        if quant_config.weight_quant_dtype != torch.float8_e4m3fn:
+            raise ValueError("hpc_xla MoE experts take float8_e4m3fn weights; got %s" % quant_config.weight_quant_dtype)
+        if moe_config.in_dtype != torch.bfloat16:
+            raise ValueError("hpc_xla MoE experts write bfloat16; the model's dtype is %s" % moe_config.in_dtype)
+        parallel = moe_config.moe_parallel_config
+        self.num_local_experts = moe_config.num_local_experts
+        self.expert_offset = parallel.ep_rank * moe_config.num_local_experts if parallel.use_ep else 0
+        self.quant = "fp8_block128" if quant_config.is_block_quantized else "fp8_tensor"
+
+    @property
+    def expects_unquantized_inputs(self):
+        return True  # quantized inside the pipeline (static per-tensor or dynamic per 128 columns)
+
+    @staticmethod
+    def activation_format():
+        return mk.FusedMoEActivationFormat.Standard
+
+    @staticmethod
+    def _supports_current_device():
+        return current_platform.is_cuda() and current_platform.is_device_capability(90)
+
+    @staticmethod
+    def _supports_no_act_and_mul():
+        return False
+
+    @staticmethod
+    def _supports_quant_scheme(weight_key, activation_key):
+        return (weight_key, activation_key) in SCHEMES
+
+    @staticmethod
+    def _supports_activation(activation):
+        return activation == MoEActivation.SILU
+
+    @staticmethod
+    def _supports_shape(hidden_dim):
+        return hidden_dim % 128 == 0
+
+    @staticmethod
+    def _supports_parallel_config(moe_parallel_config):
+        return True
+
+    def supports_expert_map(self):
+        return True
+
+    def supports_chunking(self):
+        return True
+
+    def finalize_weight_and_reduce_impl(self):
+        return TopKWeightAndReduceNoOP()  # the weighted reduce happens inside fused_moe
+
+    def workspace_shapes(self, M, N, K, topk, global_num_experts, local_num_experts, expert_tokens_meta, activation):
+        return (0,), (0,), (M, K)  # fused_moe sizes its own scratch from the call's shapes
+
+    def apply(self, output, hidden_states, w1, w2, topk_weights, topk_ids, activation, global_num_experts, expert_map,
+              a1q_scale, a2_scale, workspace13, workspace2, expert_tokens_meta, apply_router_weight_on_input):
+        import hpc_xla.torch as ht
+
+        if not self._supports_activation(activation):
+            raise ValueError("hpc_xla MoE experts: activation must be silu; got %s" % activation)
+        qc = self.quant_config
+        if apply_router_weight_on_input:  # the layer already scaled x by the (top-1) weight
+            topk_weights = torch.ones_like(topk_weights)
+        if expert_map is not None:  # global id -> local id, -1 elsewhere (adds 0); negative ids stay negative
+            ids = topk_ids.long()
+            topk_ids = torch.where(ids >= 0, expert_map[ids.clamp(min=0)], -1)
+            offset, experts = 0, w1.shape[0]
+        else:
+            offset, experts = self.expert_offset, global_num_experts
+        scales = dict(w13_scale=qc.w1_scale, w2_scale=qc.w2_scale)
+        if self.quant == "fp8_tensor":
+            if qc.a1_scale is None or qc.a2_scale is None:
+                raise ValueError("hpc_xla MoE experts: fp8 per-tensor needs static activation scales "
+                                 "(the checkpoint's input_scale)")
+            scales = dict(w13_scale=_per_expert(qc.w1_scale, w1, "w13"), w2_scale=_per_expert(qc.w2_scale, w2, "w2"),
+                          a13_scale=qc.a1_scale.reshape(()).float(), a2_scale=qc.a2_scale.reshape(()).float())
+        ht.fused_moe(hidden_states, w1, w2, topk_weights.float(), topk_ids.int(), quant=self.quant, expert_offset=offset,
+                     num_experts_global=experts, out=output, **scales)
+
+
+def _per_expert(scale, weight, name):
+    """vLLM keeps one per-tensor scale per expert (w13's two shards requantized to their max at load time)."""
+    if scale.numel() != weight.shape[0]:
+        raise ValueError("hpc_xla MoE experts: %s weight scale must hold one value per expert (%d); got shape %s"
+                         % (name, weight.shape[0], tuple(scale.shape)))
+    return scale.reshape(weight.shape[0]).float()

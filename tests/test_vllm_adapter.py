@@ -1,0 +1,350 @@
+"""hpc_xla.vllm against vLLM 0.33's real interfaces, on the CPU (hpc_xla's ops run there through their reference
+path): plugin registration and selection, the backend's validation, the metadata builder's decode/prefill split and
+per-step device plan, the attention impl's KV write + forward on mixed batches in vLLM's LBNHC cache against an
+fp64 reference (NaN in every unused cache slot), and the MoE experts against hpc_xla's fp64 MoE reference.
+
+Needs vllm==0.33 (`tools/vllm_tests.sh` makes a venv with it and runs this file; CI does). Without vllm installed
+the module is skipped as a whole."""
+
+import os
+import types
+
+import numpy as np
+import pytest
+
+os.environ.setdefault("VLLM_TARGET_DEVICE", "cpu")
+vllm = pytest.importorskip("vllm", reason="vllm 0.33 is not installed (tools/vllm_tests.sh runs this file with it)")
+import torch  # noqa: E402
+
+import hpc_xla.vllm as hv  # noqa: E402
+from hpc_xla import reference  # noqa: E402
+from hpc_xla.vllm import attention as hva  # noqa: E402
+
+TINY_MODEL = {"architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": 1024,
+              "intermediate_size": 2048, "num_attention_heads": 8, "num_key_value_heads": 2, "head_dim": 128,
+              "num_hidden_layers": 2, "vocab_size": 1000, "max_position_embeddings": 8192, "rms_norm_eps": 1e-6,
+              "torch_dtype": "bfloat16", "rope_theta": 10000.0}
+NUM_Q_HEADS, NUM_KV_HEADS, HEAD_DIM = 8, 2, 128
+
+
+@pytest.fixture(scope="module", autouse=True)
+def registered():
+    hv.register()
+    hv.register()  # idempotent: vLLM runs general plugins in every process, sometimes more than once
+
+
+def vllm_config(tmp_path_factory, page_size, cache_dtype):
+    import json
+
+    from vllm.config import CacheConfig, ModelConfig, SchedulerConfig, VllmConfig
+
+    path = tmp_path_factory.mktemp("tiny_llama")
+    (path / "config.json").write_text(json.dumps(TINY_MODEL))
+    model = ModelConfig(model=str(path), skip_tokenizer_init=True, dtype="bfloat16")
+    return VllmConfig(model_config=model, cache_config=CacheConfig(block_size=page_size, cache_dtype=cache_dtype),
+                      scheduler_config=SchedulerConfig(max_num_seqs=16, max_num_batched_tokens=8192,
+                                                       max_model_len=8192, is_encoder_decoder=False))
+
+
+def test_plugin_points_vllm_at_hpc_xla():
+    import importlib.util
+    import tomllib
+
+    from vllm.config.attention import AttentionConfig
+    from vllm.model_executor.layers.fused_moe.oracle.fp8 import backend_to_kernel_cls, map_fp8_backend
+    from vllm.v1.attention.backends.registry import AttentionBackendEnum
+
+    from hpc_xla.vllm.moe import HpcXlaExperts
+
+    assert AttentionBackendEnum.HPC_ATTN.get_class() is hva.HpcXlaAttentionBackend
+    assert AttentionConfig(backend="HPC_ATTN").backend == AttentionBackendEnum.HPC_ATTN
+    assert AttentionBackendEnum[hva.HpcXlaAttentionBackend.get_name()] == AttentionBackendEnum.HPC_ATTN
+    assert backend_to_kernel_cls(map_fp8_backend("hpc")) == [HpcXlaExperts]
+    # the entry point vLLM loads the plugin from (package metadata of an installed hpc-xla)
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    with open(os.path.join(root, "pyproject.toml"), "rb") as f:
+        plugins = tomllib.load(f)["project"]["entry-points"]["vllm.general_plugins"]
+    module, func = plugins["hpc_xla"].split(":")
+    assert importlib.util.find_spec(module) is not None and getattr(hv, func) is hv.register
+
+
+def test_backend_validation_names_what_it_refuses():
+    from vllm.platforms.interface import DeviceCapability
+
+    b = hva.HpcXlaAttentionBackend
+    ok = dict(dtype=torch.bfloat16, kv_cache_dtype="fp8_e4m3", block_size=64, use_mla=False, has_sink=False,
+              use_sparse=False, use_mm_prefix=False, use_per_head_quant_scales=False,
+              device_capability=DeviceCapability(9, 0), attn_type="decoder")
+    assert b.validate_configuration(head_size=128, **ok) == []
+    for head_size in (64, 256):
+        assert b.validate_configuration(head_size=head_size, **ok) == []
+    bad = b.validate_configuration(head_size=96, **{**ok, "block_size": 24, "kv_cache_dtype": "fp8_e5m2",
+                                                   "device_capability": DeviceCapability(10, 0)})
+    assert any("head_size" in r for r in bad) and any("block_size" in r for r in bad)
+    assert any("kv_cache_dtype" in r for r in bad) and any("compute capability" in r for r in bad)
+    assert b.validate_configuration(head_size=128, **{**ok, "has_sliding_window": True})
+
+
+@pytest.mark.parametrize("kwargs, match", [
+    (dict(head_size=96), "head_size must be one of"),
+    (dict(num_kv_heads=3), "num_heads / num_kv_heads"),
+    (dict(kv_cache_dtype="fp8_e5m2"), "kv_cache_dtype must be one of"),
+    (dict(sliding_window=128), "sliding_window"),
+    (dict(logits_soft_cap=30.0), "logits_soft_cap"),
+    (dict(alibi_slopes=[1.0] * 8), "alibi_slopes"),
+])
+def test_impl_refuses_what_it_cannot_run(kwargs, match):
+    args = {**dict(num_heads=8, head_size=128, scale=0.1, num_kv_heads=2), **kwargs}
+    with pytest.raises((ValueError, NotImplementedError), match=match):
+        hva.HpcXlaAttentionImpl(**args)
+
+
+class Batch:
+    """One step: requests of (context tokens already cached, new tokens), decodes first as vLLM orders them."""
+
+    def __init__(self, requests, page_size, fp8, rng, num_blocks=None, padded=0):
+        self.requests, self.page_size = requests, page_size
+        pages = [-(-(c + n) // page_size) for c, n in requests]
+        num_blocks = num_blocks or sum(pages) + 3
+        self.seq_lens = [c + n for c, n in requests] + [0] * padded
+        width = max(pages) + 1
+        perm = rng.permutation(num_blocks)  # pages scattered over the pool, as vLLM's allocator leaves them
+        self.block_table = np.zeros((len(self.seq_lens), width), np.int32)
+        at = 0
+        for i, p in enumerate(pages):
+            self.block_table[i, :p] = perm[at:at + p]
+            at += p
+        q_lens = [n for _, n in requests] + [0] * padded
+        self.query_start = np.concatenate([[0], np.cumsum(q_lens)]).astype(np.int32)
+        self.real_tokens = int(self.query_start[-1])
+        # a padded step (FULL CUDA graph) carries one garbage token per padding request: slot -1, query length 0
+        tokens = self.num_tokens = self.real_tokens + padded
+        self.slots = np.full(tokens, -1, np.int64)
+        # the whole sequences' K / V and the new tokens' q, bf16 values as the model produces them (fp64 arrays)
+        def bf16_values(shape):
+            return torch.tensor(rng.standard_normal(shape), dtype=torch.bfloat16).double().numpy()
+
+        self.k = [bf16_values((c + n, NUM_KV_HEADS, HEAD_DIM)) for c, n in requests]
+        self.v = [bf16_values((c + n, NUM_KV_HEADS, HEAD_DIM)) for c, n in requests]
+        self.q = rng.standard_normal((tokens, NUM_Q_HEADS, HEAD_DIM))
+        cache_dtype = torch.uint8 if fp8 else torch.bfloat16
+        # vLLM's LBNHC cache: physical [NB, P, Hkv, 2D], logical [NB, Hkv, P, 2D]; unused slots hold NaN bytes
+        phys = torch.full((num_blocks, page_size, NUM_KV_HEADS, 2 * HEAD_DIM), 0x7F if fp8 else float("nan"),
+                          dtype=cache_dtype)
+        self.kv_cache = phys.permute(0, 2, 1, 3)
+        self.k_scale = torch.tensor(0.02 if fp8 else 1.0)
+        self.v_scale = torch.tensor(0.03 if fp8 else 1.0)
+        view = phys.view(torch.float8_e4m3fn) if fp8 else phys
+        for i, (c, n) in enumerate(requests):
+            for pos in range(c + n):
+                block, off = self.block_table[i, pos // page_size], pos % page_size
+                if pos < c:  # context: already in the cache
+                    for half, x, s in ((0, self.k[i], self.k_scale), (1, self.v[i], self.v_scale)):
+                        val = torch.tensor(x[pos] / float(s), dtype=torch.float32)
+                        view[block, off, :, half * HEAD_DIM:(half + 1) * HEAD_DIM] = val.to(view.dtype)
+                else:
+                    self.slots[self.query_start[i] + pos - c] = block * page_size + off
+        self.fp8 = fp8
+
+    def metadata(self):
+        from vllm.v1.attention.backend import CommonAttentionMetadata
+
+        q_lens = np.diff(self.query_start)
+        return CommonAttentionMetadata(
+            query_start_loc=torch.from_numpy(self.query_start), query_start_loc_cpu=torch.from_numpy(self.query_start),
+            seq_lens=torch.tensor(self.seq_lens, dtype=torch.int32), num_reqs=len(self.seq_lens),
+            num_actual_tokens=self.num_tokens, max_query_len=int(q_lens.max()),
+            max_seq_len=max(self.seq_lens), block_table_tensor=torch.from_numpy(self.block_table),
+            slot_mapping=torch.from_numpy(self.slots))
+
+    def new_kv(self):
+        garbage = [np.full((self.num_tokens - self.real_tokens, NUM_KV_HEADS, HEAD_DIM), 1e4)]
+        k = np.concatenate([x[c:] for x, (c, _) in zip(self.k, self.requests)] + garbage)
+        v = np.concatenate([x[c:] for x, (c, _) in zip(self.v, self.requests)] + garbage)
+        return torch.tensor(k, dtype=torch.bfloat16), torch.tensor(v, dtype=torch.bfloat16)
+
+    def expected(self, scale):
+        """fp64 causal attention over each request's whole sequence, with the cache's rounding applied to K / V
+        (bf16, or fp8 of x / scale) and bf16 q."""
+        def stored(x, s):
+            t = torch.tensor(x / float(s), dtype=torch.float32)
+            t = t.to(torch.float8_e4m3fn) if self.fp8 else t.to(torch.bfloat16)
+            return t.double().numpy() * float(s)
+
+        group = NUM_Q_HEADS // NUM_KV_HEADS
+        q = torch.tensor(self.q, dtype=torch.bfloat16).double().numpy()
+        out = np.zeros_like(q[:self.real_tokens])
+        for i, (c, n) in enumerate(self.requests):
+            k = np.repeat(stored(self.k[i], self.k_scale), group, axis=1)
+            v = np.repeat(stored(self.v[i], self.v_scale), group, axis=1)
+            rows = slice(self.query_start[i], self.query_start[i] + n)
+            s = np.einsum("qhd,khd->hqk", q[rows], k) * scale
+            s = np.where(np.arange(c + n)[None, None, :] > (c + np.arange(n))[None, :, None], -np.inf, s)
+            p = np.exp(s - s.max(-1, keepdims=True))
+            out[rows] = np.einsum("hqk,khd->qhd", p / p.sum(-1, keepdims=True), v)
+        return out
+
+
+def run_step(builder, impl, batch):
+    """do_kv_cache_update then forward, as vLLM's attention layer calls them; returns the real tokens' output."""
+    meta = builder.build(0, batch.metadata())
+    layer = types.SimpleNamespace(_k_scale=batch.k_scale, _v_scale=batch.v_scale)
+    k, v = batch.new_kv()
+    q = torch.tensor(batch.q, dtype=torch.bfloat16)
+    impl.do_kv_cache_update(layer, k, v, batch.kv_cache, meta.slot_mapping)
+    output = torch.full((q.shape[0], NUM_Q_HEADS * HEAD_DIM), float("nan"), dtype=torch.bfloat16)
+    impl.forward(layer, q, k, v, batch.kv_cache, meta, output)
+    return meta, output.view(q.shape)[:batch.real_tokens]
+
+
+def make_backend(tmp_path_factory, page_size, fp8):
+    from vllm.v1.kv_cache_interface import FullAttentionSpec
+
+    config = vllm_config(tmp_path_factory, page_size, "fp8_e4m3" if fp8 else "auto")
+    spec = FullAttentionSpec(block_size=page_size, num_kv_heads=NUM_KV_HEADS, head_size=HEAD_DIM,
+                             dtype=torch.uint8 if fp8 else torch.bfloat16)
+    from vllm.config import set_current_vllm_config
+
+    with set_current_vllm_config(config):
+        builder = hva.HpcXlaAttentionMetadataBuilder(spec, ["layer.0"], config, torch.device("cpu"))
+        impl = hva.HpcXlaAttentionImpl(NUM_Q_HEADS, HEAD_DIM, HEAD_DIM ** -0.5, NUM_KV_HEADS,
+                                       kv_cache_dtype="fp8_e4m3" if fp8 else "auto")
+    return builder, impl
+
+
+@pytest.mark.parametrize("page_size, fp8", [(16, False), (64, False), (32, True)])
+def test_mixed_batch_matches_reference(tmp_path_factory, page_size, fp8):
+    """Decodes (q_len 1) through decode_attention, a short extend and two prefills through the prefill path; the
+    new tokens' K / V written by do_kv_cache_update first."""
+    builder, impl = make_backend(tmp_path_factory, page_size, fp8)
+    rng = np.random.default_rng(page_size + fp8)
+    batch = Batch([(300, 1), (1, 1), (129, 1), (40, 3), (0, 70), (200, 17)], page_size, fp8, rng)
+    meta, out = run_step(builder, impl, batch)
+    assert (meta.num_decodes, meta.num_decode_tokens, meta.decode_q_len, meta.num_prefills) == (3, 3, 1, 3)
+    assert meta.decode_plan is not None
+    want, got = batch.expected(HEAD_DIM ** -0.5), out.float().numpy()
+    # the decode kernel's rows (fp8 KV: its P.V runs in fp8 as on the GPU, ~1.4e-2), the prefill path's (fp32 math)
+    for rows, tol in ((slice(0, 3), 3e-2 if fp8 else 1e-2), (slice(3, None), 1e-2)):
+        err = reference.relative_error(got[rows], want[rows])
+        assert err < tol, (rows, err)
+
+
+def test_decode_only_steps_reuse_one_plan_per_batch_size(tmp_path_factory):
+    """A uniform decode step (what FULL CUDA graphs replay), padded with zero-length requests as vLLM pads them: the
+    plan of a batch size is refilled in place (same buffers every step) and every plan shares one workspace."""
+    builder, impl = make_backend(tmp_path_factory, 64, False)
+    rng = np.random.default_rng(7)
+    plans = []
+    for step in range(3):
+        batch = Batch([(int(c), 1) for c in rng.integers(1, 700, 5)], 64, False, rng, padded=3)
+        meta, out = run_step(builder, impl, batch)
+        assert (meta.num_decodes, meta.num_prefills, meta.decode_q_len) == (8, 0, 1)
+        err = reference.relative_error(out.float().numpy(), batch.expected(HEAD_DIM ** -0.5))
+        assert err < 1e-2, err
+        plans.append(meta.decode_plan)
+    assert all(p is plans[0] for p in plans)
+    smaller = builder.build(0, Batch([(10, 1)], 64, False, rng).metadata()).decode_plan
+    assert smaller is not plans[0] and smaller.workspace.data_ptr() == plans[0].workspace.data_ptr()
+
+
+def test_speculative_decode_rows_go_to_the_decode_kernel(tmp_path_factory):
+    """With speculative decoding vLLM moves requests of up to 1 + drafts tokens to the front; uniform ones run as
+    decode_attention with q_len = 1 + drafts (causal among the new tokens)."""
+    builder, impl = make_backend(tmp_path_factory, 16, False)
+    builder.reorder_batch_threshold = 3  # what _init_reorder_batch_threshold sets for 2 speculative tokens
+    rng = np.random.default_rng(3)
+    batch = Batch([(100, 3), (37, 3), (5, 3), (60, 9)], 16, False, rng)
+    meta, out = run_step(builder, impl, batch)
+    assert (meta.num_decodes, meta.decode_q_len, meta.num_prefills) == (3, 3, 1)
+    err = reference.relative_error(out.float().numpy(), batch.expected(HEAD_DIM ** -0.5))
+    assert err < 1e-2, err
+
+
+def test_profiling_run_and_padded_tokens(tmp_path_factory):
+    builder, impl = make_backend(tmp_path_factory, 16, False)
+    output = torch.full((4, NUM_Q_HEADS * HEAD_DIM), 3.0, dtype=torch.bfloat16)
+    layer = types.SimpleNamespace(_k_scale=torch.tensor(1.0), _v_scale=torch.tensor(1.0))
+    q = torch.zeros(4, NUM_Q_HEADS, HEAD_DIM, dtype=torch.bfloat16)
+    impl.forward(layer, q, q[:, :2], q[:, :2], torch.zeros(1, 2, 16, 256, dtype=torch.bfloat16), None, output)
+    assert torch.all(output == 0)  # attn_metadata None: vLLM's profiling run
+    rng = np.random.default_rng(5)
+    batch = Batch([(33, 1), (8, 1)], 16, False, rng)
+    with pytest.raises(NotImplementedError, match="output quantization"):
+        impl.forward(layer, q, q, q, batch.kv_cache, builder.build(0, batch.metadata()), output,
+                     output_scale=torch.tensor(1.0))
+
+
+# ---- MoE experts ----
+
+def experts_for(num_experts, hidden, inter, top_k, ep_size, ep_rank, quant_config):
+    """HpcXlaExperts as vLLM's fp8 oracle builds them (FusedMoEConfig of the layer + its quant config)."""
+    from vllm.model_executor.layers.fused_moe.activation import MoEActivation
+    from vllm.model_executor.layers.fused_moe.config import (FusedMoEConfig, FusedMoEParallelConfig,
+                                                             RoutingMethodType)
+
+    from hpc_xla.vllm.moe import HpcXlaExperts
+
+    parallel = FusedMoEParallelConfig(tp_size=1, pcp_size=1, dp_size=1, ep_size=ep_size, tp_rank=0, pcp_rank=0,
+                                      dp_rank=0, ep_rank=ep_rank, sp_size=1, use_ep=ep_size > 1,
+                                      enable_eplb=False, all2all_backend="naive")
+    config = FusedMoEConfig(num_experts=num_experts, experts_per_token=top_k, hidden_dim=hidden,
+                            intermediate_size=inter, num_local_experts=num_experts // ep_size,
+                            num_logical_experts=num_experts, activation=MoEActivation.SILU, device="cpu",
+                            routing_method=RoutingMethodType.Renormalize, moe_parallel_config=parallel,
+                            in_dtype=torch.bfloat16)
+    return HpcXlaExperts(config, quant_config)
+
+
+@pytest.mark.parametrize("quant", ["fp8_tensor", "fp8_block128"])
+@pytest.mark.parametrize("ep, top_k, weights_on_input", [(None, 2, False), ("contiguous", 2, False),
+                                                         ("expert_map", 2, False), (None, 1, True)])
+def test_experts_match_reference(quant, ep, top_k, weights_on_input):
+    """EP: rank 1 of 2 owns experts [4, 8) (contiguous, no expert map) or every other expert (vLLM's expert map);
+    the other rank's experts add 0. weights_on_input: the layer scaled x by the top-1 weight already."""
+    from vllm.model_executor.layers.fused_moe.activation import MoEActivation
+    from vllm.model_executor.layers.fused_moe.config import fp8_w8a8_moe_quant_config
+
+    rng = np.random.default_rng(11)
+    E, H, I, T = 8, 256, 256, 7
+    mine = {None: list(range(E)), "contiguous": list(range(4, 8)), "expert_map": [1, 3, 5, 7]}[ep]
+    w13_q, w13_s = reference.quantize_moe_weights(rng.standard_normal((E, 2 * I, H))[mine] * 0.05, quant)
+    w2_q, w2_s = reference.quantize_moe_weights(rng.standard_normal((E, H, I))[mine] * 0.05, quant)
+    x = torch.tensor(rng.standard_normal((T, H)), dtype=torch.bfloat16)
+    ids = torch.tensor(np.stack([rng.choice(E, top_k, replace=False) for _ in range(T)]), dtype=torch.int32)
+    weights = torch.tensor(rng.random((T, top_k)) + 0.5, dtype=torch.float32)
+    static = quant == "fp8_tensor"
+    qc = fp8_w8a8_moe_quant_config(w1_scale=torch.tensor(w13_s), w2_scale=torch.tensor(w2_s),
+                                   a1_scale=torch.tensor(0.02) if static else None,
+                                   a2_scale=torch.tensor(0.004) if static else None,
+                                   block_shape=None if static else [128, 128])
+    experts = experts_for(E, H, I, top_k, 1 if ep is None else 2, 0 if ep is None else 1, qc)
+    expert_map = None
+    if ep == "expert_map":
+        expert_map = torch.full((E,), -1, dtype=torch.int32)
+        expert_map[mine] = torch.arange(len(mine), dtype=torch.int32)
+    w1 = torch.from_numpy(w13_q.view(np.uint8)).view(torch.float8_e4m3fn)
+    w2 = torch.from_numpy(w2_q.view(np.uint8)).view(torch.float8_e4m3fn)
+    out = torch.full((T, H), float("nan"), dtype=torch.bfloat16)
+    experts.apply(out, x, w1, w2, weights, ids, MoEActivation.SILU, E, expert_map, None, None, None, None, None,
+                  weights_on_input)
+    local_ids = np.full(ids.shape, -1)
+    for j, g in enumerate(mine):
+        local_ids[ids.numpy() == g] = j
+    want = reference.fused_moe(x.double().numpy(), w13_q, w2_q, np.ones(ids.shape) if weights_on_input
+                               else weights.numpy(), local_ids, quant=quant, w13_scale=w13_s, w2_scale=w2_s,
+                               a13_scale=0.02 if static else None, a2_scale=0.004 if static else None)
+    err = reference.relative_error(out.float().numpy(), want)
+    assert err < 5e-3, err
+
+
+def test_experts_declare_what_vllm_selects_them_for():
+    from vllm.model_executor.layers.quantization.utils.quant_utils import (kFp8Dynamic128Sym, kFp8DynamicTensorSym,
+                                                                           kFp8Static128BlockSym, kFp8StaticTensorSym)
+
+    from hpc_xla.vllm.moe import HpcXlaExperts
+
+    assert HpcXlaExperts._supports_quant_scheme(kFp8StaticTensorSym, kFp8StaticTensorSym)
+    assert HpcXlaExperts._supports_quant_scheme(kFp8Static128BlockSym, kFp8Dynamic128Sym)
+    assert not HpcXlaExperts._supports_quant_scheme(kFp8StaticTensorSym, kFp8DynamicTensorSym)
+    assert not HpcXlaExperts._supports_current_device()  # this CPU platform: never auto-selected here
+    assert HpcXlaExperts._supports_shape(2048) and not HpcXlaExperts._supports_shape(2000)
