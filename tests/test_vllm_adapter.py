@@ -197,16 +197,18 @@ def run_step(builder, impl, batch):
     return meta, output.view(q.shape)[:batch.real_tokens]
 
 
-def make_backend(tmp_path_factory, page_size, fp8):
+def make_backend(tmp_path_factory, page_size, fp8, layer_name="layer.0", before_builder=None):
+    """(builder, impl) as vLLM makes them for one layer; before_builder(config) runs first (model construction)."""
+    from vllm.config import set_current_vllm_config
     from vllm.v1.kv_cache_interface import FullAttentionSpec
 
     config = vllm_config(tmp_path_factory, page_size, "fp8_e4m3" if fp8 else "auto")
     spec = FullAttentionSpec(block_size=page_size, num_kv_heads=NUM_KV_HEADS, head_size=HEAD_DIM,
                              dtype=torch.uint8 if fp8 else torch.bfloat16)
-    from vllm.config import set_current_vllm_config
-
     with set_current_vllm_config(config):
-        builder = hva.HpcXlaAttentionMetadataBuilder(spec, ["layer.0"], config, torch.device("cpu"))
+        if before_builder is not None:
+            before_builder(config)
+        builder = hva.HpcXlaAttentionMetadataBuilder(spec, [layer_name], config, torch.device("cpu"))
         impl = hva.HpcXlaAttentionImpl(NUM_Q_HEADS, HEAD_DIM, HEAD_DIM ** -0.5, NUM_KV_HEADS,
                                        kv_cache_dtype="fp8_e4m3" if fp8 else "auto")
     return builder, impl
@@ -272,6 +274,90 @@ def test_profiling_run_and_padded_tokens(tmp_path_factory):
     with pytest.raises(NotImplementedError, match="output quantization"):
         impl.forward(layer, q, q, q, batch.kv_cache, builder.build(0, batch.metadata()), output,
                      output_scale=torch.tensor(1.0))
+
+
+# ---- the fused prologue (HpcRopeNorm) ----
+
+def test_models_get_the_hpc_xla_prologue():
+    from vllm.config import set_current_vllm_config
+    from vllm.model_executor.layers import hpc as hpc_layers
+    from vllm.model_executor.models import hy_v3
+
+    from hpc_xla.vllm.rope_norm import HpcXlaRopeNorm
+
+    assert hpc_layers.HpcRopeNorm is HpcXlaRopeNorm and hy_v3.HpcRopeNorm is HpcXlaRopeNorm
+    assert not HpcXlaRopeNorm.support(8, 2, 128, "auto")  # no config: not the HPC_ATTN backend
+
+    class Config:
+        attention_config = types.SimpleNamespace(backend=None)
+        model_config = types.SimpleNamespace(dtype=torch.bfloat16)
+
+    from vllm.v1.attention.backends.registry import AttentionBackendEnum
+
+    config = Config()
+    with set_current_vllm_config(config, check_compile=False):
+        assert not HpcXlaRopeNorm.support(8, 2, 128, "auto")
+        config.attention_config.backend = AttentionBackendEnum.HPC_ATTN
+        assert HpcXlaRopeNorm.support(8, 2, 128, "auto") and HpcXlaRopeNorm.support(16, 1, 64, "fp8_e4m3")
+        assert not HpcXlaRopeNorm.support(8, 2, 96, "auto") and not HpcXlaRopeNorm.support(8, 3, 128, "auto")
+        assert not HpcXlaRopeNorm.support(8, 2, 128, "fp8_e5m2")
+        config.model_config.dtype = torch.float16  # fp8 q gives bf16 attention output, not the model's fp16
+        assert not HpcXlaRopeNorm.support(8, 2, 128, "fp8_e4m3") and HpcXlaRopeNorm.support(8, 2, 128, "auto")
+
+
+@pytest.mark.parametrize("fp8", [False, True])
+def test_fused_prologue_then_attention(tmp_path_factory, fp8):
+    """QK-norm (before RoPE, as HunYuan V3) + RoPE + K/V write by HpcXlaRopeNorm, then the backend's (skipped) KV
+    write and forward on a mixed batch; fp8 cache: q reaches the decode kernel as fp8 with per-token-head scales."""
+    from vllm.model_executor.layers.hpc.rope_norm import QkNormPolicy
+    from vllm.model_executor.layers.layernorm import RMSNorm
+
+    from hpc_xla.vllm.rope_norm import HpcXlaRopeNorm
+
+    rng = np.random.default_rng(21 + fp8)
+    name = "model.layers.%d.self_attn.attn" % fp8
+    inv = 1.0 / 10000 ** (np.arange(0, HEAD_DIM, 2) / HEAD_DIM)
+    angles = np.arange(4096)[:, None] * inv[None]
+    cos_sin = torch.tensor(np.concatenate([np.cos(angles), np.sin(angles)], 1), dtype=torch.float32)
+    made = {}
+
+    def build_model_layer(config):
+        norms = [RMSNorm(HEAD_DIM, 1e-6, dtype=torch.float32) for _ in range(2)]
+        for n in norms:
+            n.weight.data = torch.tensor(rng.uniform(0.5, 1.5, HEAD_DIM), dtype=torch.float32)
+        made["norms"] = norms
+        made["rope"] = HpcXlaRopeNorm(NUM_Q_HEADS, NUM_KV_HEADS, HEAD_DIM, cos_sin, True, norms[0], norms[1],
+                                      "fp8_e4m3" if fp8 else "auto", name, QkNormPolicy.NORM_THEN_ROPE)
+
+    builder, impl = make_backend(tmp_path_factory, 16, fp8, layer_name=name, before_builder=build_model_layer)
+    batch = Batch([(300, 1), (129, 1), (40, 2), (0, 70), (200, 17)], 16, fp8, rng, padded=2)
+    meta = builder.build(0, batch.metadata())
+    want_positions = np.concatenate([np.arange(c, c + n) for c, n in batch.requests] + [np.zeros(2)])
+    np.testing.assert_array_equal(meta.positions.numpy(), want_positions)
+
+    layer = types.SimpleNamespace(_k_scale=batch.k_scale, _v_scale=batch.v_scale, layer_name=name)
+    q_raw = torch.tensor(batch.q, dtype=torch.bfloat16)
+    k_raw, v_raw = batch.new_kv()
+    qkv = torch.cat([t.reshape(batch.num_tokens, -1) for t in (q_raw, k_raw, v_raw)], 1)
+    q = torch.empty(batch.num_tokens, NUM_Q_HEADS, HEAD_DIM, dtype=torch.float8_e4m3fn if fp8 else torch.bfloat16)
+    made["rope"]._forward_impl(qkv, batch.kv_cache, meta, layer, q)
+    impl.do_kv_cache_update(layer, k_raw, v_raw, batch.kv_cache, meta.slot_mapping)  # must leave the cache alone
+    output = torch.full((batch.num_tokens, NUM_Q_HEADS * HEAD_DIM), float("nan"), dtype=torch.bfloat16)
+    impl.forward(layer, q.view(batch.num_tokens, -1), k_raw, v_raw, batch.kv_cache, meta, output)
+
+    real = batch.real_tokens
+    q_ref, k_ref, _ = reference.rope_norm(q_raw[:real].float().numpy(), k_raw[:real].float().numpy(),
+                                          v_raw[:real].float().numpy(), want_positions[:real], cos_sin.numpy(),
+                                          q_norm_weight=made["norms"][0].weight.detach().numpy(),
+                                          k_norm_weight=made["norms"][1].weight.detach().numpy(), eps=1e-6)
+    batch.q[:real] = q_ref
+    for i, (c, n) in enumerate(batch.requests):
+        batch.k[i][c:] = k_ref[batch.query_start[i]:batch.query_start[i] + n]
+    want, got = batch.expected(HEAD_DIM ** -0.5), output[:real].view(real, NUM_Q_HEADS, HEAD_DIM).float().numpy()
+    assert (meta.num_decodes, meta.num_prefills) == (2, 5)  # 3 prefills + 2 padding requests (0 tokens)
+    for rows in (slice(0, 2), slice(2, None)):  # the decode kernel's rows, the prefill path's
+        err = reference.relative_error(got[rows], want[rows])
+        assert err < (5e-2 if fp8 else 1e-2), (rows, err)
 
 
 # ---- MoE experts ----

@@ -11,10 +11,11 @@ if ! "$VENV/bin/python" -c "import vllm, pytest, hypothesis, ml_dtypes; assert v
   "$VENV/bin/python" -m pip install -q --disable-pip-version-check "vllm>=0.33,<0.34" "pytest>=8" "hypothesis>=6.100" \
     "ml_dtypes>=0.5"
 fi
-test -f "hpc_xla/_hpc_xla$("$VENV/bin/python" -c 'import sysconfig; print(sysconfig.get_config_var("EXT_SUFFIX"))')" || {
+SUFFIX="$("$VENV/bin/python" -c 'import sysconfig; print(sysconfig.get_config_var("EXT_SUFFIX"))')"
+test -f "hpc_xla/_hpc_xla$SUFFIX" || {
   echo "tools/vllm_tests.sh: no hpc_xla binary for $VENV's python (run tools/install.sh with the same python3)" >&2
   exit 1
 }
 # VLLM_TARGET_DEVICE=cpu: vLLM's CPU platform (it cannot infer a device on a machine without a GPU)
-VLLM_TARGET_DEVICE=cpu PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}" "$VENV/bin/python" -m pytest -q -p no:cacheprovider \
-  tests/test_vllm_adapter.py "$@"
+VLLM_TARGET_DEVICE=cpu PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}" \
+  "$VENV/bin/python" -m pytest -q -p no:cacheprovider tests/test_vllm_adapter.py "$@"

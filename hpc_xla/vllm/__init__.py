@@ -4,20 +4,32 @@
     vllm serve MODEL --attention-backend HPC_ATTN --moe-backend hpc
 
 vLLM calls `register()` in every process (entry-point group `vllm.general_plugins`, name `hpc_xla`; filter with
-VLLM_PLUGINS). It points vLLM's two HPC names at hpc_xla: the HPC_ATTN member of AttentionBackendEnum (a new
-member cannot take an in-tree name, and vLLM resolves a backend by the enum name its get_name() returns) and the
+VLLM_PLUGINS). It points vLLM's HPC names at hpc_xla: the HPC_ATTN member of AttentionBackendEnum (a new member
+cannot take an in-tree name, and vLLM resolves a backend by the enum name its get_name() returns), the
 `hpc_moe.HPCExperts` class that vLLM's fp8 MoE oracle imports lazily for "hpc" (vLLM has no registry for
-out-of-tree MoE backends). Idempotent. What each side does: hpc_xla.vllm.attention and hpc_xla.vllm.moe.
+out-of-tree MoE backends), and `HpcRopeNorm`, the fused QK-norm + RoPE + KV-write prologue that models such as
+HunYuan V3 build when the backend is HPC_ATTN (without this, they would need Tencent's `hpc` package). Idempotent.
+What each does: hpc_xla.vllm.attention, hpc_xla.vllm.moe, hpc_xla.vllm.rope_norm.
 """
+
+import sys
 
 ATTENTION_BACKEND = "hpc_xla.vllm.attention.HpcXlaAttentionBackend"
 
 
 def register():
+    from vllm.model_executor.layers import hpc as hpc_layers
     from vllm.model_executor.layers.fused_moe import hpc_moe
+    from vllm.model_executor.layers.hpc import rope_norm as hpc_rope_norm
     from vllm.v1.attention.backends.registry import AttentionBackendEnum, register_backend
 
     from hpc_xla.vllm.moe import HpcXlaExperts
+    from hpc_xla.vllm.rope_norm import HpcXlaRopeNorm
 
     register_backend(AttentionBackendEnum.HPC_ATTN, ATTENTION_BACKEND)
     hpc_moe.HPCExperts = HpcXlaExperts
+    # models import the name from the package when they are built, normally after the plugins ran
+    hpc_layers.HpcRopeNorm = hpc_rope_norm.HpcRopeNorm = HpcXlaRopeNorm
+    for name in ("vllm.model_executor.models.hy_v3",):
+        if name in sys.modules:
+            sys.modules[name].HpcRopeNorm = HpcXlaRopeNorm

@@ -31,6 +31,7 @@ HEAD_SIZES = (64, 128, 256)
 PAGE_SIZES = (16, 32, 64)
 MAX_GQA = 16
 KV_CACHE_DTYPES = ("auto", "bfloat16", "float16", "fp8", "fp8_e4m3")
+FUSED_PROLOGUE_LAYERS = set()  # layers whose K/V hpc_xla.vllm.rope_norm writes (with q's RoPE and QK-norm)
 
 
 def cache_dtype(kv_cache_dtype, model_dtype):
@@ -60,6 +61,8 @@ class HpcXlaAttentionMetadata(AttentionMetadata):
     query_start_loc_cpu: torch.Tensor  # [B + 1] int32 (host)
     decode_plan: object = None  # hpc_xla.torch.DecodePlan of the decodes, built on the device this step
     prefill_query_start: torch.Tensor | None = None  # [num_prefills + 1] int32, from 0 (device)
+    positions: torch.Tensor | None = None  # [tokens] int32, for the fused prologue (hpc_xla.vllm.rope_norm)
+    q_scale: torch.Tensor | None = None  # [tokens, Hq] float32: the prologue's fp8 q scales, set per layer
 
 
 class HpcXlaAttentionMetadataBuilder(AttentionMetadataBuilder[HpcXlaAttentionMetadata]):
@@ -78,10 +81,13 @@ class HpcXlaAttentionMetadataBuilder(AttentionMetadataBuilder[HpcXlaAttentionMet
         self.head_dim = kv_cache_spec.head_size
         self.page_size = kv_cache_spec.block_size
         self.kv_dtype = cache_dtype(vllm_config.cache_config.cache_dtype, model.dtype)
-        self.q_dtype = model.dtype
+        self.fused_prologue = any(name in FUSED_PROLOGUE_LAYERS for name in layer_names)
+        # the prologue hands an fp8 cache's decodes fp8 q (another kernel, another occupancy)
+        self.q_dtype = self.kv_dtype if self.fused_prologue and self.kv_dtype.itemsize == 1 else model.dtype
         self.max_batch = vllm_config.scheduler_config.max_num_seqs
         self._plans = {}  # (batch, q_len) -> DecodePlan: fixed addresses for CUDA-graph replay
         self._workspace = None  # one fp32 buffer for every plan: the layers of a step run one at a time
+        self._positions = None  # the prologue's token positions, refilled every step at one address
 
     @classmethod
     def get_cudagraph_support(cls, vllm_config, kv_cache_spec):
@@ -110,7 +116,23 @@ class HpcXlaAttentionMetadataBuilder(AttentionMetadataBuilder[HpcXlaAttentionMet
             decode_q_len=q_len, num_prefills=num_prefills, max_query_len=cam.max_query_len,
             max_seq_len=cam.max_seq_len, seq_lens=cam.seq_lens, block_table=cam.block_table_tensor,
             slot_mapping=cam.slot_mapping, query_start_loc=cam.query_start_loc,
-            query_start_loc_cpu=cam.query_start_loc_cpu, decode_plan=plan, prefill_query_start=prefill_start)
+            query_start_loc_cpu=cam.query_start_loc_cpu, decode_plan=plan, prefill_query_start=prefill_start,
+            positions=self._token_positions(cam) if self.fused_prologue else None)
+
+    def _token_positions(self, cam):
+        """Position of every token: its request's seq_len - q_len + its index among the request's new tokens
+        (device ops, no host sync); padding tokens get 0 (their slot is -1)."""
+        tokens, real = cam.num_actual_tokens, int(cam.query_start_loc_cpu[cam.num_reqs])
+        if self._positions is None or self._positions.shape[0] < tokens:
+            size = max(tokens, self.vllm_config.scheduler_config.max_num_batched_tokens)
+            self._positions = torch.zeros(size, dtype=torch.int32, device=self.device)
+        starts = cam.query_start_loc[:cam.num_reqs + 1]
+        q_lens = starts[1:] - starts[:-1]
+        request = torch.repeat_interleave(torch.arange(cam.num_reqs, device=self.device), q_lens, output_size=real)
+        index = torch.arange(real, dtype=torch.int32, device=self.device) - starts[request]
+        self._positions[:real] = cam.seq_lens[request] - q_lens[request] + index
+        self._positions[real:tokens] = 0
+        return self._positions[:tokens]
 
     def _plan(self, seq_lens, q_len):
         import hpc_xla.torch as ht
@@ -177,8 +199,8 @@ class HpcXlaAttentionImpl(AttentionImpl[HpcXlaAttentionMetadata]):
         return (layer._k_scale, layer._v_scale) if self.fp8_cache else (None, None)
 
     def do_kv_cache_update(self, layer, key, value, kv_cache, slot_mapping):
-        if self.kv_sharing_target_layer_name is not None:
-            return  # the layer reads another layer's cache
+        if self.kv_sharing_target_layer_name is not None or getattr(layer, "layer_name", None) in FUSED_PROLOGUE_LAYERS:
+            return  # the layer reads another layer's cache, or the fused prologue wrote it (key here is unrotated)
         if key.is_cuda:  # vLLM's writer (quantizes an fp8 cache itself; slot_mapping's length = real tokens)
             from vllm import _custom_ops
 
@@ -197,20 +219,27 @@ class HpcXlaAttentionImpl(AttentionImpl[HpcXlaAttentionMetadata]):
         out = output.view(output.shape[0], self.num_heads, self.head_size)
         k_cache, v_cache = self._kv_views(kv_cache)
         k_scale, v_scale = self._scales(layer)
+        query = query.view(query.shape[0], self.num_heads, self.head_size)
+        q_scale = m.q_scale if query.dtype == torch.float8_e4m3fn else None  # fp8 q from the fused prologue
         if m.num_decodes:
-            self._decode(query[:m.num_decode_tokens], k_cache, v_cache, m, out[:m.num_decode_tokens], k_scale,
-                         v_scale)
+            rows = slice(0, m.num_decode_tokens)
+            self._decode(query[rows], None if q_scale is None else q_scale[rows], k_cache, v_cache, m, out[rows],
+                         k_scale, v_scale)
         if m.num_prefills:
             rows = slice(m.num_decode_tokens, m.num_actual_tokens)
-            self._prefill(query[rows], k_cache, v_cache, m, out[rows], k_scale, v_scale)
+            q = query[rows]
+            if q_scale is not None:  # the prefill kernels take one q scale at most: dequantize these rows
+                q = (q.float() * q_scale[rows].unsqueeze(-1)).to(out.dtype)
+            self._prefill(q, k_cache, v_cache, m, out[rows], k_scale, v_scale)
         return output
 
-    def _decode(self, q, k_cache, v_cache, m, out, k_scale, v_scale):
+    def _decode(self, q, q_scale, k_cache, v_cache, m, out, k_scale, v_scale):
         import hpc_xla.torch as ht
 
         nd = m.num_decodes
         ht.decode_attention(q, k_cache, v_cache, m.block_table[:nd], m.seq_lens[:nd], m.decode_plan,
-                            sm_scale=self.scale, k_scale=k_scale, v_scale=v_scale, q_len=m.decode_q_len, out=out)
+                            sm_scale=self.scale, k_scale=k_scale, v_scale=v_scale, q_scale=q_scale,
+                            q_len=m.decode_q_len, out=out)
 
     def _prefill(self, q, k_cache, v_cache, m, out, k_scale, v_scale):
         nd, end = m.num_decodes, m.num_decodes + m.num_prefills

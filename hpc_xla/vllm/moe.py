@@ -101,8 +101,8 @@ class HpcXlaExperts(mk.FusedMoEExpertsModular):
                                  "(the checkpoint's input_scale)")
             scales = dict(w13_scale=_per_expert(qc.w1_scale, w1, "w13"), w2_scale=_per_expert(qc.w2_scale, w2, "w2"),
                           a13_scale=qc.a1_scale.reshape(()).float(), a2_scale=qc.a2_scale.reshape(()).float())
-        ht.fused_moe(hidden_states, w1, w2, topk_weights.float(), topk_ids.int(), quant=self.quant, expert_offset=offset,
-                     num_experts_global=experts, out=output, **scales)
+        ht.fused_moe(hidden_states, w1, w2, topk_weights.float(), topk_ids.int(), quant=self.quant,
+                     expert_offset=offset, num_experts_global=experts, out=output, **scales)
 
 
 def _per_expert(scale, weight, name):
