@@ -21,6 +21,30 @@ def _run_python(code, **env):
     return res.stdout
 
 
+def _captured_step(t, plan, kw):
+    """A CUDA graph of one decode step (refill the plan from t["seq_lens"], attend) after a warm-up on a side
+    stream -> (graph, its output buffer)."""
+    import torch
+
+    import hpc_xla.torch as ht
+
+    out = torch.empty(t["q"].shape, dtype=torch.bfloat16, device="cuda")
+
+    def step():
+        ht.decode_plan(t["seq_lens"], out=plan, **kw)
+        ht.decode_attention(t["q"], t["k_cache"], t["v_cache"], t["block_table"], t["seq_lens"], plan, out=out)
+
+    s = torch.cuda.Stream()
+    s.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(s):
+        step()
+    torch.cuda.current_stream().wait_stream(s)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        step()
+    return graph, out
+
+
 @pytest.mark.parametrize("lens", [[0], [5, 70000, 0, 3], list(range(0, 9000, 7)), [131072] + [4096] * 31])
 @pytest.mark.parametrize("max_ctas", [None, 7])
 def test_device_plan_equals_host_plan(lens, max_ctas):
@@ -45,17 +69,7 @@ def test_torch_cuda_graph_at_max_batch_replayed_with_new_lengths():
     t = {k: to_torch(v, "cuda") for k, v in inp.items()}
     kw = dict(num_kv_heads=1, num_q_heads=8, head_dim=128, page_size=16)
     plan = ht.decode_plan(t["seq_lens"], **kw)
-    out = torch.empty(t["q"].shape, dtype=torch.bfloat16, device="cuda")
-    s = torch.cuda.Stream()
-    s.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(s):
-        ht.decode_plan(t["seq_lens"], out=plan, **kw)
-        ht.decode_attention(t["q"], t["k_cache"], t["v_cache"], t["block_table"], t["seq_lens"], plan, out=out)
-    torch.cuda.current_stream().wait_stream(s)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        ht.decode_plan(t["seq_lens"], out=plan, **kw)
-        ht.decode_attention(t["q"], t["k_cache"], t["v_cache"], t["block_table"], t["seq_lens"], plan, out=out)
+    graph, out = _captured_step(t, plan, kw)
     # replay: shorter lengths, padded (zero-length) slots, new queries; same cache
     for lens in ((3999, 0, 1, 64, 0, 2500, 0, 17), (1, 1, 1, 1, 0, 0, 0, 900)):  # each <= its captured length
         inp2 = dict(inp, seq_lens=np.asarray(lens, np.int32),
@@ -66,6 +80,32 @@ def test_torch_cuda_graph_at_max_batch_replayed_with_new_lengths():
         graph.replay()
         torch.cuda.synchronize()
         check(DecodeCase(seq_lens=lens, page_size=16), inp2, from_torch(out))
+
+
+def test_plans_sharing_one_workspace_replay_in_a_graph():
+    """The vLLM adapter's pattern: one plan per batch size, all on one workspace sized for the largest batch,
+    refilled (decode_plan(out=)) and used inside a CUDA graph; bitwise equal to a plan with its own workspace."""
+    import torch
+
+    import hpc_xla.torch as ht
+
+    case = DecodeCase(seq_lens=(3000, 17, 640, 1), num_q_heads=8, num_kv_heads=1, page_size=16)
+    inp = make_inputs(case)
+    t = {k: to_torch(v, "cuda") for k, v in inp.items()}
+    kw = dict(num_kv_heads=1, num_q_heads=8, head_dim=128, page_size=16)
+    big = ht.decode_plan(torch.zeros(64, dtype=torch.int32, device="cuda"), **kw)
+    plan = ht.decode_plan(t["seq_lens"], workspace=big.workspace, **kw)
+    graph, out = _captured_step(t, plan, kw)
+    t["seq_lens"].copy_(torch.tensor([2999, 0, 600, 1], dtype=torch.int32))  # each <= its captured length
+    out.fill_(float("nan"))
+    graph.replay()
+    own = ht.decode_attention(t["q"], t["k_cache"], t["v_cache"], t["block_table"], t["seq_lens"],
+                              ht.decode_plan(t["seq_lens"], **kw))
+    torch.cuda.synchronize()
+    assert torch.equal(out, own)
+    lens = (2999, 0, 600, 1)
+    check(DecodeCase(seq_lens=lens, num_q_heads=8, num_kv_heads=1, page_size=16),
+          dict(inp, seq_lens=np.asarray(lens, np.int32)), from_torch(out))
 
 
 def test_jax_command_buffer():
