@@ -116,16 +116,14 @@ def check(case, inp, out):
     assert np.all(np.asarray(out, np.float64)[empty] == 0), "zero-length sequences must give zeros"
 
 
-def run_torch(case, inp, device="cpu", self_plan=False):
-    """self_plan: the dynamic schedule without a plan argument (the kernels derive it from seq_lens where the binary
-    supports the shapes, else the wrapper builds one)."""
+def run_torch(case, inp, device="cpu"):
     import torch
 
     import hpc_xla.torch as ht
 
     t = {k: to_torch(v, device) for k, v in inp.items()}
     plan = None
-    if case.schedule == "dynamic" and not self_plan:
+    if case.schedule == "dynamic":
         plan = ht.decode_plan(t["seq_lens"], num_kv_heads=case.num_kv_heads, num_q_heads=case.num_q_heads,
                               head_dim=case.head_dim, page_size=case.page_size, q_len=case.q_len,
                               kv_dtype=t["k_cache"].dtype, q_dtype=t["q"].dtype, max_ctas=case.max_ctas)
@@ -137,7 +135,7 @@ def run_torch(case, inp, device="cpu", self_plan=False):
     return from_torch(out)
 
 
-def run_jax(case, inp, device="cpu", self_plan=False):
+def run_jax(case, inp, device="cpu"):
     import jax
 
     import hpc_xla.jax as hj
@@ -147,7 +145,7 @@ def run_jax(case, inp, device="cpu", self_plan=False):
 
     def f(q, k_cache, v_cache, block_table, seq_lens):
         plan = None
-        if case.schedule == "dynamic" and not self_plan:
+        if case.schedule == "dynamic":
             plan = hj.decode_plan(seq_lens, num_kv_heads=case.num_kv_heads, num_q_heads=case.num_q_heads,
                                   head_dim=case.head_dim, page_size=case.page_size, q_len=case.q_len,
                                   kv_dtype=k_cache.dtype, q_dtype=q.dtype, max_ctas=case.max_ctas)

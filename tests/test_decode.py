@@ -81,44 +81,6 @@ def test_jax_torch_bitwise_parity_and_determinism(device, schedule):
     assert np.array_equal(b.view(np.uint8), c.view(np.uint8))
 
 
-@pytest.mark.parametrize("device", devices())
-@pytest.mark.parametrize("framework", ["jax", "torch"])
-@settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(case=cases())
-def test_without_plan_equals_with_plan(framework, device, case):
-    """decode_attention with the dynamic schedule and no plan (the attention and combine kernels -- or the CPU path --
-    derive decode_plan's schedule from seq_lens: SelfPlan) is bitwise equal to the call with decode_plan's plan: the
-    same pieces, partial slots and merges in the same order. max_ctas 1 / 3 / 17 make long sequences split across
-    CTAs (merges by the combine); head_dim 256 has no plan-less kernel, so the wrapper builds a plan there."""
-    from hpc_xla._ext import ext
-
-    case = dataclasses.replace(case, schedule="dynamic")
-    inp = make_inputs(case)
-    run = RUNNERS[framework]
-    with_plan = run(case, inp, device)
-    without = run(case, inp, device, self_plan=True)
-    assert bool(ext().decode_self_plans(case.batch, case.head_dim)) == (case.head_dim <= 128)
-    assert np.array_equal(np.asarray(with_plan).view(np.uint16), np.asarray(without).view(np.uint16))
-    check(case, inp, without)
-
-
-def test_without_plan_rejected_where_unsupported():
-    """The op itself (below the wrapper) refuses a missing plan where no kernel derives it: head_dim 256."""
-    import torch
-
-    from hpc_xla._ext import ext
-
-    case = DecodeCase(head_dim=256, max_ctas=8)
-    t = _torch_args(case)
-    out = torch.empty(t["q"].shape, dtype=torch.bfloat16)
-    ws = torch.empty(ext().decode_workspace_size(case.batch, 1, 8, 256, 1, 8), dtype=torch.float32)
-    with pytest.raises(ValueError, match=r"plan \(from decode_plan\) is required for batch > 2047 or head_dim 256; "
-                                         r"got batch 4, head_dim 256"):
-        ext().decode_attention(t["q"], None, t["k_cache"], t["v_cache"], t["block_table"], t["seq_lens"], None, ws,
-                               out, None, None, 0.1, 1, 0, 8)
-    assert not ext().decode_self_plans(2048, 128) and ext().decode_self_plans(2047, 128)
-
-
 def _torch_args(case, device="cpu", **edits):
     from decode_harness import to_torch
 

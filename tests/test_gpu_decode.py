@@ -8,7 +8,7 @@ import sys
 import numpy as np
 import pytest
 
-from decode_harness import DecodeCase, check, from_torch, make_inputs, run_torch, to_torch
+from decode_harness import DecodeCase, check, from_torch, make_inputs, to_torch
 
 pytestmark = pytest.mark.gpu
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -21,9 +21,9 @@ def _run_python(code, **env):
     return res.stdout
 
 
-def _captured_step(t, plan, kw, with_plan=True):
-    """A CUDA graph of one decode step (refill the plan from t["seq_lens"], attend; with_plan False: attend without
-    a plan, the kernels deriving the schedule themselves) after a warm-up on a side stream -> (graph, its output)."""
+def _captured_step(t, plan, kw):
+    """A CUDA graph of one decode step (refill the plan from t["seq_lens"], attend) after a warm-up on a side
+    stream -> (graph, its output buffer)."""
     import torch
 
     import hpc_xla.torch as ht
@@ -31,10 +31,8 @@ def _captured_step(t, plan, kw, with_plan=True):
     out = torch.empty(t["q"].shape, dtype=torch.bfloat16, device="cuda")
 
     def step():
-        if with_plan:
-            ht.decode_plan(t["seq_lens"], out=plan, **kw)
-        ht.decode_attention(t["q"], t["k_cache"], t["v_cache"], t["block_table"], t["seq_lens"],
-                            plan if with_plan else None, out=out, workspace=plan.workspace)
+        ht.decode_plan(t["seq_lens"], out=plan, **kw)
+        ht.decode_attention(t["q"], t["k_cache"], t["v_cache"], t["block_table"], t["seq_lens"], plan, out=out)
 
     s = torch.cuda.Stream()
     s.wait_stream(torch.cuda.current_stream())
@@ -60,9 +58,7 @@ def test_device_plan_equals_host_plan(lens, max_ctas):
     assert torch.equal(gpu.plan.cpu(), cpu.plan)
 
 
-@pytest.mark.parametrize("with_plan", [True, False])
-def test_torch_cuda_graph_at_max_batch_replayed_with_new_lengths(with_plan):
-    """with_plan False: decode_attention alone (no plan: its kernels derive the schedule from the replayed seq_lens)."""
+def test_torch_cuda_graph_at_max_batch_replayed_with_new_lengths():
     import torch
 
     import hpc_xla.torch as ht
@@ -73,7 +69,7 @@ def test_torch_cuda_graph_at_max_batch_replayed_with_new_lengths(with_plan):
     t = {k: to_torch(v, "cuda") for k, v in inp.items()}
     kw = dict(num_kv_heads=1, num_q_heads=8, head_dim=128, page_size=16)
     plan = ht.decode_plan(t["seq_lens"], **kw)
-    graph, out = _captured_step(t, plan, kw, with_plan)
+    graph, out = _captured_step(t, plan, kw)
     # replay: shorter lengths, padded (zero-length) slots, new queries; same cache
     for lens in ((3999, 0, 1, 64, 0, 2500, 0, 17), (1, 1, 1, 1, 0, 0, 0, 900)):  # each <= its captured length
         inp2 = dict(inp, seq_lens=np.asarray(lens, np.int32),
@@ -207,28 +203,3 @@ except ValueError as e:
     print("ERROR", e)
 """, HPC_XLA_CHECK="1")
     assert "v_scale must be finite and > 0; got nan (HPC_XLA_CHECK)" in out, out
-
-
-# (lens, heads (Hq, Hkv), KV dtype, page size, max_ctas): the benchmark's long mix (a 128K sequence split over many
-# CTAs); a batch at the plan-less limit (2047 sequences: the whole shared-memory prefix, but single-tile units, so no
-# splits); 1200 multi-tile sequences of varied lengths, at the default grid and at 17 CTAs: several sequences per
-# scanning thread (attention 128 threads, combine 256) AND units cut by CTA boundaries, so a wrong prefix moves the
-# boundaries and changes the merges; zero-length padding, fp8 and 64 / 32 q heads
-@pytest.mark.parametrize("lens, heads, kv, page, max_ctas", [
-    ([131072] + [4096] * 31, (8, 1), "bfloat16", 64, None),
-    ([b % 53 for b in range(2047)], (8, 1), "bfloat16", 64, None),
-    ([1 + (b * 997) % 700 for b in range(1200)], (8, 1), "bfloat16", 16, None),
-    ([1 + (b * 997) % 700 for b in range(1200)], (8, 1), "bfloat16", 16, 17),
-    ([0] * 5 + [300] * 60 + [0] * 3, (64, 8), "float8_e4m3fn", 64, None),
-    ([16384, 1, 0, 7000], (32, 8), "float8_e4m3fn", 64, None),
-])
-def test_without_plan_equals_with_plan_large(lens, heads, kv, page, max_ctas):
-    """The plan-less call (SelfPlan in the attention and combine kernels) against decode_plan + decode_attention on
-    the GPU: bitwise equal, at the default max_ctas (every SM's CTAs, ~2 per SM) and at 17, up to the batch limit."""
-    case = DecodeCase(seq_lens=tuple(lens), num_q_heads=heads[0], num_kv_heads=heads[1], page_size=page, kv_dtype=kv,
-                      q_dtype="bfloat16", max_ctas=max_ctas)
-    inp = make_inputs(case)
-    with_plan = run_torch(case, inp, "cuda")
-    without = run_torch(case, inp, "cuda", self_plan=True)
-    assert np.array_equal(np.asarray(with_plan).view(np.uint16), np.asarray(without).view(np.uint16))
-    check(case, inp, without)

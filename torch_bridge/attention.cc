@@ -105,9 +105,6 @@ void BindAttention(nb::module_& m) {
   m.def("decode_workspace_size", &DecodeWorkspaceFloats, nb::arg("batch"), nb::arg("num_kv_heads"),
         nb::arg("num_q_heads"), nb::arg("head_dim"), nb::arg("q_len"), nb::arg("max_ctas"));
   m.def("decode_static_splits", &StaticSplits);
-  m.def("decode_self_plans", [](int64_t batch, int head_dim) { return attention::DecodeSelfPlans(batch, head_dim); },
-        nb::arg("batch"), nb::arg("head_dim"),
-        "Whether decode_attention's dynamic schedule runs without a plan for these shapes (the kernels derive it).");
   m.def("decode_plan", &DecodePlanBinding, nb::arg("seq_lens"), nb::arg("plan"), nb::arg("num_kv_heads"),
         nb::arg("num_q_heads"), nb::arg("head_dim"), nb::arg("q_len"), nb::arg("page_size"), nb::arg("kv_dtype"),
         nb::arg("max_ctas"), nb::arg("stream") = -1);

@@ -148,7 +148,7 @@ Status CheckOnDevice(const DecodeAttentionArgs& a, const DecodeConfig& cfg, cuda
       }
     }
   }
-  if (a.schedule == DecodeSchedule::kDynamic && a.plan.present()) {
+  if (a.schedule == DecodeSchedule::kDynamic) {
     int32_t header[attention::kPlanHeaderInts];
     HPC_RETURN_IF_ERROR(CudaStatus(cudaMemcpy(header, a.plan.data, sizeof(header), cudaMemcpyDeviceToHost),
                                    "decode_attention check"));
@@ -249,18 +249,11 @@ Status DecodeAttentionCuda(const DecodeAttentionArgs& a, cudaStream_t stream) {
   p.dynamic = a.schedule == DecodeSchedule::kDynamic;
   int grid = 0, combine_grid = 0;
   if (p.dynamic) {
-    // without a plan the kernels derive its schedule for max_ctas from seq_lens (SelfPlan; batch <= kSelfPlanMaxBatch,
-    // checked by ValidateDecodeAttention)
-    const int max_ctas =
-        a.plan.present() ? static_cast<int>(attention::PlanMaxCtas(a.plan.shape[0], batch))
-                         : a.max_ctas;
+    const int max_ctas = static_cast<int>(attention::PlanMaxCtas(a.plan.shape[0], batch));
     if (max_ctas > attention::kMaxPieces) {
-      return ArgCheck("decode_attention").Fail(std::string(a.plan.present() ? "plan was built for " : "") +
-                                               "max_ctas=" + std::to_string(max_ctas) + "; at most " +
-                                               std::to_string(attention::kMaxPieces) + " supported");
+      return ArgCheck("decode_attention").Fail("plan was built for max_ctas=" + std::to_string(max_ctas) +
+                                               "; at most " + std::to_string(attention::kMaxPieces) + " supported");
     }
-    p.max_ctas = max_ctas;
-    p.min_capacity_tiles = DecodeMinCapacityTiles();
     p.num_slots = 2 * static_cast<int64_t>(max_ctas);
     p.static_splits = 1;
     grid = max_ctas;

@@ -53,9 +53,6 @@ struct DecodeParams {
   float sm_scale;
   int64_t num_blocks;  // k_cache.shape[0]
   int batch, num_kv_heads, num_q_heads, group, q_len, rows, head_dim, page_shift, static_splits;
-  // dynamic: the grid's CTAs and the planner's least work per CTA -- what a kernel without a plan (plan == nullptr,
-  // batch <= kSelfPlanMaxBatch) derives decode_plan's schedule from (SelfPlan)
-  int max_ctas, min_capacity_tiles;
   DType q_dtype;
   bool dynamic, out_fp16;
 };
@@ -103,61 +100,16 @@ __device__ __forceinline__ int QChunk(int row, int chunk) {
   return row * D * 2 + ((chunk ^ (row & 7)) << 4);
 }
 
-// decode_attention without a plan (the attention and the combine kernel each call it, every thread of the block):
-// decode_plan's per-head cost prefix over the sequences, scanned from seq_lens into `prefix` (shared memory,
-// batch + 1 ints; `warp_sums` one int per warp). The costs are loaded coalesced (sequence j * kThreads + t by thread
-// t) into prefix[b + 1]; after a barrier thread t owns the sequences [t * per, (t + 1) * per), sums them, and turns
-// only its own prefix[b + 1] into running sums; thread 0 writes prefix[0]. The block is synchronized before the
-// return. The schedule then follows from the prefix (MakeSelfPlan), as decode_plan's does.
-template <int kThreads>
-__device__ __forceinline__ SelfPlan ScanSelfPlan(const DecodeParams& p, int32_t* prefix, int32_t* warp_sums) {
-  for (int b = static_cast<int>(threadIdx.x); b < p.batch; b += kThreads) {
-    prefix[b + 1] = UnitCost(max(p.seq_lens[b], 0), kPieceCostTiles);
-  }
-  __syncthreads();
-  const int per = (p.batch + kThreads - 1) / kThreads, b0 = static_cast<int>(threadIdx.x) * per;
-  int32_t sum = 0;
-  for (int j = 0; j < per; ++j) {
-    if (b0 + j < p.batch) sum += prefix[b0 + j + 1];
-  }
-  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
-  int32_t inclusive = sum;
-#pragma unroll
-  for (int o = 1; o < 32; o *= 2) {
-    const int32_t v = __shfl_up_sync(0xffffffffu, inclusive, o);
-    if (lane >= o) inclusive += v;
-  }
-  if (lane == 31) warp_sums[warp] = inclusive;
-  if (threadIdx.x == 0) prefix[0] = 0;
-  __syncthreads();
-  int32_t run = inclusive - sum;
-  for (int w = 0; w < warp; ++w) run += warp_sums[w];
-  for (int j = 0; j < per; ++j) {
-    const int b = b0 + j;
-    if (b < p.batch) {
-      run += prefix[b + 1];
-      prefix[b + 1] = run;
-    }
-  }
-  __syncthreads();
-  return MakeSelfPlan(prefix, p.batch, p.num_kv_heads, p.max_ctas, p.min_capacity_tiles);
-}
-
-// Which attention kernels take a missing plan: the same bound DecodeSelfPlans checks on the host.
-template <int D>
-constexpr bool kSelfPlanHeadDim = D <= kSelfPlanMaxHeadDim;
-
 // Tiles of the CTA's work, in order: the persistent CTA walks its plan pieces; a static CTA has one piece.
-// `self_plan`: the schedule without a plan array (p.plan == nullptr; ScanSelfPlan), else null.
 struct TileStream {
   PieceCursor cursor;
   Piece piece;
   int tile;
   bool valid;
 
-  __device__ __forceinline__ void Init(const DecodeParams& p, const SelfPlan* self_plan) {
+  __device__ __forceinline__ void Init(const DecodeParams& p) {
     if (p.dynamic) {
-      cursor = self_plan != nullptr ? CtaPieces(*self_plan, blockIdx.x) : CtaPieces(p.plan, p.batch, blockIdx.x);
+      cursor = CtaPieces(p.plan, p.batch, blockIdx.x);
       valid = NextPiece(cursor, p.seq_lens, &piece);
     } else {
       const int split = blockIdx.x % p.static_splits, unit = blockIdx.x / p.static_splits;
@@ -631,8 +583,7 @@ __global__ void __launch_bounds__(kDecodeThreads) DecodeAttentionKernel(const __
 
   PdlWait();  // the plan (and q / the cache) come from earlier kernels in the stream
   // The persistent grid is fully resident, so the combine kernel may be scheduled now (it waits for us in
-  // PdlWait). A static grid can have several waves: let it finish first. Keep this below PdlWait: the combine reads
-  // seq_lens and the plan before its own PdlWait, relying on our wait for their producers.
+  // PdlWait). A static grid can have several waves: let it finish first.
   if (p.dynamic) PdlLaunchDependents();
   // (CTAs past the plan's num_ctas find an empty range in start[] and return below: no header read needed.)
   const float k_scale = p.k_scale ? *p.k_scale : 1.f;
@@ -645,19 +596,7 @@ __global__ void __launch_bounds__(kDecodeThreads) DecodeAttentionKernel(const __
   const uint32_t stages_addr = SmemAddr(stages), qsmem_addr = SmemAddr(qsmem);
 
   TileStream load, comp;
-  bool self_plan = false;
-  if constexpr (kSelfPlanHeadDim<D>) self_plan = p.dynamic && p.plan == nullptr;
-  if (self_plan) {
-    // no plan: derive this CTA's pieces from seq_lens, the prefix in the first stage (free until the first copy)
-    int32_t* prefix = reinterpret_cast<int32_t*>(stages);
-    static_assert(S::kStages * S::kStageBytes >= (kSelfPlanMaxBatch + 1 + kDecodeThreads / 32) * 4,
-                  "the self-plan prefix fits in the K/V ring");
-    const SelfPlan plan = ScanSelfPlan<kDecodeThreads>(p, prefix, prefix + kSelfPlanMaxBatch + 1);
-    load.Init(p, &plan);
-    __syncthreads();  // the ring is the copies' from here on
-  } else {
-    load.Init(p, nullptr);
-  }
+  load.Init(p);
   comp = load;
   if (!comp.valid) return;
   // Copies run kStages - 1 tiles ahead of the compute; the block ids of the next `load` tile are fetched one
@@ -818,10 +757,9 @@ __global__ void __launch_bounds__(kCombineThreads) DecodeCombineKernel(const __g
   __shared__ float weights[kMaxPieces];
   __shared__ float scratch[kCombineThreads / 32];
   __shared__ float4 group_sums[kCombineThreads];
-  // The zero fill and the task lookup read only what every attention CTA's PdlWait had waited for (seq_lens, the
-  // plan; the attention kernel triggers us only after its PdlWait -- keep that trigger below the wait): the CTAs
-  // without a merge task, most of the grid, leave before PdlWait and the ones with work run in one wave (waiting
-  // first kept all 264 x rows CTAs resident for ~2 us each: 8-20 us per combine, ncu).
+  // The zero fill and the task lookup read only what was ready before the attention kernel started (seq_lens,
+  // the plan): the CTAs without a merge task, most of the grid, leave before PdlWait and the ones with work run
+  // in one wave (waiting first kept all 264 x rows CTAs resident for ~2 us each: 8-20 us per combine, ncu).
   // Block (0, 0) waits even without a task: a grid none of whose CTAs waits could complete before the attention
   // grid does, and the next PDL-launched kernel, which waits for this grid only, would read `out` too early.
   const bool anchor = blockIdx.x == 0 && blockIdx.y == 0;
@@ -847,17 +785,7 @@ __global__ void __launch_bounds__(kCombineThreads) DecodeCombineKernel(const __g
   if (p.dynamic) {
     MergeTask task;
     int rank;
-    bool has_task;
-    if (p.plan == nullptr) {  // no plan: the schedule from seq_lens (see above: complete before we were launched)
-      static_assert(kMaxPieces >= kSelfPlanMaxBatch + 1 && sizeof(float) == sizeof(int32_t), "prefix in weights[]");
-      int32_t* prefix = reinterpret_cast<int32_t*>(weights);
-      const SelfPlan plan = ScanSelfPlan<kCombineThreads>(p, prefix, reinterpret_cast<int32_t*>(scratch));
-      has_task = MergeTaskCovering(plan, blockIdx.x, &task, &rank);
-      __syncthreads();  // weights[] and scratch[] are the merge's from here on
-    } else {
-      has_task = MergeTaskCovering(p.plan, blockIdx.x, &task, &rank);
-    }
-    if (!has_task) return leave();
+    if (!MergeTaskCovering(p.plan, blockIdx.x, &task, &rank)) return leave();
     unit = task.unit;
     first_slot = task.first_slot;
     count = task.last_cta - task.first_cta + 1;

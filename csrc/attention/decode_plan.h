@@ -20,7 +20,6 @@
 #pragma once
 
 #include <cstdint>
-#include <type_traits>
 
 #ifdef __CUDACC__
 #define HPC_PLAN_HD __host__ __device__ __forceinline__
@@ -113,67 +112,6 @@ HPC_PLAN_HD void LocatePosition(const int32_t* prefix, int batch, int num_kv_hea
 // The slot a split piece writes its partial to (see the header comment).
 HPC_PLAN_HD int PartialSlot(int cta, bool first_piece_of_cta) { return 2 * cta + (first_piece_of_cta ? 0 : 1); }
 
-// ------------------------------------------------------------------------------------ two views of one plan
-// The walking functions below read a plan through one of two views with the same members:
-//   ArrayPlan  the int32 array decode_plan wrote (batch passed by the caller, who knows it: reading it from the
-//              header first would put one more dependent round trip in front of every GPU CTA's first copy);
-//   SelfPlan   no array: decode_attention without a plan (batch <= kSelfPlanMaxBatch) has its attention and combine
-//              kernels each scan seq_lens into the cost prefix (shared memory) and derive the rest from it exactly
-//              as decode_plan does (BuildPlanHost, DecodePlanKernel), so no plan kernel runs before them.
-constexpr int kSelfPlanMaxBatch = 2047;
-// head_dim 256 is excluded: the plan-less prologue cost those kernels, already at the register limit, up to 670 B of
-// spills (ptxas), so it is compiled only into the kernels with head_dim <= kSelfPlanMaxHeadDim (decode_kernel.cuh).
-constexpr int kSelfPlanMaxHeadDim = 128;
-// Whether decode_attention runs without a plan for these shapes. Otherwise the caller must pass decode_plan's array.
-HPC_PLAN_HD bool DecodeSelfPlans(int64_t batch, int head_dim) {
-  return batch <= kSelfPlanMaxBatch && head_dim <= kSelfPlanMaxHeadDim;
-}
-
-struct ArrayPlan {
-  const int32_t* plan;
-  int batch;
-  HPC_PLAN_HD int Batch() const { return batch; }
-  HPC_PLAN_HD int NumCtas() const { return plan[kFieldNumCtas]; }
-  HPC_PLAN_HD int64_t Capacity() const { return plan[kFieldCapacity]; }
-  HPC_PLAN_HD int PieceCost() const { return plan[kFieldPieceCost]; }
-  HPC_PLAN_HD int64_t HeadCost() const { return plan[kFieldHeadCost]; }
-  HPC_PLAN_HD int32_t Prefix(int b) const { return PlanPrefix(plan)[b]; }
-  HPC_PLAN_HD void Start(int i, int* unit, int* tile) const {
-    const int32_t* start = PlanStart(plan, batch);
-    *unit = start[2 * i];
-    *tile = start[2 * i + 1];
-  }
-};
-
-struct SelfPlan {
-  const int32_t* prefix;  // [batch + 1] per-head cost prefix over sequences (PlanPrefix's values)
-  int batch, num_kv_heads, num_ctas;
-  int64_t capacity, total;
-  HPC_PLAN_HD int Batch() const { return batch; }
-  HPC_PLAN_HD int NumCtas() const { return num_ctas; }
-  HPC_PLAN_HD int64_t Capacity() const { return capacity; }
-  HPC_PLAN_HD int PieceCost() const { return kPieceCostTiles; }
-  HPC_PLAN_HD int64_t HeadCost() const { return prefix[batch]; }
-  HPC_PLAN_HD int32_t Prefix(int b) const { return prefix[b]; }
-  // what decode_plan writes to start[2 i], start[2 i + 1] for 0 <= i <= max_ctas
-  HPC_PLAN_HD void Start(int i, int* unit, int* tile) const {
-    LocatePosition(prefix, batch, num_kv_heads, kPieceCostTiles, i <= num_ctas ? i * capacity : total, unit, tile);
-  }
-};
-
-// The header fields decode_plan derives from the prefix (same formulas as BuildPlanHost / DecodePlanKernel).
-HPC_PLAN_HD SelfPlan MakeSelfPlan(const int32_t* prefix, int batch, int num_kv_heads, int max_ctas,
-                                  int min_capacity_tiles) {
-  SelfPlan s;
-  s.prefix = prefix;
-  s.batch = batch;
-  s.num_kv_heads = num_kv_heads;
-  s.total = static_cast<int64_t>(prefix[batch]) * num_kv_heads;
-  s.capacity = CapacityOf(s.total, max_ctas, min_capacity_tiles + kPieceCostTiles);
-  s.num_ctas = static_cast<int>((s.total + s.capacity - 1) / s.capacity);
-  return s;
-}
-
 // ------------------------------------------------------------------------------------------ walking a plan
 struct Piece {
   int unit;        // h * batch + b
@@ -199,19 +137,17 @@ struct PieceCursor {
 
 // `batch` is the plan's (the callers know it: on the GPU, reading it from the header first would put one more
 // dependent memory round trip in front of every CTA's first copy).
-template <class Plan>
-HPC_PLAN_HD PieceCursor CtaPieces(const Plan& plan, int cta) {
-  static_assert(std::is_class_v<Plan>, "a plan view (ArrayPlan | SelfPlan); a plan array is const int32_t*");
+HPC_PLAN_HD PieceCursor CtaPieces(const int32_t* plan, int batch, int cta) {
+  const int32_t* start = PlanStart(plan, batch);
   PieceCursor c;
   c.cta = cta;
-  c.batch = plan.Batch();
-  plan.Start(cta, &c.unit, &c.tile);
-  plan.Start(cta + 1, &c.end_unit, &c.end_tile);
+  c.batch = batch;
+  c.unit = start[2 * cta];
+  c.tile = start[2 * cta + 1];
+  c.end_unit = start[2 * cta + 2];
+  c.end_tile = start[2 * cta + 3];
   c.first = true;
   return c;
-}
-HPC_PLAN_HD PieceCursor CtaPieces(const int32_t* plan, int batch, int cta) {
-  return CtaPieces(ArrayPlan{plan, batch}, cta);
 }
 
 HPC_PLAN_HD bool NextPiece(PieceCursor& c, const int32_t* seq_lens, Piece* piece) {
@@ -249,54 +185,43 @@ struct MergeTask {
   int first_slot;
 };
 
-template <class Plan>
-HPC_PLAN_HD bool MergeTaskAt(const Plan& plan, int i, MergeTask* task) {
-  static_assert(std::is_class_v<Plan>, "a plan view (ArrayPlan | SelfPlan); a plan array is const int32_t*");
-  const int batch = plan.Batch();
-  const int num_ctas = plan.NumCtas();
+HPC_PLAN_HD bool MergeTaskAt(const int32_t* plan, int i, MergeTask* task) {
+  const int batch = plan[kFieldBatch];
+  const int num_ctas = plan[kFieldNumCtas];
   if (i < 1 || i >= num_ctas) return false;
-  int unit, tile, prev_unit, prev_tile;
-  plan.Start(i, &unit, &tile);
-  if (tile == 0) return false;                            // boundary between units
-  plan.Start(i - 1, &prev_unit, &prev_tile);
-  if (prev_unit == unit && prev_tile > 0) return false;  // an earlier boundary owns it
+  const int32_t* start = PlanStart(plan, batch);
+  const int unit = start[2 * i], tile = start[2 * i + 1];
+  if (tile == 0) return false;                                         // boundary between units
+  if (start[2 * (i - 1)] == unit && start[2 * (i - 1) + 1] > 0) return false;  // an earlier boundary owns it
   task->unit = unit;
   task->first_cta = i - 1;
-  task->first_slot = PartialSlot(i - 1, prev_unit == unit);
+  task->first_slot = PartialSlot(i - 1, start[2 * (i - 1)] == unit);
   // The unit's last tile sits at cost position h*W + prefix[b+1] - 1; its CTA is that position / capacity.
   // (O(1): a scan over start[] was a chain of dependent loads, ~38 us for a 128-piece sequence on the GPU.)
   const int h = unit / batch, b = unit % batch;
-  const int64_t end_pos = static_cast<int64_t>(h) * plan.HeadCost() + plan.Prefix(b + 1);
-  const int64_t last = (end_pos - 1) / plan.Capacity();
+  const int64_t end_pos = static_cast<int64_t>(h) * plan[kFieldHeadCost] + PlanPrefix(plan)[b + 1];
+  const int64_t last = (end_pos - 1) / plan[kFieldCapacity];
   task->last_cta = static_cast<int>(last < num_ctas - 1 ? last : num_ctas - 1);
   return true;
-}
-HPC_PLAN_HD bool MergeTaskAt(const int32_t* plan, int i, MergeTask* task) {
-  return MergeTaskAt(ArrayPlan{plan, plan[kFieldBatch]}, i, task);
 }
 
 // The merge task whose unit boundary i (1 <= i < num_ctas) cuts, whichever boundary of the unit it is, and i's
 // rank among the unit's boundaries (0 for the task's own boundary, MergeTaskAt(i)). The combine's CTAs at the
 // other boundaries of a long unit have no task of their own and share its rows.
-template <class Plan>
-HPC_PLAN_HD bool MergeTaskCovering(const Plan& plan, int i, MergeTask* task, int* rank) {
-  static_assert(std::is_class_v<Plan>, "a plan view (ArrayPlan | SelfPlan); a plan array is const int32_t*");
-  const int batch = plan.Batch();
-  const int num_ctas = plan.NumCtas();
+HPC_PLAN_HD bool MergeTaskCovering(const int32_t* plan, int i, MergeTask* task, int* rank) {
+  const int batch = plan[kFieldBatch];
+  const int num_ctas = plan[kFieldNumCtas];
   if (i < 1 || i >= num_ctas) return false;
-  int unit, tile;
-  plan.Start(i, &unit, &tile);
-  if (tile == 0) return false;  // boundary between units
+  const int32_t* start = PlanStart(plan, batch);
+  const int unit = start[2 * i];
+  if (start[2 * i + 1] == 0) return false;  // boundary between units
   // The unit's first tile sits at cost position h*W + prefix[b] + piece_cost; its CTA is that position / capacity,
   // and the unit's first boundary is the next one.
   const int h = unit / batch, b = unit % batch;
-  const int64_t first_pos = static_cast<int64_t>(h) * plan.HeadCost() + plan.Prefix(b) + plan.PieceCost();
-  const int first_boundary = static_cast<int>(first_pos / plan.Capacity()) + 1;
+  const int64_t first_pos = static_cast<int64_t>(h) * plan[kFieldHeadCost] + PlanPrefix(plan)[b] + plan[kFieldPieceCost];
+  const int first_boundary = static_cast<int>(first_pos / plan[kFieldCapacity]) + 1;
   *rank = i - first_boundary;
   return *rank >= 0 && MergeTaskAt(plan, first_boundary, task);
-}
-HPC_PLAN_HD bool MergeTaskCovering(const int32_t* plan, int i, MergeTask* task, int* rank) {
-  return MergeTaskCovering(ArrayPlan{plan, plan[kFieldBatch]}, i, task, rank);
 }
 
 }  // namespace hpc::attention

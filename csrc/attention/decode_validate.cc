@@ -138,15 +138,7 @@ Status ValidateDecodeAttention(const DecodeAttentionArgs& a, DecodeConfig* cfg) 
   }
 
   int max_ctas = a.max_ctas;
-  if (a.schedule == DecodeSchedule::kDynamic && !a.plan.present()) {
-    // No plan: the kernels (and the CPU path) derive decode_plan's schedule for max_ctas themselves (SelfPlan),
-    // with the cost prefix in shared memory.
-    if (!attention::DecodeSelfPlans(batch, cfg->head_dim)) {
-      return c.Fail("plan (from decode_plan) is required for batch > " + std::to_string(attention::kSelfPlanMaxBatch) +
-                    " or head_dim 256; got batch " + std::to_string(batch) + ", head_dim " +
-                    std::to_string(cfg->head_dim));
-    }
-  } else if (a.schedule == DecodeSchedule::kDynamic) {
+  if (a.schedule == DecodeSchedule::kDynamic) {
     HPC_RETURN_IF_ERROR(c.Required("plan", a.plan, 1, "[plan_size] (from decode_plan)"));
     HPC_RETURN_IF_ERROR(c.Dtype("plan", a.plan, {DType::kI32}));
     HPC_RETURN_IF_ERROR(c.Contiguous("plan", a.plan));
@@ -164,7 +156,7 @@ Status ValidateDecodeAttention(const DecodeAttentionArgs& a, DecodeConfig* cfg) 
   }
   if (max_ctas < 1 || max_ctas > attention::kMaxCtas) {
     return c.Fail("max_ctas must be in [1, " + std::to_string(attention::kMaxCtas) + "]; got " +
-                  std::to_string(max_ctas) + (a.plan.present() ? " (from the plan's size)" : ""));
+                  std::to_string(max_ctas) + (a.schedule == DecodeSchedule::kDynamic ? " (from the plan's size)" : ""));
   }
   HPC_RETURN_IF_ERROR(c.Required("workspace", a.workspace, 1, "[workspace_size] float32"));
   HPC_RETURN_IF_ERROR(c.Dtype("workspace", a.workspace, {DType::kF32}));

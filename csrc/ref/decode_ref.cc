@@ -1,7 +1,6 @@
 // CPU reference of decode_plan / decode_attention. It executes the SAME schedule as the GPU: the plan's pieces
 // CTA by CTA, 64-token tiles with an online softmax per tile, partials merged by log-sum-exp in CTA order
 // (static schedule: fixed splits). fp32 arithmetic; P rounded to the compute dtype before P.V like the GPU.
-#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <limits>
@@ -229,44 +228,30 @@ Status DecodeAttentionCpu(const DecodeAttentionArgs& a) {
     }
   }
   if (a.schedule == DecodeSchedule::kDynamic) {
-    // The pieces of every CTA in order, then the merges: the GPU's schedule, from decode_plan's array or, without a
-    // plan, derived from seq_lens the way the GPU kernels derive it then (SelfPlan: the same functions).
-    auto run = [&](const auto& plan, int max_ctas) {
-      const int num_ctas = plan.NumCtas();
-      const Partials parts{a.workspace.ptr<float>(), 2 * static_cast<int64_t>(max_ctas), rows, dim};
-      for (int cta = 0; cta < num_ctas; ++cta) {
-        attention::PieceCursor cur = attention::CtaPieces(plan, cta);
-        attention::Piece piece;
-        while (attention::NextPiece(cur, lens, &piece)) {
-          PieceState st = RunPiece(a, cfg, piece.b, piece.h, piece.tile_begin, piece.tile_end);
-          if (piece.whole) {
-            Normalize(st, v_scale);
-            WriteOutput(a, cfg, piece.b, piece.h, st.o.data(), rows);
-          } else {
-            StorePartial(parts, piece.slot, st, v_scale);
-          }
+    const int32_t* plan = a.plan.ptr<const int32_t>();
+    HPC_RETURN_IF_ERROR(CheckPlanHeader(plan, cfg, batch, a.plan.shape[0]));
+    const int num_ctas = plan[attention::kFieldNumCtas];
+    const Partials parts{a.workspace.ptr<float>(), 2 * static_cast<int64_t>(plan[attention::kFieldMaxCtas]), rows, dim};
+    for (int cta = 0; cta < num_ctas; ++cta) {
+      attention::PieceCursor cur = attention::CtaPieces(plan, batch, cta);
+      attention::Piece piece;
+      while (attention::NextPiece(cur, lens, &piece)) {
+        PieceState st = RunPiece(a, cfg, piece.b, piece.h, piece.tile_begin, piece.tile_end);
+        if (piece.whole) {
+          Normalize(st, v_scale);
+          WriteOutput(a, cfg, piece.b, piece.h, st.o.data(), rows);
+        } else {
+          StorePartial(parts, piece.slot, st, v_scale);
         }
       }
-      for (int i = 1; i < num_ctas; ++i) {
-        attention::MergeTask task;
-        if (!attention::MergeTaskAt(plan, i, &task)) continue;
-        std::vector<int64_t> slots = {task.first_slot};
-        for (int j = task.first_cta + 1; j <= task.last_cta; ++j) slots.push_back(attention::PartialSlot(j, true));
-        MergeSlots(parts, slots, merged);
-        WriteOutput(a, cfg, task.unit % batch, task.unit / batch, merged.data(), rows);
-      }
-    };
-    if (a.plan.present()) {
-      const int32_t* plan = a.plan.ptr<const int32_t>();
-      HPC_RETURN_IF_ERROR(CheckPlanHeader(plan, cfg, batch, a.plan.shape[0]));
-      run(attention::ArrayPlan{plan, batch}, plan[attention::kFieldMaxCtas]);
-    } else {
-      std::vector<int32_t> prefix(batch + 1, 0);
-      for (int b = 0; b < batch; ++b) {
-        prefix[b + 1] = prefix[b] + attention::UnitCost(std::max(lens[b], 0), attention::kPieceCostTiles);
-      }
-      run(attention::MakeSelfPlan(prefix.data(), batch, cfg.num_kv_heads, a.max_ctas, DecodeMinCapacityTiles()),
-          a.max_ctas);
+    }
+    for (int i = 1; i < num_ctas; ++i) {
+      attention::MergeTask task;
+      if (!attention::MergeTaskAt(plan, i, &task)) continue;
+      std::vector<int64_t> slots = {task.first_slot};
+      for (int j = task.first_cta + 1; j <= task.last_cta; ++j) slots.push_back(attention::PartialSlot(j, true));
+      MergeSlots(parts, slots, merged);
+      WriteOutput(a, cfg, task.unit % batch, task.unit / batch, merged.data(), rows);
     }
     return Status::Ok();
   }

@@ -3,10 +3,8 @@ CUDA-graph replay, KV bytes / time against the measured copy ceiling. FlashInfer
 it is importable (its two configs, same graph replay).
 
 "us" is one step with its plan (the issue's measure); "layer us" is decode_attention alone with the step's plan
-already built, what every further layer of the step costs; "no-plan us" is decode_attention called without a plan,
-whose kernels derive the schedule from seq_lens themselves (one call, no plan kernel: also planner included).
-FlashInfer plans on the host before capture, so its graph replay holds no planner: "layer vs FI" compares like with
-like."""
+already built, what every further layer of the step costs. FlashInfer plans on the host before capture, so its
+graph replay holds no planner: "layer vs FI" compares like with like."""
 
 import math
 
@@ -126,10 +124,6 @@ def run(args):
                         return lambda: ht.decode_attention(s["q"], k_cache, v_cache, s["table"], seq_lens, plan,
                                                            q_len=q_len, out=s["out"], **scales)
 
-                    def one_call(s):  # no plan: the kernels derive the schedule themselves (where supported)
-                        return lambda: ht.decode_attention(s["q"], k_cache, v_cache, s["table"], seq_lens, q_len=q_len,
-                                                           out=s["out"], workspace=plan.workspace, **scales)
-
                     def static(s):
                         return lambda: ht.decode_attention(s["q"], k_cache, v_cache, s["table"], seq_lens,
                                                            schedule="static", q_len=q_len, out=s["out"],
@@ -140,32 +134,29 @@ def run(args):
                     t_layer = timing.graph_time_us([layer(s) for s in sets_])
                     # 8 plans back to back in one graph: per-plan time without the graph launch itself
                     t_plan = timing.graph_time_us([lambda: ht.decode_plan(seq_lens, out=plan, **kw)] * 8)
-                    t_one = timing.graph_time_us([one_call(s) for s in sets_])
                     t_static = timing.graph_time_us([static(s) for s in sets_])
                     t_fi = flashinfer_us(kv, seq_lens, sets_, hq, hkv, d, q_len) if q_len == 1 else None
                     floor = kv_bytes / (ceiling * 1e12) * 1e6
                     tbps = kv_bytes / (t_dyn * 1e-6) / 1e12
                     rec = dict(kv=kv_name, heads=[hq, hkv, d], q_len=q_len, workload=name, kv_bytes=kv_bytes,
-                               us=t_dyn, plan_us=t_plan, layer_us=t_layer, no_plan_us=t_one, static_us=t_static, floor_us=floor, tbps=tbps,
+                               us=t_dyn, plan_us=t_plan, layer_us=t_layer, static_us=t_static, floor_us=floor, tbps=tbps,
                                pct_ceiling=100 * tbps / ceiling, vs_static=t_static / t_dyn, flashinfer_us=t_fi,
                                vs_flashinfer=None if t_fi is None else t_fi / t_dyn,
-                               layer_vs_flashinfer=None if t_fi is None else t_fi / t_layer,
-                               no_plan_vs_flashinfer=None if t_fi is None else t_fi / t_one)
+                               layer_vs_flashinfer=None if t_fi is None else t_fi / t_layer)
                     records.append(rec)
                     rows.append([kv_name, "%d/%d/%d" % (hq, hkv, d), q_len, name, "%.1f" % t_dyn, "%.1f" % t_plan,
-                                 "%.1f" % t_layer, "%.1f" % t_one,
+                                 "%.1f" % t_layer,
                                  "%.1f" % floor, "%.2f" % tbps, "%.0f%%" % rec["pct_ceiling"], "%.1f" % t_static,
                                  "%.2fx" % rec["vs_static"], "-" if t_fi is None else "%.1f" % t_fi,
                                  "-" if t_fi is None else "%.2fx" % rec["vs_flashinfer"],
-                                 "-" if t_fi is None else "%.2fx" % rec["layer_vs_flashinfer"],
-                                 "-" if t_fi is None else "%.2fx" % rec["no_plan_vs_flashinfer"]])
+                                 "-" if t_fi is None else "%.2fx" % rec["layer_vs_flashinfer"]])
                     print("  " + "  ".join(str(x) for x in rows[-1]), flush=True)
                     kv = k_cache = v_cache = sets_ = plan = None  # free this workload's memory before the next
                     torch.cuda.empty_cache()
     report.print_table("decode on %s (copy ceiling %.2f TB/s; CUDA-graph replay, planner included)" % (
         torch.cuda.get_device_name(0), ceiling),
-        ["kv", "Hq/Hkv/D", "q_len", "workload", "us", "plan us", "layer us", "no-plan us", "floor us", "TB/s",
-         "%ceil", "static us", "vs static", "FlashInfer us", "vs FI", "layer vs FI", "no-plan vs FI"], rows)
+        ["kv", "Hq/Hkv/D", "q_len", "workload", "us", "plan us", "layer us", "floor us", "TB/s", "%ceil",
+         "static us", "vs static", "FlashInfer us", "vs FI", "layer vs FI"], rows)
     report.write_json(args.out, dict(suite="decode", device=torch.cuda.get_device_name(0),
                                      copy_ceiling_tbps=ceiling, rows=records, torch=torch.__version__))
     plot(report.plot_path(args.out), records)

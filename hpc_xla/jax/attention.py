@@ -10,7 +10,6 @@ import jax.numpy as jnp
 import numpy as np
 
 from hpc_xla import _args, _decode
-from hpc_xla._ext import ext
 from hpc_xla.jax import _ffi
 
 
@@ -81,11 +80,9 @@ def decode_attention(q, k_cache, v_cache, block_table, seq_lens, plan=None, *, s
       k_cache, v_cache: [num_blocks, page_size, Hkv, D], q's dtype or float8_e4m3fn (then k_scale, v_scale).
       block_table: [B, max_blocks] int32. seq_lens: [B] int32, total KV length INCLUDING the new tokens;
         query j of a sequence sees positions [0, seq_len - q_len + j]. Zero-length sequences give zeros.
-      plan: from decode_plan (schedule="dynamic"). It must come from these seq_lens: with other lengths the kernel
-        still reads nothing outside the sequences, but its merges of split sequences assume the plan's lengths, so
-        the results are unspecified. None: the kernels derive the same schedule from seq_lens themselves (batch <=
-        2047, head_dim <= 128; else a plan is built here) -- one call with no plan kernel, the cheapest single
-        layer; a step of several layers should build one plan and pass it to each.
+      plan: from decode_plan (schedule="dynamic"); built here when None. It must come from these seq_lens: with
+        other lengths the kernel still reads nothing outside the sequences, but its merges of split sequences
+        assume the plan's lengths, so the results are unspecified.
       schedule: "dynamic" (persistent, load-balanced) or "static" (fixed splits per sequence; the baseline).
       q_len: new tokens per sequence; default: the plan's, else q.shape[0] / B.
     Returns out [B * q_len, Hq, D] bfloat16 (float16 for float16 q).
@@ -100,10 +97,7 @@ def decode_attention(q, k_cache, v_cache, block_table, seq_lens, plan=None, *, s
     # skips the call (csrc's checks with it).
     _args.nonempty_dims("decode_attention", **{"batch (seq_lens.shape[0])": batch, "num_q_heads (q.shape[1])":
                                                num_q_heads, "head_dim (q.shape[2])": head_dim})
-    # Dynamic without a plan: the kernels derive decode_plan's schedule from seq_lens themselves (one call) where the
-    # binary supports the shapes; else a plan is built here.
-    self_plan = schedule == "dynamic" and plan is None and bool(ext().decode_self_plans(batch, head_dim))
-    if schedule == "dynamic" and not self_plan:
+    if schedule == "dynamic":
         if plan is None:
             plan = decode_plan(seq_lens, num_kv_heads=num_kv_heads, num_q_heads=num_q_heads, head_dim=head_dim,
                                page_size=page_size, q_len=q_len, kv_dtype=k_cache.dtype, q_dtype=q.dtype,

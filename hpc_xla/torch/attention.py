@@ -106,10 +106,7 @@ def decode_attention(q, k_cache, v_cache, block_table, seq_lens, plan=None, *, s
     """Attention of q_len new tokens per sequence against the paged cache (see hpc_xla.jax.decode_attention).
 
     k_cache / v_cache may be vLLM's strided views. `out`: optional preallocated [B * q_len, Hq, D] output.
-    `plan` must come from these `seq_lens` (refill it with decode_plan(..., out=plan) when they change). Without a
-    plan (dynamic schedule, batch <= 2047, head_dim <= 128) the kernels derive the same schedule from seq_lens
-    themselves: the one-layer call with no plan kernel in front; a step with several layers should still build one
-    plan and pass it to every layer (each call without one scans seq_lens again).
+    `plan` must come from these `seq_lens` (refill it with decode_plan(..., out=plan) when they change).
     With schedule="static" (or no plan) a workspace is taken from `workspace` or allocated. `q_len` defaults to the
     plan's, else q.shape[0] / B.
     """
@@ -121,10 +118,7 @@ def decode_attention(q, k_cache, v_cache, block_table, seq_lens, plan=None, *, s
     batch = int(seq_lens.shape[0])
     num_q_heads, head_dim = int(q.shape[1]), int(q.shape[2])
     page_size, num_kv_heads = int(k_cache.shape[1]), int(k_cache.shape[2])
-    # Dynamic without a plan: the attention and combine kernels derive decode_plan's schedule from seq_lens
-    # themselves (one call, no plan kernel before them) where the binary supports it; else a plan is built here.
-    self_plan = schedule == "dynamic" and plan is None and bool(ext().decode_self_plans(batch, head_dim))
-    if schedule == "dynamic" and plan is None and not self_plan:
+    if schedule == "dynamic" and plan is None:
         plan = decode_plan(seq_lens, num_kv_heads=num_kv_heads, num_q_heads=num_q_heads, head_dim=head_dim,
                            page_size=page_size, q_len=q_len, kv_dtype=k_cache.dtype, q_dtype=q.dtype,
                            max_ctas=max_ctas)
@@ -142,6 +136,6 @@ def decode_attention(q, k_cache, v_cache, block_table, seq_lens, plan=None, *, s
         out = torch.empty(q.shape, dtype=torch.float16 if q.dtype == torch.float16 else torch.bfloat16,
                           device=q.device)
     decode_attention_op(q, q_scale, k_cache, v_cache, block_table, seq_lens,
-                        plan.plan if schedule == "dynamic" and plan is not None else None, workspace, out, k_scale, v_scale,
+                        plan.plan if schedule == "dynamic" else None, workspace, out, k_scale, v_scale,
                         _decode.default_sm_scale(head_dim, sm_scale), int(q_len), _decode.SCHEDULES[schedule], ctas)
     return out
