@@ -68,6 +68,29 @@ def test_plugin_points_vllm_at_hpc_xla():
     assert importlib.util.find_spec(module) is not None and getattr(hv, func) is hv.register
 
 
+def test_installed_package_is_a_vllm_plugin(tmp_path):
+    """pip-install this tree (its binary via HPC_XLA_PREBUILT) and let vLLM's own plugin loader find it through the
+    package's entry point, in a fresh process that does not see the source tree."""
+    import glob
+    import subprocess
+    import sys
+
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    binary = glob.glob(os.path.join(root, "hpc_xla", "_hpc_xla.cpython-%d%d*.so" % sys.version_info[:2]))[0]
+    env = dict(os.environ, HPC_XLA_PREBUILT=binary, PYTHONPATH="")
+    site = str(tmp_path / "site")
+    subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--no-build-isolation", "--target",
+                    site, root], check=True, env=env, capture_output=True, timeout=600)
+    code = ("from vllm.plugins import load_general_plugins; load_general_plugins(); "
+            "from vllm.v1.attention.backends.registry import AttentionBackendEnum as E; "
+            "from vllm.model_executor.layers import hpc; "
+            "print(E.HPC_ATTN.get_path(), hpc.HpcRopeNorm.__module__)")
+    res = subprocess.run([sys.executable, "-c", code], env=dict(env, PYTHONPATH=site), cwd=str(tmp_path),
+                         capture_output=True, text=True, timeout=300)
+    assert res.returncode == 0, res.stderr[-3000:]
+    assert res.stdout.split()[-2:] == [hv.ATTENTION_BACKEND, "hpc_xla.vllm.rope_norm"], res.stdout
+
+
 def test_backend_validation_names_what_it_refuses():
     from vllm.platforms.interface import DeviceCapability
 
