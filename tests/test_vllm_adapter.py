@@ -18,6 +18,7 @@ import torch  # noqa: E402
 
 import hpc_xla.vllm as hv  # noqa: E402
 from hpc_xla import reference  # noqa: E402
+from hpc_xla.vllm import _torch_paths  # noqa: E402
 from hpc_xla.vllm import attention as hva  # noqa: E402
 
 TINY_MODEL = {"architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": 1024,
@@ -66,6 +67,15 @@ def test_plugin_points_vllm_at_hpc_xla():
         plugins = tomllib.load(f)["project"]["entry-points"]["vllm.general_plugins"]
     module, func = plugins["hpc_xla"].split(":")
     assert importlib.util.find_spec(module) is not None and getattr(hv, func) is hv.register
+
+
+def test_a_plugin_that_cannot_load_logs_instead_of_stopping_vllm(monkeypatch, caplog):
+    import sys
+
+    monkeypatch.setitem(sys.modules, "hpc_xla.vllm.moe", None)  # as if the import failed
+    with caplog.at_level("ERROR", logger="hpc_xla.vllm"):
+        hv.register()
+    assert "hpc_xla's vLLM plugin is not registered: ModuleNotFoundError" in caplog.text
 
 
 def test_installed_package_is_a_vllm_plugin(tmp_path):
@@ -237,11 +247,34 @@ def make_backend(tmp_path_factory, page_size, fp8, layer_name="layer.0", before_
     return builder, impl
 
 
-@pytest.mark.parametrize("page_size, fp8", [(16, False), (64, False), (32, True)])
-def test_mixed_batch_matches_reference(tmp_path_factory, page_size, fp8):
+def emulate_unified_attention(q, k, v, out, cu_seqlens_q, max_seqlen_q, seqused_k, max_seqlen_k, softmax_scale,
+                              causal, window_size, block_table, softcap, q_descale, k_descale, v_descale,
+                              kv_quant_mode=None, **unused):
+    """vLLM's Triton unified_attention as its source defines the arguments (triton_unified_attention.py), in torch:
+    per-tensor fp8 descales are applied only in KVQuantMode.FP8_PER_TENSOR (otherwise fp8 K/V are plain-cast)."""
+    from vllm.v1.kv_cache_interface import KVQuantMode
+
+    assert causal is True and tuple(window_size) == (-1, -1) and softcap == 0 and q_descale is None and not unused
+    assert q.shape[0] >= int(cu_seqlens_q[-1]) and len(seqused_k) == len(cu_seqlens_q) - 1 == len(block_table)
+    scaled = kv_quant_mode == KVQuantMode.FP8_PER_TENSOR and k_descale is not None
+    one = torch.tensor(1.0)
+    _torch_paths.prefill(q, k, v, block_table, seqused_k, cu_seqlens_q.tolist(), softmax_scale,
+                         k_descale.reshape(-1)[0] if scaled else one, v_descale.reshape(-1)[0] if scaled else one, out)
+
+
+@pytest.mark.parametrize("page_size, fp8, prefill_path", [(16, False, "torch"), (64, False, "torch"),
+                                                          (32, True, "torch"), (16, False, "triton_arguments"),
+                                                          (32, True, "triton_arguments")])
+def test_mixed_batch_matches_reference(tmp_path_factory, monkeypatch, page_size, fp8, prefill_path):
     """Decodes (q_len 1) through decode_attention, a short extend and two prefills through the prefill path; the
-    new tokens' K / V written by do_kv_cache_update first."""
+    new tokens' K / V written by do_kv_cache_update first. prefill_path "triton_arguments": the CUDA path's call of
+    vLLM's Triton kernel, with the kernel emulated from its argument semantics (no GPU here)."""
     builder, impl = make_backend(tmp_path_factory, page_size, fp8)
+    if prefill_path == "triton_arguments":
+        from vllm.v1.attention.ops import triton_unified_attention
+
+        monkeypatch.setattr(triton_unified_attention, "unified_attention", emulate_unified_attention)
+        monkeypatch.setattr(impl, "_prefill", impl._prefill_triton)
     rng = np.random.default_rng(page_size + fp8)
     batch = Batch([(300, 1), (1, 1), (129, 1), (40, 3), (0, 70), (200, 17)], page_size, fp8, rng)
     meta, out = run_step(builder, impl, batch)
@@ -283,6 +316,40 @@ def test_speculative_decode_rows_go_to_the_decode_kernel(tmp_path_factory):
     assert (meta.num_decodes, meta.decode_q_len, meta.num_prefills) == (3, 3, 1)
     err = reference.relative_error(out.float().numpy(), batch.expected(HEAD_DIM ** -0.5))
     assert err < 1e-2, err
+
+
+@pytest.mark.parametrize("drafts, parallel_drafting, want", [(None, False, 1), (1, False, 2), (3, False, 4),
+                                                              (4, False, 1), (1, True, 3), (2, True, 1)])
+def test_decode_width_and_graph_support_agree(tmp_path_factory, drafts, parallel_drafting, want):
+    """Speculative decoding: requests of up to 1 + drafts tokens are decodes when the kernel takes that many rows
+    (else every verification goes to the prefill path), and FULL graphs of uniform batches are declared exactly
+    then (a graph captured around the prefill path would bake in per-step buffers). vLLM's V1 runner with parallel
+    drafting appends up to `drafts` more rows (1 + 2 drafts); this CPU config runs V1."""
+    from vllm.v1.attention.backend import AttentionCGSupport
+
+    def with_drafts(config):
+        if drafts is not None:
+            config.speculative_config = types.SimpleNamespace(num_speculative_tokens=drafts,
+                                                              parallel_drafting=parallel_drafting)
+
+    builder, _ = make_backend(tmp_path_factory, 16, False, before_builder=with_drafts)
+    assert builder.reorder_batch_threshold == want
+    support = builder.get_cudagraph_support(builder.vllm_config, builder.kv_cache_spec)
+    assert support == (AttentionCGSupport.UNIFORM_BATCH if want > 1 else
+                       AttentionCGSupport.UNIFORM_SINGLE_TOKEN_DECODE)
+
+
+def test_backend_refuses_what_vllm_must_not_combine():
+    from vllm.platforms.interface import DeviceCapability
+
+    b = hva.HpcXlaAttentionBackend
+    args = dict(head_size=128, block_size=16, use_mla=False, has_sink=False, use_sparse=False, use_mm_prefix=False,
+                device_capability=DeviceCapability(9, 0))
+    assert "model's dtype" in b.supports_combination(dtype=torch.float16, kv_cache_dtype="bfloat16", **args)
+    for dtype, cache in ((torch.float16, "auto"), (torch.bfloat16, "bfloat16"), (torch.float16, "fp8_e4m3")):
+        assert b.supports_combination(dtype=dtype, kv_cache_dtype=cache, **args) is None
+    # adaptive verification trims drafts on the device only; the batch split and the plan follow the host lengths
+    assert b.supports_device_cpu_query_lens_mismatch() is False
 
 
 def test_profiling_run_and_padded_tokens(tmp_path_factory):
@@ -328,18 +395,19 @@ def test_models_get_the_hpc_xla_prologue():
         assert not HpcXlaRopeNorm.support(8, 2, 128, "fp8_e4m3") and HpcXlaRopeNorm.support(8, 2, 128, "auto")
 
 
-@pytest.mark.parametrize("fp8", [False, True])
-def test_fused_prologue_then_attention(tmp_path_factory, fp8):
+@pytest.mark.parametrize("fp8, rotary_dim", [(False, 128), (False, 64), (True, 128)])
+def test_fused_prologue_then_attention(tmp_path_factory, fp8, rotary_dim):
     """QK-norm (before RoPE, as HunYuan V3) + RoPE + K/V write by HpcXlaRopeNorm, then the backend's (skipped) KV
-    write and forward on a mixed batch; fp8 cache: q reaches the decode kernel as fp8 with per-token-head scales."""
+    write and forward on a mixed batch; fp8 cache: q reaches the decode kernel as fp8 with per-token-head scales
+    (in the builder's fixed buffer, read inside CUDA graphs); rotary_dim 64: partial rotary from the cache's width."""
     from vllm.model_executor.layers.hpc.rope_norm import QkNormPolicy
     from vllm.model_executor.layers.layernorm import RMSNorm
 
     from hpc_xla.vllm.rope_norm import HpcXlaRopeNorm
 
     rng = np.random.default_rng(21 + fp8)
-    name = "model.layers.%d.self_attn.attn" % fp8
-    inv = 1.0 / 10000 ** (np.arange(0, HEAD_DIM, 2) / HEAD_DIM)
+    name = "model.layers.%d.%d.self_attn.attn" % (fp8, rotary_dim)
+    inv = 1.0 / 10000 ** (np.arange(0, rotary_dim, 2) / rotary_dim)
     angles = np.arange(4096)[:, None] * inv[None]
     cos_sin = torch.tensor(np.concatenate([np.cos(angles), np.sin(angles)], 1), dtype=torch.float32)
     made = {}
@@ -357,6 +425,11 @@ def test_fused_prologue_then_attention(tmp_path_factory, fp8):
     meta = builder.build(0, batch.metadata())
     want_positions = np.concatenate([np.arange(c, c + n) for c, n in batch.requests] + [np.zeros(2)])
     np.testing.assert_array_equal(meta.positions.numpy(), want_positions)
+    if fp8:
+        assert meta.q_scale.data_ptr() == builder.build(0, batch.metadata()).q_scale.data_ptr()
+    given = batch.metadata()  # vLLM's model runner V2 hands its own (persistent) positions over: taken as they are
+    given.positions = torch.from_numpy(want_positions.astype(np.int64))
+    assert builder.build(0, given).positions.data_ptr() == given.positions.data_ptr()
 
     layer = types.SimpleNamespace(_k_scale=batch.k_scale, _v_scale=batch.v_scale, layer_name=name)
     q_raw = torch.tensor(batch.q, dtype=torch.bfloat16)
@@ -372,7 +445,8 @@ def test_fused_prologue_then_attention(tmp_path_factory, fp8):
     q_ref, k_ref, _ = reference.rope_norm(q_raw[:real].float().numpy(), k_raw[:real].float().numpy(),
                                           v_raw[:real].float().numpy(), want_positions[:real], cos_sin.numpy(),
                                           q_norm_weight=made["norms"][0].weight.detach().numpy(),
-                                          k_norm_weight=made["norms"][1].weight.detach().numpy(), eps=1e-6)
+                                          k_norm_weight=made["norms"][1].weight.detach().numpy(), eps=1e-6,
+                                          rotary_dim=rotary_dim)
     batch.q[:real] = q_ref
     for i, (c, n) in enumerate(batch.requests):
         batch.k[i][c:] = k_ref[batch.query_start[i]:batch.query_start[i] + n]

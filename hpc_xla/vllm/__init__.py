@@ -12,12 +12,23 @@ HunYuan V3 build when the backend is HPC_ATTN (without this, they would need Ten
 What each does: hpc_xla.vllm.attention, hpc_xla.vllm.moe, hpc_xla.vllm.rope_norm.
 """
 
+import logging
 import sys
 
 ATTENTION_BACKEND = "hpc_xla.vllm.attention.HpcXlaAttentionBackend"
 
 
 def register():
+    """vLLM's entry point. A failure is logged, not raised: vLLM runs plugins in every process, and one that cannot
+    load hpc_xla (say, no binary for this Python) must not stop deployments that do not use it."""
+    try:
+        _register()
+    except Exception as e:  # noqa: BLE001 -- reported, and vLLM's own HPC names stay as they were
+        logging.getLogger("hpc_xla.vllm").error("hpc_xla's vLLM plugin is not registered: %s: %s",
+                                                type(e).__name__, e)
+
+
+def _register():
     from vllm.model_executor.layers import hpc as hpc_layers
     from vllm.model_executor.layers.fused_moe import hpc_moe
     from vllm.model_executor.layers.hpc import rope_norm as hpc_rope_norm

@@ -19,8 +19,8 @@ from typing import ClassVar
 import torch
 
 from vllm.v1.attention.backend import (AttentionBackend, AttentionCGSupport, AttentionImpl, AttentionMetadata,
-                                       AttentionMetadataBuilder, AttentionType, CommonAttentionMetadata, MultipleOf)
-from vllm.v1.attention.backends.utils import split_decodes_and_prefills
+                                       AttentionMetadataBuilder, AttentionType, MultipleOf, max_decode_query_len)
+from vllm.v1.attention.backends.utils import get_num_attention_heads_from_layers, split_decodes_and_prefills
 from vllm.v1.kv_cache_interface import KVCacheLayout
 
 from hpc_xla import _decode
@@ -34,13 +34,21 @@ KV_CACHE_DTYPES = ("auto", "bfloat16", "float16", "fp8", "fp8_e4m3")
 FUSED_PROLOGUE_LAYERS = set()  # layers whose K/V hpc_xla.vllm.rope_norm writes (with q's RoPE and QK-norm)
 
 
+def decode_query_len(vllm_config):
+    """The widest request the decode kernel takes as a decode (1 + draft tokens of speculative decoding), or 1 when
+    vLLM's drafts are wider than the kernel's q_len limit (those steps' verifications go to the prefill path). One
+    rule for the batch split and for the CUDA-graph support level, so they cannot disagree."""
+    widest = max_decode_query_len(vllm_config)
+    return widest if widest <= _decode.MAX_Q_LEN else 1
+
+
 def cache_dtype(kv_cache_dtype, model_dtype):
     """The dtype hpc_xla's kernels see the cache as (vLLM stores fp8 caches as uint8)."""
     if kv_cache_dtype in ("fp8", "fp8_e4m3"):
         return torch.float8_e4m3fn
     if kv_cache_dtype == "auto":
         return model_dtype
-    return {"bfloat16": torch.bfloat16, "float16": torch.float16}[kv_cache_dtype]
+    return {"bfloat16": torch.bfloat16, "float16": torch.float16}.get(kv_cache_dtype)  # None: not one we take
 
 
 @dataclass
@@ -61,8 +69,8 @@ class HpcXlaAttentionMetadata(AttentionMetadata):
     query_start_loc_cpu: torch.Tensor  # [B + 1] int32 (host)
     decode_plan: object = None  # hpc_xla.torch.DecodePlan of the decodes, built on the device this step
     prefill_query_start: torch.Tensor | None = None  # [num_prefills + 1] int32, from 0 (device)
-    positions: torch.Tensor | None = None  # [tokens] int32, for the fused prologue (hpc_xla.vllm.rope_norm)
-    q_scale: torch.Tensor | None = None  # [tokens, Hq] float32: the prologue's fp8 q scales, set per layer
+    positions: torch.Tensor | None = None  # [tokens], for the fused prologue (hpc_xla.vllm.rope_norm)
+    q_scale: torch.Tensor | None = None  # [tokens, Hq] float32: where the prologue puts fp8 q's scales (fixed buffer)
 
 
 class HpcXlaAttentionMetadataBuilder(AttentionMetadataBuilder[HpcXlaAttentionMetadata]):
@@ -73,10 +81,11 @@ class HpcXlaAttentionMetadataBuilder(AttentionMetadataBuilder[HpcXlaAttentionMet
     def __init__(self, kv_cache_spec, layer_names, vllm_config, device):
         super().__init__(kv_cache_spec, layer_names, vllm_config, device)
         self._init_reorder_batch_threshold(1, supports_spec_as_decode=True)
-        if self.reorder_batch_threshold > _decode.MAX_Q_LEN:  # more speculative tokens than the kernel takes rows:
-            self.reorder_batch_threshold = 1  # such steps' drafts go to the prefill path
+        self.reorder_batch_threshold = min(self.reorder_batch_threshold, decode_query_len(vllm_config))
         model = vllm_config.model_config
-        self.num_q_heads = model.get_num_attention_heads(vllm_config.parallel_config)
+        # the layers' own head count (draft models and models whose layers differ build builders of their own)
+        self.num_q_heads = (get_num_attention_heads_from_layers(vllm_config, layer_names)
+                            or model.get_num_attention_heads(vllm_config.parallel_config))
         self.num_kv_heads = kv_cache_spec.num_kv_heads
         self.head_dim = kv_cache_spec.head_size
         self.page_size = kv_cache_spec.block_size
@@ -87,18 +96,26 @@ class HpcXlaAttentionMetadataBuilder(AttentionMetadataBuilder[HpcXlaAttentionMet
         self.max_batch = vllm_config.scheduler_config.max_num_seqs
         self._plans = {}  # (batch, q_len) -> DecodePlan: fixed addresses for CUDA-graph replay
         self._workspace = None  # one fp32 buffer for every plan: the layers of a step run one at a time
-        self._positions = None  # the prologue's token positions, refilled every step at one address
+        # the prologue's buffers, at fixed addresses (read inside CUDA graphs): token positions, refilled every step
+        # unless vLLM hands them over; fp8 q scales, written by the prologue of each layer
+        self._positions = self._q_scale = None
+        if self.fused_prologue:
+            tokens = max(vllm_config.scheduler_config.max_num_batched_tokens,
+                         getattr(vllm_config.compilation_config, "max_cudagraph_capture_size", None) or 0)
+            self._positions = torch.zeros(tokens, dtype=torch.int32, device=device)
+            if self.kv_dtype == torch.float8_e4m3fn:
+                self._q_scale = torch.ones(tokens, self.num_q_heads, dtype=torch.float32, device=device)
 
     @classmethod
     def get_cudagraph_support(cls, vllm_config, kv_cache_spec):
-        spec = vllm_config.speculative_config
-        drafts = 0 if spec is None or spec.num_speculative_tokens is None else spec.num_speculative_tokens
-        if 0 < drafts < _decode.MAX_Q_LEN:
+        if decode_query_len(vllm_config) > 1:  # uniform speculative-decode batches: q_len = 1 + drafts
             return AttentionCGSupport.UNIFORM_BATCH
         return AttentionCGSupport.UNIFORM_SINGLE_TOKEN_DECODE
 
     def build(self, common_prefix_len, common_attn_metadata, fast_build=False):
         cam = common_attn_metadata
+        if cam.causal is not True:  # the selector keeps non-causal layers away; per-request causal is not taken
+            raise NotImplementedError("%s attention is causal only; got causal=%r" % (NAME, cam.causal))
         threshold = self.reorder_batch_threshold
         num_decodes, num_prefills, num_decode_tokens, _ = split_decodes_and_prefills(
             cam, decode_threshold=threshold, require_uniform=threshold > 1)
@@ -117,15 +134,19 @@ class HpcXlaAttentionMetadataBuilder(AttentionMetadataBuilder[HpcXlaAttentionMet
             max_seq_len=cam.max_seq_len, seq_lens=cam.seq_lens, block_table=cam.block_table_tensor,
             slot_mapping=cam.slot_mapping, query_start_loc=cam.query_start_loc,
             query_start_loc_cpu=cam.query_start_loc_cpu, decode_plan=plan, prefill_query_start=prefill_start,
-            positions=self._token_positions(cam) if self.fused_prologue else None)
+            positions=self._token_positions(cam) if self.fused_prologue else None,
+            q_scale=None if self._q_scale is None else self._q_scale[:cam.num_actual_tokens])
 
     def _token_positions(self, cam):
-        """Position of every token: its request's seq_len - q_len + its index among the request's new tokens
+        """Position of every token: vLLM's (model runner V2 hands them over, in a persistent buffer), else its
+        request's seq_len - q_len + its index among the request's new tokens, computed here into a fixed buffer
         (device ops, no host sync); padding tokens get 0 (their slot is -1)."""
         tokens, real = cam.num_actual_tokens, int(cam.query_start_loc_cpu[cam.num_reqs])
-        if self._positions is None or self._positions.shape[0] < tokens:
-            size = max(tokens, self.vllm_config.scheduler_config.max_num_batched_tokens)
-            self._positions = torch.zeros(size, dtype=torch.int32, device=self.device)
+        if cam.positions is not None:
+            return cam.positions[:tokens]
+        if tokens > self._positions.shape[0]:
+            raise ValueError("%s: %d tokens in a step, more than the %d the positions buffer was sized for "
+                             "(max_num_batched_tokens)" % (NAME, tokens, self._positions.shape[0]))
         starts = cam.query_start_loc[:cam.num_reqs + 1]
         q_lens = starts[1:] - starts[:-1]
         request = torch.repeat_interleave(torch.arange(cam.num_reqs, device=self.device), q_lens, output_size=real)
@@ -201,7 +222,7 @@ class HpcXlaAttentionImpl(AttentionImpl[HpcXlaAttentionMetadata]):
     def do_kv_cache_update(self, layer, key, value, kv_cache, slot_mapping):
         if self.kv_sharing_target_layer_name is not None or getattr(layer, "layer_name", None) in FUSED_PROLOGUE_LAYERS:
             return  # the layer reads another layer's cache, or the fused prologue wrote it (key here is unrotated)
-        if key.is_cuda:  # vLLM's writer (quantizes an fp8 cache itself; slot_mapping's length = real tokens)
+        if key.is_cuda:  # vLLM's writer (quantizes an fp8 cache itself; skips slot -1)
             from vllm import _custom_ops
 
             _custom_ops.reshape_and_cache_flash(key, value, *kv_cache.transpose(1, 2).split(self.head_size, dim=-1),
@@ -243,21 +264,27 @@ class HpcXlaAttentionImpl(AttentionImpl[HpcXlaAttentionMetadata]):
 
     def _prefill(self, q, k_cache, v_cache, m, out, k_scale, v_scale):
         nd, end = m.num_decodes, m.num_decodes + m.num_prefills
-        seq_lens, block_table = m.seq_lens[nd:end], m.block_table[nd:end]
         if q.is_cuda:
-            from vllm.v1.attention.ops.triton_unified_attention import unified_attention
-
-            descale = None if k_scale is None else (block_table.shape[0], self.num_kv_heads)
-            unified_attention(q=q, k=k_cache, v=v_cache, out=out, cu_seqlens_q=m.prefill_query_start,
-                              max_seqlen_q=m.max_query_len, seqused_k=seq_lens, max_seqlen_k=m.max_seq_len,
-                              softmax_scale=self.scale, causal=True, window_size=(-1, -1), block_table=block_table,
-                              softcap=0, q_descale=None,
-                              k_descale=None if descale is None else k_scale.expand(descale),
-                              v_descale=None if descale is None else v_scale.expand(descale))
+            self._prefill_triton(q, k_cache, v_cache, m, out, k_scale, v_scale)
         else:
             starts = m.query_start_loc_cpu[nd:end + 1]
-            _torch_paths.prefill(q, k_cache, v_cache, block_table, seq_lens, (starts - starts[0]).tolist(),
-                                 self.scale, k_scale, v_scale, out)
+            _torch_paths.prefill(q, k_cache, v_cache, m.block_table[nd:end], m.seq_lens[nd:end],
+                                 (starts - starts[0]).tolist(), self.scale, k_scale, v_scale, out)
+
+    def _prefill_triton(self, q, k_cache, v_cache, m, out, k_scale, v_scale):
+        """vLLM's Triton kernel over the prefill requests [num_decodes, num_decodes + num_prefills): q / out are
+        their rows, cu_seqlens_q their query starts rebased to 0."""
+        from vllm.v1.attention.ops import triton_unified_attention as triton
+
+        nd, end = m.num_decodes, m.num_decodes + m.num_prefills
+        descale = None if k_scale is None else (m.num_prefills, self.num_kv_heads)
+        triton.unified_attention(
+            q=q, k=k_cache, v=v_cache, out=out, cu_seqlens_q=m.prefill_query_start, max_seqlen_q=m.max_query_len,
+            seqused_k=m.seq_lens[nd:end], max_seqlen_k=m.max_seq_len, softmax_scale=self.scale, causal=True,
+            window_size=(-1, -1), block_table=m.block_table[nd:end], softcap=0, q_descale=None,
+            k_descale=None if descale is None else k_scale.expand(descale),
+            v_descale=None if descale is None else v_scale.expand(descale),
+            kv_quant_mode=self.kv_quant_mode)  # FP8_PER_TENSOR: the kernel applies the scales (NONE would not)
 
 
 class HpcXlaAttentionBackend(AttentionBackend):
@@ -293,3 +320,15 @@ class HpcXlaAttentionBackend(AttentionBackend):
     @classmethod
     def supported_kv_cache_layouts(cls):
         return (KVCacheLayout.LBNHC,)
+
+    @classmethod
+    def supports_combination(cls, head_size, dtype, kv_cache_dtype, block_size, use_mla, has_sink, use_sparse,
+                             use_mm_prefix, device_capability):
+        cache = cache_dtype(kv_cache_dtype or "auto", dtype)
+        if cache is not None and cache.itemsize == 2 and cache != dtype:
+            return "a 16-bit KV cache must have the model's dtype (%s), not %s" % (dtype, cache)
+        return None
+
+    @classmethod
+    def supports_device_cpu_query_lens_mismatch(cls):
+        return False  # the batch split and the decode plan follow the CPU query lengths (adaptive verification)

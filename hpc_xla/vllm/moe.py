@@ -91,9 +91,10 @@ class HpcXlaExperts(mk.FusedMoEExpertsModular):
         if expert_map is not None:  # global id -> local id, -1 elsewhere (adds 0); negative ids stay negative
             ids = topk_ids.long()
             topk_ids = torch.where(ids >= 0, expert_map[ids.clamp(min=0)], -1)
-            offset, experts = 0, w1.shape[0]
+            offset = 0
         else:
-            offset, experts = self.expert_offset, global_num_experts
+            offset = self.expert_offset
+        experts = global_num_experts  # the routing's expert count: it sizes the pipeline's tiles
         scales = dict(w13_scale=qc.w1_scale, w2_scale=qc.w2_scale)
         if self.quant == "fp8_tensor":
             if qc.a1_scale is None or qc.a2_scale is None:

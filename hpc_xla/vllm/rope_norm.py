@@ -68,9 +68,9 @@ class HpcXlaRopeNorm(HpcRopeNorm):
                         eps=self.fallback_qnorm.variance_epsilon,
                         norm_before_rope=self.qk_norm_policy == QkNormPolicy.NORM_THEN_ROPE)
         args = (q, k, v, m.positions[:rows], self.cos_sin_cache, m.slot_mapping[:rows], k_cache, v_cache)
-        if self.use_fp8:
-            m.q_scale = torch.ones(output.shape[:2], dtype=torch.float32, device=output.device)  # pad rows: 1
+        rot = dict(rotary_dim=self.cos_sin_cache.shape[1], **norm)  # partial rotary: the cache's width
+        if self.use_fp8:  # q's scales into the step's fixed buffer, where the attention of this layer reads them
             ht.rope_norm(*args, k_scale=attn_layer._k_scale, v_scale=attn_layer._v_scale, q_quant="fp8",
-                         out=output[:rows], out_scale=m.q_scale[:rows], **norm)
+                         out=output[:rows], out_scale=m.q_scale[:rows], **rot)
         else:
-            ht.rope_norm(*args, out=output[:rows], **norm)
+            ht.rope_norm(*args, out=output[:rows], **rot)
