@@ -478,7 +478,20 @@ def experts_for(num_experts, hidden, inter, top_k, ep_size, ep_rank, quant_confi
     return HpcXlaExperts(config, quant_config)
 
 
-@pytest.mark.parametrize("quant", ["fp8_tensor", "fp8_block128"])
+def moe_weights(rng, experts, hidden, inter, quant):
+    """(w13, w2 as the layer holds them, their scales, the reference's stored values) for fused_moe's scheme."""
+    w13_q, w13_s = reference.quantize_moe_weights(rng.standard_normal((experts, 2 * inter, hidden)) * 0.05, quant)
+    w2_q, w2_s = reference.quantize_moe_weights(rng.standard_normal((experts, hidden, inter)) * 0.05, quant)
+
+    def held(w):
+        if quant is None:
+            return torch.tensor(w.astype(np.float32), dtype=torch.bfloat16)
+        return torch.from_numpy(w.view(np.uint8)).view(torch.float8_e4m3fn)
+
+    return held(w13_q), held(w2_q), w13_s, w2_s, w13_q, w2_q
+
+
+@pytest.mark.parametrize("quant", ["fp8_tensor", "fp8_block128", None])
 @pytest.mark.parametrize("ep, top_k, weights_on_input", [(None, 2, False), ("contiguous", 2, False),
                                                          ("expert_map", 2, False), (None, 1, True)])
 def test_experts_match_reference(quant, ep, top_k, weights_on_input):
@@ -490,23 +503,23 @@ def test_experts_match_reference(quant, ep, top_k, weights_on_input):
     rng = np.random.default_rng(11)
     E, H, I, T = 8, 256, 256, 7
     mine = {None: list(range(E)), "contiguous": list(range(4, 8)), "expert_map": [1, 3, 5, 7]}[ep]
-    w13_q, w13_s = reference.quantize_moe_weights(rng.standard_normal((E, 2 * I, H))[mine] * 0.05, quant)
-    w2_q, w2_s = reference.quantize_moe_weights(rng.standard_normal((E, H, I))[mine] * 0.05, quant)
+    w1, w2, w13_s, w2_s, w13_q, w2_q = moe_weights(rng, len(mine), H, I, quant)
     x = torch.tensor(rng.standard_normal((T, H)), dtype=torch.bfloat16)
     ids = torch.tensor(np.stack([rng.choice(E, top_k, replace=False) for _ in range(T)]), dtype=torch.int32)
     weights = torch.tensor(rng.random((T, top_k)) + 0.5, dtype=torch.float32)
     static = quant == "fp8_tensor"
-    qc = fp8_w8a8_moe_quant_config(w1_scale=torch.tensor(w13_s), w2_scale=torch.tensor(w2_s),
-                                   a1_scale=torch.tensor(0.02) if static else None,
-                                   a2_scale=torch.tensor(0.004) if static else None,
-                                   block_shape=None if static else [128, 128])
+    if quant is None:
+        from vllm.model_executor.layers.fused_moe.config import FUSED_MOE_UNQUANTIZED_CONFIG as qc
+    else:
+        qc = fp8_w8a8_moe_quant_config(w1_scale=torch.tensor(w13_s), w2_scale=torch.tensor(w2_s),
+                                       a1_scale=torch.tensor(0.02) if static else None,
+                                       a2_scale=torch.tensor(0.004) if static else None,
+                                       block_shape=None if static else [128, 128])
     experts = experts_for(E, H, I, top_k, 1 if ep is None else 2, 0 if ep is None else 1, qc)
     expert_map = None
     if ep == "expert_map":
         expert_map = torch.full((E,), -1, dtype=torch.int32)
         expert_map[mine] = torch.arange(len(mine), dtype=torch.int32)
-    w1 = torch.from_numpy(w13_q.view(np.uint8)).view(torch.float8_e4m3fn)
-    w2 = torch.from_numpy(w2_q.view(np.uint8)).view(torch.float8_e4m3fn)
     out = torch.full((T, H), float("nan"), dtype=torch.bfloat16)
     experts.apply(out, x, w1, w2, weights, ids, MoEActivation.SILU, E, expert_map, None, None, None, None, None,
                   weights_on_input)
@@ -517,7 +530,46 @@ def test_experts_match_reference(quant, ep, top_k, weights_on_input):
                                else weights.numpy(), local_ids, quant=quant, w13_scale=w13_s, w2_scale=w2_s,
                                a13_scale=0.02 if static else None, a2_scale=0.004 if static else None)
     err = reference.relative_error(out.float().numpy(), want)
-    assert err < 5e-3, err
+    assert err < (1e-2 if quant is None else 5e-3), err
+
+
+def test_bf16_layers_select_hpc_xla_through_vllms_unquantized_path(monkeypatch):
+    """`--moe-backend hpc` on a bf16 model: vLLM's unquantized MoE method picks our experts (its own oracle refuses
+    "hpc"), builds its modular kernel around them, and the layer's output matches the fp64 reference. Other backends
+    keep vLLM's selection."""
+    import dataclasses
+
+    from vllm.model_executor.layers.fused_moe import unquantized_fused_moe_method as method
+    from vllm.model_executor.layers.fused_moe.activation import MoEActivation
+    from vllm.model_executor.layers.fused_moe.config import FUSED_MOE_UNQUANTIZED_CONFIG
+    from vllm.model_executor.layers.fused_moe.oracle.unquantized import (UnquantizedMoeBackend,
+                                                                         make_unquantized_moe_kernel)
+
+    from hpc_xla.vllm.moe import HpcXlaExperts
+
+    rng = np.random.default_rng(5)
+    E, H, I, K, T = 8, 256, 128, 2, 9
+    config = dataclasses.replace(experts_for(E, H, I, K, 1, 0, FUSED_MOE_UNQUANTIZED_CONFIG).moe_config,
+                                 moe_backend="hpc")
+    with pytest.raises(ValueError, match="hpc_xla's MoE experts cannot run this bf16 layer: kernel does not support "
+                                         "current device"):
+        method.select_unquantized_moe_backend(moe_config=config)  # this machine has no Hopper GPU
+    monkeypatch.setattr(HpcXlaExperts, "_supports_current_device", staticmethod(lambda: True))
+    backend, experts_cls = method.select_unquantized_moe_backend(moe_config=config)
+    assert (backend, experts_cls) == (UnquantizedMoeBackend.TRITON, HpcXlaExperts)
+    with pytest.raises(ValueError, match="not supported for unquantized MoE"):  # vLLM's own answer, unchanged
+        method.select_unquantized_moe_backend(moe_config=dataclasses.replace(config, moe_backend="cutlass"))
+
+    kernel = make_unquantized_moe_kernel(FUSED_MOE_UNQUANTIZED_CONFIG, config, backend, experts_cls)
+    w1, w2, _, _, w13_q, w2_q = moe_weights(rng, E, H, I, None)
+    x = torch.tensor(rng.standard_normal((T, H)), dtype=torch.bfloat16)
+    ids = torch.tensor(np.stack([rng.choice(E, K, replace=False) for _ in range(T)]), dtype=torch.int32)
+    weights = torch.tensor(rng.random((T, K)), dtype=torch.float32)
+    out = kernel.apply(hidden_states=x, w1=w1, w2=w2, topk_weights=weights, topk_ids=ids,
+                       activation=MoEActivation.SILU, global_num_experts=E, expert_map=None,
+                       apply_router_weight_on_input=False)
+    want = reference.fused_moe(x.double().numpy(), w13_q, w2_q, weights.numpy(), ids.numpy(), quant=None)
+    assert reference.relative_error(out.float().numpy(), want) < 1e-2
 
 
 def test_experts_declare_what_vllm_selects_them_for():

@@ -6,9 +6,10 @@
 vLLM calls `register()` in every process (entry-point group `vllm.general_plugins`, name `hpc_xla`; filter with
 VLLM_PLUGINS). It points vLLM's HPC names at hpc_xla: the HPC_ATTN member of AttentionBackendEnum (a new member
 cannot take an in-tree name, and vLLM resolves a backend by the enum name its get_name() returns), the
-`hpc_moe.HPCExperts` class that vLLM's fp8 MoE oracle imports lazily for "hpc" (vLLM has no registry for
-out-of-tree MoE backends), and `HpcRopeNorm`, the fused QK-norm + RoPE + KV-write prologue that models such as
-HunYuan V3 build when the backend is HPC_ATTN (without this, they would need Tencent's `hpc` package). Idempotent.
+`hpc_moe.HPCExperts` class that vLLM's fp8 MoE oracle imports lazily for "hpc" and the bf16 MoE layers' backend
+selection (vLLM has no registry for out-of-tree MoE backends; its unquantized oracle refuses "hpc"), and
+`HpcRopeNorm`, the fused QK-norm + RoPE + KV-write prologue that models such as HunYuan V3 build when the backend
+is HPC_ATTN (without this, they would need Tencent's `hpc` package). Idempotent.
 What each does: hpc_xla.vllm.attention, hpc_xla.vllm.moe, hpc_xla.vllm.rope_norm.
 """
 
@@ -30,15 +31,22 @@ def register():
 
 def _register():
     from vllm.model_executor.layers import hpc as hpc_layers
-    from vllm.model_executor.layers.fused_moe import hpc_moe
+    from vllm.model_executor.layers.fused_moe import hpc_moe, unquantized_fused_moe_method
     from vllm.model_executor.layers.hpc import rope_norm as hpc_rope_norm
     from vllm.v1.attention.backends.registry import AttentionBackendEnum, register_backend
 
-    from hpc_xla.vllm.moe import HpcXlaExperts
+    from hpc_xla.vllm.moe import HpcXlaExperts, select_unquantized_backend
     from hpc_xla.vllm.rope_norm import HpcXlaRopeNorm
 
     register_backend(AttentionBackendEnum.HPC_ATTN, ATTENTION_BACKEND)
     hpc_moe.HPCExperts = HpcXlaExperts
+    select = unquantized_fused_moe_method.select_unquantized_moe_backend
+    if not getattr(select, "hpc_xla", False):  # bf16 MoE layers: "hpc" -> ours, anything else -> vLLM's choice
+        def select_hpc_xla(moe_config, _vllm_select=select):
+            return select_unquantized_backend(moe_config, _vllm_select)
+
+        select_hpc_xla.hpc_xla = True
+        unquantized_fused_moe_method.select_unquantized_moe_backend = select_hpc_xla
     # models import the name from the package when they are built, normally after the plugins ran
     hpc_layers.HpcRopeNorm = hpc_rope_norm.HpcRopeNorm = HpcXlaRopeNorm
     for name in ("vllm.model_executor.models.hy_v3",):

@@ -1,12 +1,14 @@
-"""vLLM 0.33 MoE experts on hpc_xla's fused_moe (`--moe-backend hpc` once the plugin in hpc_xla.vllm has rebound
-vLLM's `hpc_moe.HPCExperts` to this class: vLLM has no registry for out-of-tree MoE backends, and its fp8 oracle
-imports that name lazily).
+"""vLLM 0.33 MoE experts on hpc_xla's fused_moe, selected with `--moe-backend hpc`. vLLM has no registry for
+out-of-tree MoE backends, so the plugin in hpc_xla.vllm rebinds the names vLLM's oracles look up: fp8 models through
+`hpc_moe.HPCExperts` (imported lazily by the fp8 oracle), bf16 models through `select_unquantized_backend` below
+(vLLM's own unquantized oracle refuses "hpc").
 
 FP8 models: per-tensor weights with static activation scales, and 128x128 block weights with dynamic per-token
-128-column activations (DeepSeek-V3 style). The layer hands over bf16 activations (`expects_unquantized_inputs`)
-and hpc_xla quantizes them inside its pipeline; the top-k weighted reduce is fused too, so vLLM's finalize does
-nothing. Expert parallelism: vLLM's global ids, with this rank's experts found from `expert_map` when there is one
-(any placement) or as the contiguous range [ep_rank * E_local, (ep_rank + 1) * E_local) when not.
+128-column activations (DeepSeek-V3 style); bf16 models: bf16 weights and activations. The layer hands over bf16
+activations (`expects_unquantized_inputs`) and hpc_xla quantizes them inside its pipeline; the top-k weighted reduce
+is fused too, so vLLM's finalize does nothing. Expert parallelism: vLLM's global ids, with this rank's experts found
+from `expert_map` when there is one (any placement) or as the contiguous range [ep_rank * E_local,
+(ep_rank + 1) * E_local) when not.
 """
 
 import torch
@@ -18,7 +20,7 @@ from vllm.model_executor.layers.quantization.utils.quant_utils import (kFp8Dynam
                                                                        kFp8StaticTensorSym)
 from vllm.platforms import current_platform
 
-SCHEMES = ((kFp8StaticTensorSym, kFp8StaticTensorSym), (kFp8Static128BlockSym, kFp8Dynamic128Sym))
+SCHEMES = ((kFp8StaticTensorSym, kFp8StaticTensorSym), (kFp8Static128BlockSym, kFp8Dynamic128Sym), (None, None))
 
 
 class HpcXlaExperts(mk.FusedMoEExpertsModular):
@@ -26,14 +28,18 @@ class HpcXlaExperts(mk.FusedMoEExpertsModular):
 
     def __init__(self, moe_config, quant_config):
         super().__init__(moe_config, quant_config)
-        if quant_config.weight_quant_dtype != torch.float8_e4m3fn:
-            raise ValueError("hpc_xla MoE experts take float8_e4m3fn weights; got %s" % quant_config.weight_quant_dtype)
+        if quant_config.weight_quant_dtype not in (torch.float8_e4m3fn, None):
+            raise ValueError("hpc_xla MoE experts take float8_e4m3fn or bfloat16 weights; got %s"
+                             % quant_config.weight_quant_dtype)
         if moe_config.in_dtype != torch.bfloat16:
             raise ValueError("hpc_xla MoE experts write bfloat16; the model's dtype is %s" % moe_config.in_dtype)
         parallel = moe_config.moe_parallel_config
         self.num_local_experts = moe_config.num_local_experts
         self.expert_offset = parallel.ep_rank * moe_config.num_local_experts if parallel.use_ep else 0
-        self.quant = "fp8_block128" if quant_config.is_block_quantized else "fp8_tensor"
+        if quant_config.weight_quant_dtype is None:
+            self.quant = None
+        else:
+            self.quant = "fp8_block128" if quant_config.is_block_quantized else "fp8_tensor"
 
     @property
     def expects_unquantized_inputs(self):
@@ -95,7 +101,7 @@ class HpcXlaExperts(mk.FusedMoEExpertsModular):
         else:
             offset = self.expert_offset
         experts = global_num_experts  # the routing's expert count: it sizes the pipeline's tiles
-        scales = dict(w13_scale=qc.w1_scale, w2_scale=qc.w2_scale)
+        scales = {} if self.quant is None else dict(w13_scale=qc.w1_scale, w2_scale=qc.w2_scale)
         if self.quant == "fp8_tensor":
             if qc.a1_scale is None or qc.a2_scale is None:
                 raise ValueError("hpc_xla MoE experts: fp8 per-tensor needs static activation scales "
@@ -112,3 +118,18 @@ def _per_expert(scale, weight, name):
         raise ValueError("hpc_xla MoE experts: %s weight scale must hold one value per expert (%d); got shape %s"
                          % (name, weight.shape[0], tuple(scale.shape)))
     return scale.reshape(weight.shape[0]).float()
+
+
+def select_unquantized_backend(moe_config, vllm_select):
+    """Stands in for vLLM's select_unquantized_moe_backend (bf16 MoE layers): "hpc" -> these experts on the TRITON
+    backend's terms (vLLM's w13 [E, 2I, H] / w2 [E, H, I] layout as loaded, no padding, modular prepare/finalize);
+    any other choice -> vLLM's own selection."""
+    if moe_config.moe_backend != "hpc":
+        return vllm_select(moe_config=moe_config)
+    from vllm.model_executor.layers.fused_moe.oracle.unquantized import UnquantizedMoeBackend
+
+    ok, reason = HpcXlaExperts.is_supported_config(HpcXlaExperts, moe_config, None, None,
+                                                   mk.FusedMoEActivationFormat.Standard)
+    if not ok:
+        raise ValueError("--moe-backend hpc: hpc_xla's MoE experts cannot run this bf16 layer: %s" % reason)
+    return UnquantizedMoeBackend.TRITON, HpcXlaExperts
