@@ -287,6 +287,35 @@ def test_mixed_batch_matches_reference(tmp_path_factory, monkeypatch, page_size,
         assert err < tol, (rows, err)
 
 
+@pytest.fixture(scope="module")
+def bf16_backend(tmp_path_factory):
+    return make_backend(tmp_path_factory, 16, False)
+
+
+def test_random_batches_match_reference(bf16_backend):
+    """Hypothesis-drawn steps as vLLM orders them (decodes, then extends / prefills, then padding requests): every
+    real token's output against the fp64 reference, whatever the split."""
+    from hypothesis import given, settings
+    from hypothesis import strategies as st
+
+    builder, impl = bf16_backend
+    decodes = st.lists(st.tuples(st.integers(1, 200), st.just(1)), max_size=4)
+    prefills = st.lists(st.tuples(st.integers(0, 120), st.integers(2, 40)), max_size=3)
+
+    @settings(max_examples=25, deadline=None)
+    @given(decodes=decodes, prefills=prefills, padded=st.integers(0, 2), seed=st.integers(0, 2 ** 16))
+    def check(decodes, prefills, padded, seed):
+        if not decodes + prefills:
+            return
+        batch = Batch(decodes + prefills, 16, False, np.random.default_rng(seed), padded=padded)
+        meta, out = run_step(builder, impl, batch)
+        assert meta.num_decodes == (len(decodes) + (padded if not prefills else 0))
+        err = reference.relative_error(out.float().numpy(), batch.expected(HEAD_DIM ** -0.5))
+        assert err < 1e-2, err
+
+    check()
+
+
 def test_decode_only_steps_reuse_one_plan_per_batch_size(tmp_path_factory):
     """A uniform decode step (what FULL CUDA graphs replay), padded with zero-length requests as vLLM pads them: the
     plan of a batch size is refilled in place (same buffers every step) and every plan shares one workspace."""
