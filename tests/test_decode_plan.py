@@ -166,13 +166,26 @@ def test_plans_share_a_given_workspace():
     q = torch.randn(2, 8, 128, dtype=torch.bfloat16)
     cache = torch.randn(40, 16, 2, 128, dtype=torch.bfloat16)
     table = torch.arange(40, dtype=torch.int32).reshape(2, 20)
-    torch.testing.assert_close(ht.decode_attention(q, cache, cache, table, lens, small),
-                               ht.decode_attention(q, cache, cache, table, lens, ht.decode_plan(lens, **shape)),
-                               rtol=0, atol=0)
-    with pytest.raises(ValueError, match=r"workspace must be a 1-D float32 tensor on cpu with >= \d+ elements"):
+    own = ht.decode_attention(q, cache, cache, table, lens, ht.decode_plan(lens, **shape))
+    lens40 = torch.arange(40, dtype=torch.int32) * 7
+    q40, table40 = torch.randn(40, 8, 128, dtype=torch.bfloat16), torch.randint(0, 40, (40, 20), dtype=torch.int32)
+    other = ht.decode_plan(lens40, workspace=big.workspace, **shape)  # a second plan on the same buffer
+    own40 = ht.decode_attention(q40, cache, cache, table40, lens40, ht.decode_plan(lens40, **shape))
+    for _ in range(2):  # the plans' calls interleaved, the shared scratch poisoned in between
+        big.workspace.fill_(float("nan"))
+        torch.testing.assert_close(ht.decode_attention(q, cache, cache, table, lens, small), own, rtol=0, atol=0)
+        big.workspace.fill_(float("nan"))
+        torch.testing.assert_close(ht.decode_attention(q40, cache, cache, table40, lens40, other), own40, rtol=0,
+                                   atol=0)
+    bad = r"workspace must be a contiguous, 16-byte aligned 1-D float32 tensor on cpu with >= \d+ elements"
+    with pytest.raises(ValueError, match=bad):
         ht.decode_plan(lens, workspace=torch.empty(5, dtype=torch.float32), **shape)
-    with pytest.raises(ValueError, match=r"workspace must be a 1-D float32"):
+    with pytest.raises(ValueError, match=bad):
         ht.decode_plan(lens, workspace=torch.empty(big.workspace.shape, dtype=torch.float16), **shape)
+    with pytest.raises(ValueError, match=r"address % 16 = 4"):  # the kernels use float4 accesses on it
+        ht.decode_plan(lens, workspace=big.workspace[1:], **shape)
+    with pytest.raises(ValueError, match=r"strides \(2,\)"):
+        ht.decode_plan(lens, workspace=torch.empty(2 * big.workspace.shape[0])[::2], **shape)
     with pytest.raises(ValueError, match=r"workspace applies to a new plan"):
         ht.decode_plan(lens, out=small, workspace=big.workspace, **shape)
     with pytest.raises(TypeError, match=r"workspace"):

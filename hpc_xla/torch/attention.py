@@ -86,10 +86,12 @@ def decode_plan(seq_lens, *, num_kv_heads, num_q_heads, head_dim, page_size, q_l
         if workspace is None:
             workspace = torch.empty(config.workspace_size, dtype=torch.float32, device=seq_lens.device)
         elif (workspace.dtype != torch.float32 or workspace.dim() != 1 or workspace.device != seq_lens.device
-              or workspace.shape[0] < config.workspace_size):
-            raise ValueError("decode_plan: workspace must be a 1-D float32 tensor on %s with >= %d elements; got %s %s "
-                             "on %s" % (seq_lens.device, config.workspace_size, workspace.dtype,
-                                        tuple(workspace.shape), workspace.device))
+              or workspace.shape[0] < config.workspace_size or not workspace.is_contiguous()
+              or workspace.data_ptr() % 16):
+            raise ValueError("decode_plan: workspace must be a contiguous, 16-byte aligned 1-D float32 tensor on %s "
+                             "with >= %d elements; got %s %s (strides %s, address %% 16 = %d) on %s"
+                             % (seq_lens.device, config.workspace_size, workspace.dtype, tuple(workspace.shape),
+                                tuple(workspace.stride()), workspace.data_ptr() % 16, workspace.device))
         out = DecodePlan(torch.empty(config.plan_size, dtype=torch.int32, device=seq_lens.device), workspace, config)
     elif workspace is not None:
         raise ValueError("decode_plan: workspace applies to a new plan; a refilled plan (out=) keeps its own")

@@ -31,7 +31,14 @@ HEAD_SIZES = (64, 128, 256)
 PAGE_SIZES = (16, 32, 64)
 MAX_GQA = 16
 KV_CACHE_DTYPES = ("auto", "bfloat16", "float16", "fp8", "fp8_e4m3")
-FUSED_PROLOGUE_LAYERS = set()  # layers whose K/V hpc_xla.vllm.rope_norm writes (with q's RoPE and QK-norm)
+FUSED_PROLOGUE = "hpc_xla_fused_prologue"  # set on an Attention layer whose K/V hpc_xla.vllm.rope_norm writes
+
+
+def has_fused_prologue(vllm_config, layer_name):
+    """Whether the model built hpc_xla's prologue for this attention layer (a flag on the layer module itself, so
+    another engine in the same process with the same layer names is not affected)."""
+    layer = vllm_config.compilation_config.static_forward_context.get(layer_name)
+    return bool(getattr(layer, FUSED_PROLOGUE, False))
 
 
 def decode_query_len(vllm_config):
@@ -90,7 +97,7 @@ class HpcXlaAttentionMetadataBuilder(AttentionMetadataBuilder[HpcXlaAttentionMet
         self.head_dim = kv_cache_spec.head_size
         self.page_size = kv_cache_spec.block_size
         self.kv_dtype = cache_dtype(vllm_config.cache_config.cache_dtype, model.dtype)
-        self.fused_prologue = any(name in FUSED_PROLOGUE_LAYERS for name in layer_names)
+        self.fused_prologue = any(has_fused_prologue(vllm_config, name) for name in layer_names)
         # the prologue hands an fp8 cache's decodes fp8 q (another kernel, another occupancy)
         self.q_dtype = self.kv_dtype if self.fused_prologue and self.kv_dtype.itemsize == 1 else model.dtype
         self.max_batch = vllm_config.scheduler_config.max_num_seqs
@@ -138,12 +145,11 @@ class HpcXlaAttentionMetadataBuilder(AttentionMetadataBuilder[HpcXlaAttentionMet
             q_scale=None if self._q_scale is None else self._q_scale[:cam.num_actual_tokens])
 
     def _token_positions(self, cam):
-        """Position of every token: vLLM's (model runner V2 hands them over, in a persistent buffer), else its
-        request's seq_len - q_len + its index among the request's new tokens, computed here into a fixed buffer
-        (device ops, no host sync); padding tokens get 0 (their slot is -1)."""
+        """Position of every token: its request's seq_len - q_len + its index among the request's new tokens,
+        computed here into a fixed buffer (device ops, no host sync); padding tokens get 0 (their slot is -1).
+        Not vLLM's cam.positions: speculative drafters advance seq_lens and slot_mapping between draft steps but
+        leave those positions at the target step's."""
         tokens, real = cam.num_actual_tokens, int(cam.query_start_loc_cpu[cam.num_reqs])
-        if cam.positions is not None:
-            return cam.positions[:tokens]
         if tokens > self._positions.shape[0]:
             raise ValueError("%s: %d tokens in a step, more than the %d the positions buffer was sized for "
                              "(max_num_batched_tokens)" % (NAME, tokens, self._positions.shape[0]))
@@ -220,7 +226,7 @@ class HpcXlaAttentionImpl(AttentionImpl[HpcXlaAttentionMetadata]):
         return (layer._k_scale, layer._v_scale) if self.fp8_cache else (None, None)
 
     def do_kv_cache_update(self, layer, key, value, kv_cache, slot_mapping):
-        if self.kv_sharing_target_layer_name is not None or getattr(layer, "layer_name", None) in FUSED_PROLOGUE_LAYERS:
+        if self.kv_sharing_target_layer_name is not None or getattr(layer, FUSED_PROLOGUE, False):
             return  # the layer reads another layer's cache, or the fused prologue wrote it (key here is unrotated)
         if key.is_cuda:  # vLLM's writer (quantizes an fp8 cache itself; skips slot -1)
             from vllm import _custom_ops

@@ -33,6 +33,9 @@ class HpcXlaExperts(mk.FusedMoEExpertsModular):
                              % quant_config.weight_quant_dtype)
         if moe_config.in_dtype != torch.bfloat16:
             raise ValueError("hpc_xla MoE experts write bfloat16; the model's dtype is %s" % moe_config.in_dtype)
+        unsupported = unsupported_features(moe_config, quant_config)
+        if unsupported:
+            raise NotImplementedError("hpc_xla MoE experts do not implement %s" % ", ".join(unsupported))
         parallel = moe_config.moe_parallel_config
         self.num_local_experts = moe_config.num_local_experts
         self.expert_offset = parallel.ep_rank * moe_config.num_local_experts if parallel.use_ep else 0
@@ -112,6 +115,17 @@ class HpcXlaExperts(mk.FusedMoEExpertsModular):
                      expert_offset=offset, num_experts_global=experts, out=output, **scales)
 
 
+def unsupported_features(moe_config, quant_config=None):
+    """What a layer asks for that fused_moe does not compute (vLLM's experts selection checks none of these, and
+    ignoring them would give wrong output silently): expert biases and the SwiGLU clamp / alpha / beta variants."""
+    named = [("has_bias", moe_config.has_bias), ("swiglu_limit", moe_config.swiglu_limit),
+             ("swiglu_alpha", moe_config.swiglu_alpha), ("swiglu_beta", moe_config.swiglu_beta)]
+    if quant_config is not None:
+        named += [(n, getattr(quant_config, n, None)) for n in ("w1_bias", "w2_bias", "gemm1_alpha", "gemm1_beta",
+                                                                  "gemm1_clamp_limit")]
+    return [n for n, v in named if v not in (None, False)]
+
+
 def _per_expert(scale, weight, name):
     """vLLM keeps one per-tensor scale per expert (w13's two shards requantized to their max at load time)."""
     if scale.numel() != weight.shape[0]:
@@ -130,6 +144,8 @@ def select_unquantized_backend(moe_config, vllm_select):
 
     ok, reason = HpcXlaExperts.is_supported_config(HpcXlaExperts, moe_config, None, None,
                                                    mk.FusedMoEActivationFormat.Standard)
+    if ok and unsupported_features(moe_config):
+        ok, reason = False, "kernel does not support " + ", ".join(unsupported_features(moe_config))
     if not ok:
         raise ValueError("--moe-backend hpc: hpc_xla's MoE experts cannot run this bf16 layer: %s" % reason)
     return UnquantizedMoeBackend.TRITON, HpcXlaExperts

@@ -5,8 +5,8 @@ vLLM builds an `HpcRopeNorm` for every attention layer when the backend is HPC_A
 plugin rebinds that name to `HpcXlaRopeNorm` (same constructor, same custom op `vllm.hpc_rope_norm_forward`, which
 routes to `_forward_impl`). Differences from the Tencent-backed class: no `hpc` package, any GQA ratio up to 16 and
 head_dim 64 / 128 / 256, and the K/V views of vLLM's LBNHC cache are written in place (strided), so there is no
-scratch-then-scatter fallback. The layers it serves skip the attention backend's own KV write
-(FUSED_PROLOGUE_LAYERS), and the fp8 q scales reach the attention through the step's metadata.
+scratch-then-scatter fallback. The attention layers it serves are flagged (attention.FUSED_PROLOGUE) so the backend
+skips its own KV write for them, and the fp8 q scales reach the attention through the step's metadata.
 """
 
 import torch
@@ -34,7 +34,12 @@ class HpcXlaRopeNorm(HpcRopeNorm):
                              "(their weights are the kernel's norm weights)")
         self.layer_name = None
         self.register_layer_name(layer_name)  # vLLM's custom op finds this instance by the layer's name
-        _attention.FUSED_PROLOGUE_LAYERS.add(layer_name)  # their K/V: written here, not by the backend
+        config = get_current_vllm_config_or_none()
+        layer = None if config is None else config.compilation_config.static_forward_context.get(layer_name)
+        if layer is None:
+            raise RuntimeError("HpcXlaRopeNorm: attention layer %r is not built yet (the model builds it first)"
+                               % layer_name)
+        setattr(layer, _attention.FUSED_PROLOGUE, True)  # its K/V: written here, not by the backend
 
     @classmethod
     def support(cls, num_heads, num_kv_heads, head_dim, kv_cache_dtype):
@@ -54,7 +59,10 @@ class HpcXlaRopeNorm(HpcRopeNorm):
         if getattr(m, "positions", None) is None:
             raise RuntimeError("HpcXlaRopeNorm (layer %s) needs hpc_xla's HPC_ATTN metadata with token positions; got "
                                "%s (is the attention backend hpc_xla's?)" % (self.layer_name, type(m).__name__))
-        rows = min(m.num_actual_tokens, m.slot_mapping.shape[0], qkv.shape[0])
+        rows = m.num_actual_tokens
+        if m.slot_mapping.shape[0] < rows or qkv.shape[0] < rows:
+            raise RuntimeError("HpcXlaRopeNorm (layer %s): %d tokens in the step but slot_mapping has %d and qkv %d"
+                               % (self.layer_name, rows, m.slot_mapping.shape[0], qkv.shape[0]))
         qkv = qkv[:rows]
         q = qkv[:, :self.q_size].view(rows, self.num_heads, self.head_dim)
         k = qkv[:, self.q_size:self.q_size + self.kv_size].view(rows, self.num_kv_heads, self.head_dim)
