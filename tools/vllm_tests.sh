@@ -8,8 +8,11 @@ VENV="${HPC_VLLM_VENV:-$HOME/.cache/hpc_xla_vllm_venv}"
 if ! "$VENV/bin/python" -c "import vllm, pytest, hypothesis, ml_dtypes; assert vllm.__version__.startswith('0.33.')" \
     2>/dev/null; then
   python3 -m venv "$VENV"
-  "$VENV/bin/python" -m pip install -q --disable-pip-version-check "vllm>=0.33,<0.34" "pytest>=8" "hypothesis>=6.100" \
-    "ml_dtypes>=0.5"
+  for attempt in 1 2; do  # ~4 GB of wheels: one retry for a dropped download
+    "$VENV/bin/python" -m pip install -q --disable-pip-version-check "vllm>=0.33,<0.34" "pytest>=8" \
+      "hypothesis>=6.100" "ml_dtypes>=0.5" && break
+    [ "$attempt" = 2 ] && exit 1
+  done
 fi
 SUFFIX="$("$VENV/bin/python" -c 'import sysconfig; print(sysconfig.get_config_var("EXT_SUFFIX"))')"
 test -f "hpc_xla/_hpc_xla$SUFFIX" || {
