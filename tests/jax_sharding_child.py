@@ -1,7 +1,8 @@
 """Run by test_jax_sharding.py in a child process with 8 host CPU devices (XLA_FLAGS must be set before jax starts,
 so it cannot share the pytest process): the ops under jax.shard_map the way a JAX serving stack runs them --
 tensor parallel over heads (rope_norm, decode_attention) and over the intermediate size (fused_moe), expert
-parallel over experts (fused_moe with a traced expert_offset) -- each compared with the same op unsharded.
+parallel over experts (fused_moe with a traced expert_offset) -- and hpc_xla.jax.partitioned's ops under plain
+jax.jit with head-sharded operands, each compared with the same op unsharded.
 Prints one 'ok <name> <error>' line per check and 'ALL <n>' at the end; any failure raises (non-zero exit)."""
 
 import os
@@ -13,11 +14,12 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
-from jax.sharding import Mesh  # noqa: E402
+from jax.sharding import Mesh, NamedSharding  # noqa: E402
 from jax.sharding import PartitionSpec as P  # noqa: E402
 
 import decode_harness  # noqa: E402
 import hpc_xla.jax as hj  # noqa: E402
+import hpc_xla.jax.partitioned as hp  # noqa: E402
 import rope_norm_harness  # noqa: E402
 from test_fused_moe import make_problem, run_jax  # noqa: E402
 
@@ -85,6 +87,61 @@ def decode_tp(n=4):
     report("decode_tp%d" % n, rel_err(got, want), 1e-2)
 
 
+def _bytes_equal(a, b):
+    return np.array_equal(np.asarray(a).view(np.uint8), np.asarray(b).view(np.uint8))
+
+
+def _all_gathers(f, *args):
+    return f.lower(*args).compile().as_text().count("all-gather")
+
+
+def rope_norm_jit_partitioned(n=4, fp8=False):
+    """hpc_xla.jax.partitioned.rope_norm under plain jax.jit, q/k/v and the caches sharded over heads: no
+    all-gather, the caches stay sharded, bitwise the unsharded op. With kv heads the mesh cannot divide (n=8 over 4
+    kv heads: only q is sharded, 8 ways) it runs replicated, still right."""
+    case = rope_norm_harness.Case(tokens=24, num_q_heads=16, num_kv_heads=4, page_size=16, num_blocks=4,
+                                  cache_fp8=fp8, q_fp8=fp8)
+    inp = rope_norm_harness.make_inputs(case)
+    want = [w for w in rope_norm_harness.run_jax(case, inp) if w is not None]
+    names = ["q", "k", "v", "positions", "cos_sin_cache", "slot_mapping", "k_cache", "v_cache"]
+    opts = {k: inp[k] for k in ("q_norm_weight", "k_norm_weight", "k_scale", "v_scale")}
+    for devices in (n, 8):
+        m = mesh(devices, "tp")
+        heads, cache, rep = (NamedSharding(m, P(None, "tp", None)), NamedSharding(m, P(None, None, "tp", None)),
+                             NamedSharding(m, P()))
+        kv, kv_cache = (heads, cache) if devices == n else (rep, rep)
+        args = [jax.device_put(inp[k], sh) for k, sh in zip(names, (heads, kv, kv, rep, rep, rep, kv_cache, kv_cache))]
+        f = jax.jit(lambda *a: hp.rope_norm(*a, **opts, **case.kwargs()))
+        got = f(*args)
+        same = all(_bytes_equal(g, w) for g, w in zip(got, want))
+        name = "rope_norm_jit%d%s" % (devices, "_fp8" if fp8 else "")
+        report(name + "_bitwise", 0.0 if same else 1.0, 0.0)
+        if devices == n:  # heads divide: partitioned, nothing gathered, caches still sharded
+            sharded = got[-1].sharding.spec == P(None, None, "tp") and _all_gathers(f, *args) == 0
+            report(name + "_no_gather", 0.0 if sharded else 1.0, 0.0)
+
+
+def decode_jit_partitioned(n=4, fp8=False):
+    """hpc_xla.jax.partitioned.decode_attention under plain jax.jit (q and the caches sharded over heads; each
+    device plans its own heads) against the unsharded op; no all-gather, out sharded over heads."""
+    case = decode_harness.DecodeCase(seq_lens=(100, 0, 1, 700, 65), num_q_heads=16, num_kv_heads=8, page_size=16,
+                                     kv_dtype="float8_e4m3fn" if fp8 else "bfloat16")
+    inp = decode_harness.make_inputs(case)
+    want = decode_harness.run_jax(case, inp)
+    m = mesh(n, "tp")
+    heads, cache, rep = (NamedSharding(m, P(None, "tp", None)), NamedSharding(m, P(None, None, "tp", None)),
+                         NamedSharding(m, P()))
+    names = ("q", "k_cache", "v_cache", "block_table", "seq_lens")
+    args = [jax.device_put(inp[k], sh) for k, sh in zip(names, (heads, cache, cache, rep, rep))]
+    scales = {k: inp[k] for k in ("k_scale", "v_scale") if inp.get(k) is not None}
+    f = jax.jit(lambda *a: hp.decode_attention(*a, sm_scale=case.sm_scale, **scales))
+    got = f(*args)
+    name = "decode_jit%d%s" % (n, "_fp8" if fp8 else "")
+    report(name, rel_err(got, want), 1e-2)
+    sharded = got.sharding.spec == P(None, "tp") and _all_gathers(f, *args) == 0
+    report(name + "_no_gather", 0.0 if sharded else 1.0, 0.0)
+
+
 def moe_tp(quant, n=4):
     """The intermediate size split over n devices (gate and up rows split alike), partial outputs summed."""
     p = make_problem(tokens=12, experts=8, hidden=256, inter=512, top_k=2, quant=quant, seed=3)
@@ -148,6 +205,9 @@ if __name__ == "__main__":
     assert len(jax.devices("cpu")) == 8, jax.devices()
     rope_norm_tp()
     decode_tp()
+    for fp8 in (False, True):
+        rope_norm_jit_partitioned(fp8=fp8)
+        decode_jit_partitioned(fp8=fp8)
     for q in (None, "fp8_tensor", "fp8_block128"):
         moe_tp(q, n=2 if q == "fp8_block128" else 4)
         moe_ep(q)

@@ -20,14 +20,15 @@ ROOT = os.path.dirname(HERE)
 
 
 def test_shard_map_tensor_and_expert_parallel():
+    """shard_map TP / EP of every op, and hpc_xla.jax.partitioned's ops under plain jax.jit (see the child)."""
     env = dict(os.environ, JAX_PLATFORMS="cpu",
                PYTHONPATH=os.pathsep.join(p for p in (ROOT, HERE, os.environ.get("PYTHONPATH")) if p))
     proc = subprocess.run([sys.executable, os.path.join(HERE, "jax_sharding_child.py")], env=env,
                           capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     lines = proc.stdout.splitlines()
-    assert lines[-1] == "ALL 11", proc.stdout
-    assert sum(line.startswith("ok ") for line in lines) == 11, proc.stdout
+    assert lines[-1] == "ALL 21", proc.stdout
+    assert sum(line.startswith("ok ") for line in lines) == 21, proc.stdout
 
 
 @pytest.mark.parametrize("quant", [None, "fp8_tensor"])
@@ -64,3 +65,18 @@ def test_traced_expert_offset_argument_errors():
         hj.fused_moe(*args, expert_offset=jnp.float32(0), num_experts_global=8)
     with pytest.raises(ValueError, match="expert_offset must be an int"):
         hj.fused_moe(*args, expert_offset=jnp.zeros((2,), jnp.int32), num_experts_global=8)
+
+
+def test_partitioned_decode_takes_no_plan():
+    """A plan built for all heads cannot serve a device's share of them: refused with the reason."""
+    import hpc_xla.jax.partitioned as hp
+
+    lens = jnp.array([5, 9], jnp.int32)
+    q, cache = jnp.zeros((2, 8, 128), jnp.bfloat16), jnp.zeros((4, 16, 2, 128), jnp.bfloat16)
+    table = jnp.zeros((2, 2), jnp.int32)
+    plan = hj.decode_plan(lens, num_kv_heads=2, num_q_heads=8, head_dim=128, page_size=16)
+    with pytest.raises(ValueError, match="pass plan=None .each device plans its own heads"):
+        hp.decode_attention(q, cache, cache, table, lens, plan)
+    # without a plan, on one device: the op itself
+    np.testing.assert_array_equal(np.asarray(hp.decode_attention(q, cache, cache, table, lens)),
+                                  np.asarray(hj.decode_attention(q, cache, cache, table, lens)))
