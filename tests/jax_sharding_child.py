@@ -6,6 +6,7 @@ jax.jit with head-sharded operands, each compared with the same op unsharded.
 Prints one 'ok <name> <error>' line per check and 'ALL <n>' at the end; any failure raises (non-zero exit)."""
 
 import os
+import re
 import sys
 
 os.environ["XLA_FLAGS"] = os.environ.get("XLA_FLAGS", "") + " --xla_force_host_platform_device_count=8"
@@ -119,6 +120,14 @@ def rope_norm_jit_partitioned(n=4, fp8=False):
         if devices == n:  # heads divide: partitioned, nothing gathered, caches still sharded
             sharded = got[-1].sharding.spec == P(None, None, "tp") and _all_gathers(f, *args) == 0
             report(name + "_no_gather", 0.0 if sharded else 1.0, 0.0)
+            # donated caches are updated in place: aliased to the results, never copied (plain jax.jit of the
+            # unpartitioned op copies them, 6 cache-shaped copies here)
+            donated = jax.jit(lambda *a: hp.rope_norm(*a, **opts, **case.kwargs()), donate_argnums=(6, 7))
+            hlo = donated.lower(*args).compile().as_text()
+            cache_shaped = re.compile(r"\[%d,%d,\d+,%d\]" % (case.num_blocks, case.page_size, case.head_dim))
+            copies = [line for line in hlo.splitlines() if " copy(" in line and cache_shaped.search(line)]
+            in_place = "input_output_alias" in hlo and not copies
+            report(name + "_in_place", 0.0 if in_place else 1.0, 0.0)
 
 
 def decode_jit_partitioned(n=4, fp8=False):

@@ -27,8 +27,8 @@ def test_shard_map_tensor_and_expert_parallel():
                           capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     lines = proc.stdout.splitlines()
-    assert lines[-1] == "ALL 21", proc.stdout
-    assert sum(line.startswith("ok ") for line in lines) == 21, proc.stdout
+    assert lines[-1] == "ALL 23", proc.stdout
+    assert sum(line.startswith("ok ") for line in lines) == 23, proc.stdout
 
 
 @pytest.mark.parametrize("quant", [None, "fp8_tensor"])
