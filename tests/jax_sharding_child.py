@@ -143,12 +143,34 @@ def decode_jit_partitioned(n=4, fp8=False):
     names = ("q", "k_cache", "v_cache", "block_table", "seq_lens")
     args = [jax.device_put(inp[k], sh) for k, sh in zip(names, (heads, cache, cache, rep, rep))]
     scales = {k: inp[k] for k in ("k_scale", "v_scale") if inp.get(k) is not None}
-    f = jax.jit(lambda *a: hp.decode_attention(*a, sm_scale=case.sm_scale, **scales))
-    got = f(*args)
-    name = "decode_jit%d%s" % (n, "_fp8" if fp8 else "")
-    report(name, rel_err(got, want), 1e-2)
-    sharded = got.sharding.spec == P(None, "tp") and _all_gathers(f, *args) == 0
-    report(name + "_no_gather", 0.0 if sharded else 1.0, 0.0)
+
+    def step(shards):  # one plan per step for a device's share of the heads, reused by two layers
+        def f(q, kc, vc, table, lens):
+            plan = hp.decode_plan(lens, num_kv_heads=kc.shape[2], num_q_heads=q.shape[1], head_dim=q.shape[2],
+                                  page_size=kc.shape[1], kv_dtype=kc.dtype, q_dtype=q.dtype, head_shards=shards)
+            return [hp.decode_attention(q, kc, vc, table, lens, plan, sm_scale=case.sm_scale, **scales)
+                    for _ in range(2)]
+        return jax.jit(f)
+
+    for planned in (False, True):
+        if planned:
+            f = step(n)
+        else:
+            f = jax.jit(lambda *a: [hp.decode_attention(*a, sm_scale=case.sm_scale, **scales)])
+        got = f(*args)
+        name = "decode_jit%d%s%s" % (n, "_fp8" if fp8 else "", "_planned" if planned else "")
+        report(name, max(rel_err(g, want) for g in got), 1e-2)
+        sharded = all(g.sharding.spec == P(None, "tp") for g in got) and _all_gathers(f, *args) == 0
+        report(name + "_no_gather", 0.0 if sharded else 1.0, 0.0)
+    # a plan for a smaller share (split 2n ways) serves each device's heads in two groups; one for a share that
+    # does not divide a device's heads (split n / 2 ways: 4 kv heads per plan, 2 per device) is refused
+    got = step(2 * n)(*args)
+    report(name + "_finer_plan", max(rel_err(g, want) for g in got), 1e-2)
+    try:
+        step(n // 2)(*args)
+        report(name + "_coarser_plan_refused", 1.0, 0.0)
+    except Exception as e:  # noqa: BLE001 -- raised while XLA partitions: jax wraps it (JaxRuntimeError)
+        report(name + "_coarser_plan_refused", 0.0 if "not a multiple" in str(e) else 1.0, 0.0)
 
 
 def moe_tp(quant, n=4):

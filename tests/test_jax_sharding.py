@@ -27,8 +27,8 @@ def test_shard_map_tensor_and_expert_parallel():
                           capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     lines = proc.stdout.splitlines()
-    assert lines[-1] == "ALL 23", proc.stdout
-    assert sum(line.startswith("ok ") for line in lines) == 23, proc.stdout
+    assert lines[-1] == "ALL 31", proc.stdout
+    assert sum(line.startswith("ok ") for line in lines) == 31, proc.stdout
 
 
 @pytest.mark.parametrize("quant", [None, "fp8_tensor"])
@@ -67,16 +67,24 @@ def test_traced_expert_offset_argument_errors():
         hj.fused_moe(*args, expert_offset=jnp.zeros((2,), jnp.int32), num_experts_global=8)
 
 
-def test_partitioned_decode_takes_no_plan():
-    """A plan built for all heads cannot serve a device's share of them: refused with the reason."""
+def test_partitioned_decode_plan_for_a_share_of_the_heads():
+    """On one device a plan for a share of the heads (head_shards=2) runs the heads group by group: equal to the op
+    with its own plan. Bad shares and foreign plans are refused with the reason."""
     import hpc_xla.jax.partitioned as hp
+    from decode_harness import DecodeCase, make_inputs
 
-    lens = jnp.array([5, 9], jnp.int32)
-    q, cache = jnp.zeros((2, 8, 128), jnp.bfloat16), jnp.zeros((4, 16, 2, 128), jnp.bfloat16)
-    table = jnp.zeros((2, 2), jnp.int32)
-    plan = hj.decode_plan(lens, num_kv_heads=2, num_q_heads=8, head_dim=128, page_size=16)
-    with pytest.raises(ValueError, match="pass plan=None .each device plans its own heads"):
-        hp.decode_attention(q, cache, cache, table, lens, plan)
-    # without a plan, on one device: the op itself
-    np.testing.assert_array_equal(np.asarray(hp.decode_attention(q, cache, cache, table, lens)),
-                                  np.asarray(hj.decode_attention(q, cache, cache, table, lens)))
+    case = DecodeCase(seq_lens=(100, 0, 1, 700), num_q_heads=8, num_kv_heads=2, page_size=16)
+    inp = make_inputs(case)
+    args = [jnp.asarray(inp[k]) for k in ("q", "k_cache", "v_cache", "block_table", "seq_lens")]
+    shape = dict(num_kv_heads=2, num_q_heads=8, head_dim=128, page_size=16)
+    plan = hp.decode_plan(args[4], head_shards=2, **shape)
+    assert (plan.config.num_kv_heads, plan.config.num_q_heads) == (1, 4)
+    from hpc_xla import reference
+
+    # (not bitwise: a plan for fewer heads splits the sequences differently, so the merges round differently)
+    assert reference.relative_error(hp.decode_attention(*args, plan), hj.decode_attention(*args)) < 5e-3
+    np.testing.assert_array_equal(np.asarray(hp.decode_attention(*args)), np.asarray(hj.decode_attention(*args)))
+    with pytest.raises(ValueError, match=r"num_kv_heads \(2\) must split evenly into head_shards \(4\)"):
+        hp.decode_plan(args[4], head_shards=4, **shape)
+    with pytest.raises(TypeError, match="plan must come from hpc_xla.jax.partitioned.decode_plan"):
+        hp.decode_attention(*args, plan.array)

@@ -8,8 +8,11 @@ the same thing `jax.shard_map` does by hand (see README) -- and the cache stays 
 The head axis is the mesh axis that shards the cache's head dimension (k_cache.shape[2]), else q's (q.shape[1]);
 it must divide both head counts. Every other dimension is replicated (XLA gathers a token- or block-sharded
 operand first). When no usable head sharding is found, the op runs replicated, as without these wrappers.
-decode_attention plans on each device for its own heads, so it takes no plan here (each call builds one: one small
-kernel per call; pass a plan only under shard_map). Same arguments and results as hpc_xla.jax otherwise.
+decode_attention's plan describes ONE device's share of the heads: build it with decode_plan below
+(`head_shards` = the size of the mesh axis the heads are split over; the plan runs replicated and is reused by every
+layer), or pass none and each call plans for itself (one small kernel per call). A plan for g kv heads also serves
+calls with a multiple of g heads (unpartitioned, or split fewer ways), one group of g after another; other counts
+are refused when the call is traced. Same arguments and results as hpc_xla.jax otherwise.
 """
 
 import functools
@@ -20,7 +23,9 @@ from jax.experimental.custom_partitioning import custom_partitioning
 from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
+from hpc_xla.jax.attention import DecodePlan
 from hpc_xla.jax.attention import decode_attention as _decode_attention
+from hpc_xla.jax.attention import decode_plan as _decode_plan
 from hpc_xla.jax.rope_norm import rope_norm as _rope_norm
 
 
@@ -135,25 +140,68 @@ _DECODE_OPTIONAL = (("q_scale", (2, 1), "r hq"), ("k_scale", (0, None), ""), ("v
 
 
 @functools.lru_cache(maxsize=None)
-def _decode_op(present, static):
+def _decode_op(present, with_plan, plan_config, static):
     kwargs = dict(static)
     optional = _given(_DECODE_OPTIONAL, present)
     names = [name for name, _, _ in optional]
+    plan_operand = ((1, None),) if with_plan else ()
+
+    def attend(q, k_cache, v_cache, table, lens, plan, opts):
+        return _decode_attention(q, k_cache, v_cache, table, lens, plan, **opts, **kwargs)
 
     def run(*arrays):
-        return _decode_attention(*arrays[:5], **dict(zip(names, arrays[5:])), **kwargs)
+        q, k_cache, v_cache, table, lens = arrays[:5]
+        opts = dict(zip(names, arrays[6:] if with_plan else arrays[5:]))
+        if not with_plan:
+            return attend(q, k_cache, v_cache, table, lens, None, opts)
+        plan = DecodePlan(arrays[5], plan_config)
+        # A plan for g kv heads serves any multiple of g, group by group (the same schedule for every group): the
+        # partitioned call has exactly g per device; the whole op (one device, or the shapes traced before
+        # partitioning) runs its head groups one after another.
+        g_kv, g_q = plan_config.num_kv_heads, plan_config.num_q_heads
+        groups = k_cache.shape[2] // g_kv
+        if k_cache.shape[2] % g_kv or q.shape[1] != groups * g_q:
+            raise ValueError("hpc_xla.jax.partitioned.decode_attention: the plan is for %d kv / %d q heads per "
+                             "device; this call has %d / %d, not a multiple" % (g_kv, g_q, k_cache.shape[2],
+                                                                                 q.shape[1]))
+        if groups == 1:
+            return attend(q, k_cache, v_cache, table, lens, plan, opts)
+        parts = []
+        for i in range(groups):
+            sub = dict(opts)
+            if "q_scale" in sub:
+                sub["q_scale"] = sub["q_scale"][:, i * g_q:(i + 1) * g_q]
+            kv = slice(i * g_kv, (i + 1) * g_kv)
+            parts.append(attend(q[:, i * g_q:(i + 1) * g_q], k_cache[:, :, kv], v_cache[:, :, kv], table, lens, plan,
+                                sub))
+        return jnp.concatenate(parts, axis=1)
 
-    rule = ", ".join(_DECODE_RULE + tuple(r for _, _, r in optional)) + " -> r hq d"
-    return _head_parallel(run, _DECODE_OPERANDS + tuple(layout for _, layout, _ in optional), ((3, 1),), rule, 0, 1)
+    rule = ", ".join(_DECODE_RULE + (("s",) if with_plan else ()) + tuple(r for _, _, r in optional)) + " -> r hq d"
+    operands = _DECODE_OPERANDS + plan_operand + tuple(layout for _, layout, _ in optional)
+    return _head_parallel(run, operands, ((3, 1),), rule, 0, 1)
+
+
+def decode_plan(seq_lens, *, num_kv_heads, num_q_heads, head_shards, **options):
+    """hpc_xla.jax.decode_plan for ONE device's share of the heads when they are split `head_shards` ways (the
+    size of the mesh axis that shards the cache's heads): build once per step, pass to every layer's
+    decode_attention here. Same other arguments as hpc_xla.jax.decode_plan."""
+    for name, heads in (("num_kv_heads", num_kv_heads), ("num_q_heads", num_q_heads)):
+        if not isinstance(head_shards, int) or head_shards < 1 or heads % head_shards:
+            raise ValueError("hpc_xla.jax.partitioned.decode_plan: %s (%s) must split evenly into head_shards (%r)"
+                             % (name, heads, head_shards))
+    return _decode_plan(seq_lens, num_kv_heads=num_kv_heads // head_shards, num_q_heads=num_q_heads // head_shards,
+                        **options)
 
 
 def decode_attention(q, k_cache, v_cache, block_table, seq_lens, plan=None, *, q_scale=None, k_scale=None,
                      v_scale=None, **options):
-    """hpc_xla.jax.decode_attention, partitioned over heads under jax.jit (see the module docstring). No plan:
-    each device plans for its own heads."""
-    if plan is not None:
-        raise ValueError("hpc_xla.jax.partitioned.decode_attention: pass plan=None (each device plans its own heads; "
-                         "a plan built for all heads would not match a device's share)")
+    """hpc_xla.jax.decode_attention, partitioned over heads under jax.jit (see the module docstring). plan: from
+    decode_plan above (one device's share of the heads), or None (each call plans for itself)."""
+    if plan is not None and not isinstance(plan, DecodePlan):
+        raise TypeError("hpc_xla.jax.partitioned.decode_attention: plan must come from "
+                        "hpc_xla.jax.partitioned.decode_plan (or None); got %s" % type(plan).__name__)
     optional = (q_scale, _scalar(k_scale), _scalar(v_scale))
-    op = _decode_op(tuple(x is not None for x in optional), tuple(sorted(options.items())))
-    return op(q, k_cache, v_cache, block_table, seq_lens, *[x for x in optional if x is not None])
+    op = _decode_op(tuple(x is not None for x in optional), plan is not None, None if plan is None else plan.config,
+                    tuple(sorted(options.items())))
+    given = ([plan.array] if plan is not None else []) + [x for x in optional if x is not None]
+    return op(q, k_cache, v_cache, block_table, seq_lens, *given)
