@@ -232,6 +232,30 @@ def moe_ep(quant, n=8, fused_routing=False):
     report("fused_moe_ep%d_%s%s" % (n, quant, "_routed" if fused_routing else ""), rel_err(got, want), 1e-2)
 
 
+def moe_jit_partitioned(quant, n=8):
+    """hpc_xla.jax.partitioned.fused_moe under plain jax.jit, experts (and their scales) sharded over n devices, a
+    shared output added once: the one-device op's result (float32 sum of bfloat16 partials: 1e-2), and no
+    all-gather of the weights (each device keeps its experts; only the outputs are all-reduced)."""
+    p = make_problem(tokens=16, experts=32, hidden=256, inter=128, top_k=4, quant=quant, shared=True, seed=6)
+    want = run_jax(p)
+    m = mesh(n, "ep")
+    ep, rep = NamedSharding(m, P("ep")), NamedSharding(m, P())
+    put = {k: jax.device_put(p[k], ep if k in ("w13", "w2", "w13_scale", "w2_scale") else rep)
+           for k in ("x", "w13", "w2", "topk_weights", "topk_ids", "w13_scale", "w2_scale", "shared_output")
+           if p[k] is not None}
+    kw = dict(quant=quant, a13_scale=p["a13_scale"], a2_scale=p["a2_scale"],
+              **{k: put[k] for k in ("w13_scale", "w2_scale") if k in put})
+
+    def f(x, w13, w2, w, ids, shared):
+        return hp.fused_moe(x, w13, w2, w, ids, shared_output=shared, **kw)
+
+    f = jax.jit(f)
+    args = [put[k] for k in ("x", "w13", "w2", "topk_weights", "topk_ids", "shared_output")]
+    name = "fused_moe_jit_ep%d_%s" % (n, quant)
+    report(name, rel_err(f(*args), want), 1e-2)
+    report(name + "_no_gather", 0.0 if _all_gathers(f, *args) == 0 else 1.0, 0.0)
+
+
 if __name__ == "__main__":
     assert len(jax.devices("cpu")) == 8, jax.devices()
     rope_norm_tp()
@@ -243,4 +267,6 @@ if __name__ == "__main__":
         moe_tp(q, n=2 if q == "fp8_block128" else 4)
         moe_ep(q)
     moe_ep(None, fused_routing=True)
+    for q in (None, "fp8_tensor", "fp8_block128"):
+        moe_jit_partitioned(q)
     print("ALL", len(CHECKS))

@@ -27,8 +27,8 @@ def test_shard_map_tensor_and_expert_parallel():
                           capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     lines = proc.stdout.splitlines()
-    assert lines[-1] == "ALL 31", proc.stdout
-    assert sum(line.startswith("ok ") for line in lines) == 31, proc.stdout
+    assert lines[-1] == "ALL 37", proc.stdout
+    assert sum(line.startswith("ok ") for line in lines) == 37, proc.stdout
 
 
 @pytest.mark.parametrize("quant", [None, "fp8_tensor"])
@@ -88,3 +88,22 @@ def test_partitioned_decode_plan_for_a_share_of_the_heads():
         hp.decode_plan(args[4], head_shards=4, **shape)
     with pytest.raises(TypeError, match="plan must come from hpc_xla.jax.partitioned.decode_plan"):
         hp.decode_attention(*args, plan.array)
+
+
+@pytest.mark.parametrize("quant", [None, "fp8_tensor"])
+def test_partitioned_fused_moe_on_one_device_is_the_op(quant):
+    """Unsharded, the partitioned fused_moe is the op itself (bitwise), fused routing and an expert offset included."""
+    import hpc_xla.jax.partitioned as hp
+
+    p = make_problem(tokens=9, experts=8, hidden=128, inter=128, top_k=2, quant=quant, expert_offset=8,
+                     extra_experts=8, shared=True, seed=2)
+    kw = {k: p[k] for k in ("quant", "w13_scale", "w2_scale", "a13_scale", "a2_scale", "expert_offset",
+                            "num_experts_global", "shared_output")}
+    args = (p["x"], p["w13"], p["w2"])
+    np.testing.assert_array_equal(np.asarray(hp.fused_moe(*args, p["topk_weights"], p["topk_ids"], **kw)),
+                                  np.asarray(hj.fused_moe(*args, p["topk_weights"], p["topk_ids"], **kw)))
+    logits = jnp.asarray(np.random.default_rng(1).standard_normal((9, 24)), jnp.float32)
+    np.testing.assert_array_equal(np.asarray(hp.fused_moe(*args, router_logits=logits, top_k=2, **kw)),
+                                  np.asarray(hj.fused_moe(*args, router_logits=logits, top_k=2, **kw)))
+    with pytest.raises(ValueError, match="expert_offset must be an int"):
+        hp.fused_moe(*args, p["topk_weights"], p["topk_ids"], **dict(kw, expert_offset=jnp.int32(8)))

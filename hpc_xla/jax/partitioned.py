@@ -1,9 +1,10 @@
-"""rope_norm and decode_attention for plain `jax.jit` with sharded operands (jax's custom_partitioning).
+"""rope_norm, decode_attention and fused_moe for plain `jax.jit` with sharded operands (jax's custom_partitioning).
 
 XLA cannot partition an opaque custom call by itself: under `jax.jit` with, say, a head-sharded KV cache it
 all-gathers every operand (the cache included) and runs the call replicated. These wrappers tell the partitioner
-what hpc_xla's ops can do: split over HEADS (tensor parallelism). Each device then runs the op on its own heads --
-the same thing `jax.shard_map` does by hand (see README) -- and the cache stays sharded.
+what hpc_xla's ops can do: rope_norm and decode_attention split over HEADS (tensor parallelism), fused_moe over
+EXPERTS (expert parallelism, partial outputs summed over the axis; see fused_moe below). Each device then runs the op
+on its own share -- the same thing `jax.shard_map` does by hand (see README) -- and the cache stays sharded.
 
 The head axis is the mesh axis that shards the cache's head dimension (k_cache.shape[2]), else q's (q.shape[1]);
 it must divide both head counts. Every other dimension is replicated (XLA gathers a token- or block-sharded
@@ -26,6 +27,7 @@ from jax.sharding import PartitionSpec as P
 from hpc_xla.jax.attention import DecodePlan
 from hpc_xla.jax.attention import decode_attention as _decode_attention
 from hpc_xla.jax.attention import decode_plan as _decode_plan
+from hpc_xla.jax.moe import fused_moe as _fused_moe
 from hpc_xla.jax.rope_norm import rope_norm as _rope_norm
 
 
@@ -205,3 +207,85 @@ def decode_attention(q, k_cache, v_cache, block_table, seq_lens, plan=None, *, q
                     tuple(sorted(options.items())))
     given = ([plan.array] if plan is not None else []) + [x for x in optional if x is not None]
     return op(q, k_cache, v_cache, block_table, seq_lens, *given)
+
+
+# ------------------------------------------------------------------------------------------------- fused_moe
+# operands: x, w13, w2, topk_weights, topk_ids, then the optional ones given (x_scale, w13_scale, w2_scale,
+# a13_scale, a2_scale, shared_output). Layouts: (rank, expert-sharded dim or None).
+_MOE_OPERANDS = ((2, None), (3, 0), (3, 0), (2, None), (2, None))
+_MOE_RULE = ("t h", "e n h", "e h i", "t k", "t k")
+_MOE_NAMES = ("x_scale", "w13_scale", "w2_scale", "a13_scale", "a2_scale", "shared_output")
+
+
+def _moe_optional_layouts(quant):
+    block = quant == "fp8_block128"
+    return {"x_scale": ((2, None), "t hb"), "w13_scale": ((3, 0), "e nb hb") if block else ((1, 0), "e"),
+            "w2_scale": ((3, 0), "e hb ib") if block else ((1, 0), "e"), "a13_scale": ((0, None), ""),
+            "a2_scale": ((0, None), ""), "shared_output": ((2, None), "t h")}
+
+
+@functools.lru_cache(maxsize=None)
+def _moe_op(present, static):
+    kwargs = dict(static)
+    names = [n for n, given in zip(_MOE_NAMES, present) if given]
+    layouts = _moe_optional_layouts(kwargs.get("quant"))
+    offset, experts_global = kwargs.pop("expert_offset"), kwargs.pop("num_experts_global")
+
+    def run(*arrays):
+        opts = dict(zip(names, arrays[5:]))
+        return _fused_moe(*arrays[:5], expert_offset=offset, num_experts_global=experts_global, **opts, **kwargs)
+
+    def run_ep(axis):
+        def lower(*arrays):  # this device's experts; the partial outputs summed over the axis, then shared added
+            opts = dict(zip(names, arrays[5:]))
+            shared = opts.pop("shared_output", None)
+            local = arrays[1].shape[0]
+            y = _fused_moe(*arrays[:5], expert_offset=offset + jax.lax.axis_index(axis) * local,
+                           num_experts_global=experts_global, **opts, **kwargs)
+            y = jax.lax.psum(y.astype(jnp.float32), axis)
+            return (y if shared is None else y + shared.astype(jnp.float32)).astype(jnp.bfloat16)
+        return lower
+
+    op = custom_partitioning(run)
+    operands = _MOE_OPERANDS + tuple(layouts[n][0] for n in names)
+
+    def axis_of(mesh, arg_shapes):
+        w13 = arg_shapes[1]
+        axis = _spec_axis(w13.sharding, 0)
+        return axis if isinstance(axis, str) and w13.shape[0] % mesh.shape[axis] == 0 else None
+
+    def infer(mesh, arg_shapes, result_shape):
+        return NamedSharding(mesh, P())
+
+    def partition(mesh, arg_shapes, result_shape):
+        axis = axis_of(mesh, arg_shapes)
+        return mesh, run if axis is None else run_ep(axis), NamedSharding(mesh, P()), _specs(mesh, operands, axis)
+
+    rule = ", ".join(_MOE_RULE + tuple(layouts[n][1] for n in names)) + " -> t h"
+    op.def_partition(partition=partition, infer_sharding_from_operands=infer, sharding_rule=rule)
+    return op
+
+
+def fused_moe(x, w13, w2, topk_weights=None, topk_ids=None, *, x_scale=None, w13_scale=None, w2_scale=None,
+              a13_scale=None, a2_scale=None, shared_output=None, expert_offset=0, num_experts_global=None,
+              router_logits=None, **options):
+    """hpc_xla.jax.fused_moe, partitioned over EXPERTS under jax.jit: when w13 / w2 (and their scales) are sharded
+    on their expert dim, every device runs its experts (offset = its index on that axis x E_local) and the partial
+    outputs are summed over the axis (in float32, then bfloat16: not bitwise the one-device op). Tokens, routing and
+    shared_output are replicated; routing (router_logits) runs before, replicated. Same arguments otherwise; an
+    integer expert_offset adds to the device's (experts held above this level)."""
+    if router_logits is not None:
+        from hpc_xla.jax.moe import moe_route
+
+        route = {k: options.pop(k) for k in list(options) if k in ("scoring", "renormalize", "num_groups",
+                                                                      "topk_groups", "correction_bias",
+                                                                      "routed_scaling")}
+        topk_weights, topk_ids = moe_route(router_logits, options.pop("top_k"), **route)
+    if not isinstance(expert_offset, int):
+        raise ValueError("hpc_xla.jax.partitioned.fused_moe: expert_offset must be an int (the device's share is "
+                         "added here); got %r" % (expert_offset,))
+    experts_global = num_experts_global if num_experts_global is not None else int(w13.shape[0]) + expert_offset
+    optional = (x_scale, w13_scale, w2_scale, _scalar(a13_scale), _scalar(a2_scale), shared_output)
+    static = dict(options, expert_offset=expert_offset, num_experts_global=experts_global)
+    op = _moe_op(tuple(x is not None for x in optional), tuple(sorted(static.items())))
+    return op(x, w13, w2, topk_weights, topk_ids, *[x for x in optional if x is not None])
