@@ -103,8 +103,8 @@ class HpcXlaAttentionMetadataBuilder(AttentionMetadataBuilder[HpcXlaAttentionMet
         self.max_batch = vllm_config.scheduler_config.max_num_seqs
         self._plans = {}  # (batch, q_len) -> DecodePlan: fixed addresses for CUDA-graph replay
         self._workspace = None  # one fp32 buffer for every plan: the layers of a step run one at a time
-        # the prologue's buffers, at fixed addresses (read inside CUDA graphs): token positions, refilled every step
-        # unless vLLM hands them over; fp8 q scales, written by the prologue of each layer
+        # the prologue's buffers, at fixed addresses (read inside CUDA graphs): token positions, refilled every step;
+        # fp8 q scales, written by the prologue of each layer
         self._positions = self._q_scale = None
         if self.fused_prologue:
             tokens = max(vllm_config.scheduler_config.max_num_batched_tokens,
