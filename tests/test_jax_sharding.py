@@ -107,3 +107,5 @@ def test_partitioned_fused_moe_on_one_device_is_the_op(quant):
                                   np.asarray(hj.fused_moe(*args, router_logits=logits, top_k=2, **kw)))
     with pytest.raises(ValueError, match="expert_offset must be an int"):
         hp.fused_moe(*args, p["topk_weights"], p["topk_ids"], **dict(kw, expert_offset=jnp.int32(8)))
+    with pytest.raises(ValueError, match="fused routing .router_logits. needs top_k"):  # hj.fused_moe's checks
+        hp.fused_moe(*args, router_logits=logits, **kw)

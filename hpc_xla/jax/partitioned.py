@@ -24,10 +24,12 @@ from jax.experimental.custom_partitioning import custom_partitioning
 from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
+from hpc_xla import _options
 from hpc_xla.jax.attention import DecodePlan
 from hpc_xla.jax.attention import decode_attention as _decode_attention
 from hpc_xla.jax.attention import decode_plan as _decode_plan
 from hpc_xla.jax.moe import fused_moe as _fused_moe
+from hpc_xla.jax.moe import moe_route
 from hpc_xla.jax.rope_norm import rope_norm as _rope_norm
 
 
@@ -71,15 +73,12 @@ def _specs(mesh, ranks_and_head_dims, axis):
     return tuple(out)
 
 
-def _head_parallel(run, operands, results, rule, q_arg, cache_arg):
-    """custom_partitioning of `run` (arrays -> results): heads over the axis _head_axis finds from the cache
-    (operand cache_arg, heads at dim 2) or q (operand q_arg, heads at dim 1); layouts are (rank, head dim)."""
+def _partitioned(run, operands, results, rule, axis_of, lower_for=None):
+    """custom_partitioning of `run` (arrays -> results) over the mesh axis axis_of(mesh, arg_shapes) picks (None:
+    replicated): operands / results laid out as (rank, sharded dim or None), each device running lower_for(axis)
+    (default: run itself on its share)."""
     op = custom_partitioning(run)
     single = len(results) == 1  # a one-array result is not a tuple
-
-    def axis_of(mesh, arg_shapes):
-        q, k_cache = arg_shapes[q_arg], arg_shapes[cache_arg]
-        return _head_axis(mesh, ((k_cache.sharding, 2), (q.sharding, 1)), (q.shape[1], k_cache.shape[2]))
 
     def result_specs(mesh, axis):
         specs = _specs(mesh, results, axis)
@@ -90,10 +89,21 @@ def _head_parallel(run, operands, results, rule, q_arg, cache_arg):
 
     def partition(mesh, arg_shapes, result_shape):
         axis = axis_of(mesh, arg_shapes)
-        return mesh, run, result_specs(mesh, axis), _specs(mesh, operands, axis)
+        lower = run if axis is None or lower_for is None else lower_for(axis)
+        return mesh, lower, result_specs(mesh, axis), _specs(mesh, operands, axis)
 
     op.def_partition(partition=partition, infer_sharding_from_operands=infer, sharding_rule=rule)
     return op
+
+
+def _head_parallel(run, operands, results, rule, q_arg, cache_arg):
+    """_partitioned over heads: the axis _head_axis finds from the cache (operand cache_arg, heads at dim 2) or q
+    (operand q_arg, heads at dim 1)."""
+    def axis_of(mesh, arg_shapes):
+        q, k_cache = arg_shapes[q_arg], arg_shapes[cache_arg]
+        return _head_axis(mesh, ((k_cache.sharding, 2), (q.sharding, 1)), (q.shape[1], k_cache.shape[2]))
+
+    return _partitioned(run, operands, results, rule, axis_of)
 
 
 def _given(optional, present):
@@ -246,46 +256,32 @@ def _moe_op(present, static):
             return (y if shared is None else y + shared.astype(jnp.float32)).astype(jnp.bfloat16)
         return lower
 
-    op = custom_partitioning(run)
-    operands = _MOE_OPERANDS + tuple(layouts[n][0] for n in names)
-
-    def axis_of(mesh, arg_shapes):
+    def axis_of(mesh, arg_shapes):  # one mesh axis name (axis_index takes one) that divides the experts
         w13 = arg_shapes[1]
         axis = _spec_axis(w13.sharding, 0)
         return axis if isinstance(axis, str) and w13.shape[0] % mesh.shape[axis] == 0 else None
 
-    def infer(mesh, arg_shapes, result_shape):
-        return NamedSharding(mesh, P())
-
-    def partition(mesh, arg_shapes, result_shape):
-        axis = axis_of(mesh, arg_shapes)
-        return mesh, run if axis is None else run_ep(axis), NamedSharding(mesh, P()), _specs(mesh, operands, axis)
-
     rule = ", ".join(_MOE_RULE + tuple(layouts[n][1] for n in names)) + " -> t h"
-    op.def_partition(partition=partition, infer_sharding_from_operands=infer, sharding_rule=rule)
-    return op
+    operands = _MOE_OPERANDS + tuple(layouts[n][0] for n in names)
+    return _partitioned(run, operands, ((2, None),), rule, axis_of, run_ep)  # the output: replicated
 
 
-def fused_moe(x, w13, w2, topk_weights=None, topk_ids=None, *, x_scale=None, w13_scale=None, w2_scale=None,
-              a13_scale=None, a2_scale=None, shared_output=None, expert_offset=0, num_experts_global=None,
-              router_logits=None, **options):
+def fused_moe(x, w13, w2, topk_weights=None, topk_ids=None, *, quant=None, x_scale=None, w13_scale=None,
+              w2_scale=None, a13_scale=None, a2_scale=None, shared_output=None, expert_offset=0,
+              num_experts_global=None, activation="silu", router_logits=None, **route_kwargs):
     """hpc_xla.jax.fused_moe, partitioned over EXPERTS under jax.jit: when w13 / w2 (and their scales) are sharded
     on their expert dim, every device runs its experts (offset = its index on that axis x E_local) and the partial
     outputs are summed over the axis (in float32, then bfloat16: not bitwise the one-device op). Tokens, routing and
     shared_output are replicated; routing (router_logits) runs before, replicated. Same arguments otherwise; an
     integer expert_offset adds to the device's (experts held above this level)."""
-    if router_logits is not None:
-        from hpc_xla.jax.moe import moe_route
-
-        route = {k: options.pop(k) for k in list(options) if k in ("scoring", "renormalize", "num_groups",
-                                                                      "topk_groups", "correction_bias",
-                                                                      "routed_scaling")}
-        topk_weights, topk_ids = moe_route(router_logits, options.pop("top_k"), **route)
+    if _options.routing_inputs(topk_weights, topk_ids, router_logits, route_kwargs):  # hpc_xla.jax.fused_moe's rule
+        top_k = route_kwargs.pop("top_k")
+        topk_weights, topk_ids = moe_route(router_logits, top_k, **route_kwargs)
     if not isinstance(expert_offset, int):
         raise ValueError("hpc_xla.jax.partitioned.fused_moe: expert_offset must be an int (the device's share is "
                          "added here); got %r" % (expert_offset,))
     experts_global = num_experts_global if num_experts_global is not None else int(w13.shape[0]) + expert_offset
     optional = (x_scale, w13_scale, w2_scale, _scalar(a13_scale), _scalar(a2_scale), shared_output)
-    static = dict(options, expert_offset=expert_offset, num_experts_global=experts_global)
+    static = dict(quant=quant, activation=activation, expert_offset=expert_offset, num_experts_global=experts_global)
     op = _moe_op(tuple(x is not None for x in optional), tuple(sorted(static.items())))
     return op(x, w13, w2, topk_weights, topk_ids, *[x for x in optional if x is not None])

@@ -216,8 +216,11 @@ class HpcXlaAttentionImpl(AttentionImpl[HpcXlaAttentionMetadata]):
         self.kv_sharing_target_layer_name = kv_sharing_target_layer_name
         self.fp8_cache = kv_cache_dtype.startswith("fp8")
 
-    def _kv_views(self, kv_cache):
-        k_cache, v_cache = kv_cache.transpose(1, 2).split(self.head_size, dim=-1)
+    def _kv_split(self, kv_cache):  # vLLM's LBNHC [NB, Hkv, P, 2D] -> K / V views [NB, P, Hkv, D], as stored
+        return kv_cache.transpose(1, 2).split(self.head_size, dim=-1)
+
+    def _kv_views(self, kv_cache):  # ... as hpc_xla's kernels read them (an fp8 cache is stored as uint8)
+        k_cache, v_cache = self._kv_split(kv_cache)
         if self.fp8_cache:
             k_cache, v_cache = k_cache.view(torch.float8_e4m3fn), v_cache.view(torch.float8_e4m3fn)
         return k_cache, v_cache
@@ -231,8 +234,8 @@ class HpcXlaAttentionImpl(AttentionImpl[HpcXlaAttentionMetadata]):
         if key.is_cuda:  # vLLM's writer (quantizes an fp8 cache itself; skips slot -1)
             from vllm import _custom_ops
 
-            _custom_ops.reshape_and_cache_flash(key, value, *kv_cache.transpose(1, 2).split(self.head_size, dim=-1),
-                                                slot_mapping, self.kv_cache_dtype, layer._k_scale, layer._v_scale)
+            _custom_ops.reshape_and_cache_flash(key, value, *self._kv_split(kv_cache), slot_mapping,
+                                                self.kv_cache_dtype, layer._k_scale, layer._v_scale)
         else:
             _torch_paths.write_kv(key, value, *self._kv_views(kv_cache), slot_mapping, *self._scales(layer))
 

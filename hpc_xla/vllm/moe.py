@@ -144,8 +144,9 @@ def select_unquantized_backend(moe_config, vllm_select):
 
     ok, reason = HpcXlaExperts.is_supported_config(HpcXlaExperts, moe_config, None, None,
                                                    mk.FusedMoEActivationFormat.Standard)
-    if ok and unsupported_features(moe_config):
-        ok, reason = False, "kernel does not support " + ", ".join(unsupported_features(moe_config))
+    unsupported = unsupported_features(moe_config) if ok else []
+    if unsupported:
+        ok, reason = False, "kernel does not support " + ", ".join(unsupported)
     if not ok:
         raise ValueError("--moe-backend hpc: hpc_xla's MoE experts cannot run this bf16 layer: %s" % reason)
     return UnquantizedMoeBackend.TRITON, HpcXlaExperts
