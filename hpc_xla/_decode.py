@@ -46,9 +46,17 @@ class DecodeConfig:
         return workspace_floats(self.batch, self.num_kv_heads, self.num_q_heads, self.head_dim, self.q_len,
                                 self.max_ctas)
 
-    def check_call(self, batch, num_kv_heads, num_q_heads, head_dim, q_len, page_size, kv_dtype=None):
+    def check_call(self, batch, num_kv_heads, num_q_heads, head_dim, q_len, page_size, kv_dtype=None, plan_ints=None):
         """Raises ValueError naming the first field the call disagrees on (kv_dtype: the cache's dtype, which picks
-        the kernel the plan's grid was sized for; None skips it)."""
+        the kernel the plan's grid was sized for; None skips it). plan_ints: the plan array's length, which must be
+        what decode_plan wrote -- the GPU path reads max_ctas back from it and cannot see the header without a sync
+        (the CPU path's header check says the same, in the same words)."""
+        if plan_ints is not None and plan_ints != self.plan_size:
+            rest = plan_ints - HEADER_INTS - (batch + 1)
+            implied = "max_ctas=%d" % (rest // 2 - 1) if rest >= 4 and rest % 2 == 0 else "no decode_plan"
+            raise ValueError("decode_attention: plan holds %d int32, which for batch %d means %s, but decode_plan built "
+                             "it for max_ctas=%d (pass the whole plan tensor decode_plan filled, not a resized buffer)"
+                             % (plan_ints, batch, implied, self.max_ctas))
         kv = self.kv_dtype if kv_dtype is None else canonical_dtype_name(kv_dtype)
         for name, got in (("batch", batch), ("num_kv_heads", num_kv_heads), ("num_q_heads", num_q_heads),
                           ("head_dim", head_dim), ("q_len", q_len), ("page_size", page_size), ("kv_dtype", kv)):

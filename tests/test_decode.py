@@ -233,10 +233,14 @@ def test_q_len_defaults_to_the_plan_or_the_shapes(framework):
             got = from_torch(ht.decode_attention(t["q"], t["k_cache"], t["v_cache"], t["block_table"], t["seq_lens"],
                                                  plan, schedule=schedule))
         else:
+            import jax
+
             import hpc_xla.jax as hj
 
-            plan = None if schedule == "static" else hj.decode_plan(
-                inp["seq_lens"], num_kv_heads=1, num_q_heads=8, head_dim=128, page_size=16, q_len=3)
-            got = np.asarray(hj.decode_attention(inp["q"], inp["k_cache"], inp["v_cache"], inp["block_table"],
-                                                 inp["seq_lens"], plan, schedule=schedule))
+            # on the CPU like `want` (numpy inputs would go to jax's default device, a GPU where there is one)
+            with jax.default_device(jax.devices("cpu")[0]):
+                plan = None if schedule == "static" else hj.decode_plan(
+                    inp["seq_lens"], num_kv_heads=1, num_q_heads=8, head_dim=128, page_size=16, q_len=3)
+                got = np.asarray(hj.decode_attention(inp["q"], inp["k_cache"], inp["v_cache"], inp["block_table"],
+                                                     inp["seq_lens"], plan, schedule=schedule))
         assert np.array_equal(np.asarray(got).view(np.uint16), np.asarray(want).view(np.uint16))

@@ -102,7 +102,8 @@ def decode_attention(q, k_cache, v_cache, block_table, seq_lens, plan=None, *, s
             plan = decode_plan(seq_lens, num_kv_heads=num_kv_heads, num_q_heads=num_q_heads, head_dim=head_dim,
                                page_size=page_size, q_len=q_len, kv_dtype=k_cache.dtype, q_dtype=q.dtype,
                                max_ctas=max_ctas)
-        plan.config.check_call(batch, num_kv_heads, num_q_heads, head_dim, q_len, page_size, k_cache.dtype)
+        plan.config.check_call(batch, num_kv_heads, num_q_heads, head_dim, q_len, page_size, k_cache.dtype,
+                               plan_ints=int(plan.array.shape[0]))
         ctas, plan_array = plan.config.max_ctas, plan.array
     else:
         ctas = _max_ctas(max_ctas, num_kv_heads, num_q_heads, head_dim, q_len, page_size, k_cache.dtype, q.dtype)

@@ -125,7 +125,8 @@ def decode_attention(q, k_cache, v_cache, block_table, seq_lens, plan=None, *, s
                            page_size=page_size, q_len=q_len, kv_dtype=k_cache.dtype, q_dtype=q.dtype,
                            max_ctas=max_ctas)
     if plan is not None:
-        plan.config.check_call(batch, num_kv_heads, num_q_heads, head_dim, q_len, page_size, k_cache.dtype)
+        plan.config.check_call(batch, num_kv_heads, num_q_heads, head_dim, q_len, page_size, k_cache.dtype,
+                               plan_ints=int(plan.plan.numel()))
         ctas = plan.config.max_ctas
         workspace = plan.workspace if workspace is None else workspace
     else:
