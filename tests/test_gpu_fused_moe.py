@@ -668,6 +668,30 @@ def test_tiled_persistent_grid_and_gate_up_splits(quant, tmp_path):
         assert ws[0] == ws[1] < ws[2] < ws[3]
 
 
+@pytest.mark.parametrize("args", [
+    (700, 6, 256, 128, 4, "fp8_tensor", 5, 7, True, 3),  # grouped, EP 6 of 18 experts: tokens with 3-4 local slots
+    (700, 6, 256, 128, 4, None, 5, 7, False, 4),         # the same on bf16 rows, no shared_output
+    (50, 6, 256, 128, 3, None, 5, 7, True, 1),           # tiled path (f32 rows), EP
+    (200, 2, 128, 128, 2, None, 0, 0, False, 2),         # top-2 of 2 experts: every token has exactly 2 local slots
+])
+def test_sparse_reduce_equals_dense(args, tmp_path):
+    """The EP form of the reduce (two tokens per step, the first two local slots in registers, any further ones
+    summed after them) against the dense form forced by HPC_XLA_MOE_REDUCE=dense: bitwise equal, since both make
+    the same adds in the same slot order. The first problems have tokens with more than two local slots, so the
+    overflow loop runs (checked on the EP problems, so the test cannot pass without it)."""
+    tokens, experts, _, _, top_k, _, offset, extra = args[:8]
+    if offset > 0:  # the EP problems
+        p = make_problem(*args[:5], quant=args[5], expert_offset=offset, extra_experts=extra, seed=args[9])
+        ids = p["topk_ids"]
+        local = ((ids >= offset) & (ids < offset + experts)).sum(axis=1)
+        assert local.max() >= 3, "no token takes the overflow loop"
+    (auto, _), (sparse, _), (dense, _) = _run_paths(
+        [("auto", {}), ("auto", {"HPC_XLA_MOE_REDUCE": "sparse"}), ("auto", {"HPC_XLA_MOE_REDUCE": "dense"})], args,
+        tmp_path)
+    assert np.array_equal(auto.view(np.uint16), sparse.view(np.uint16))  # the default takes the sparse form here
+    assert np.array_equal(sparse.view(np.uint16), dense.view(np.uint16))
+
+
 def test_gemm_tile_knob_rejects_unknown_values(tmp_path):
     args = (800, 4, 256, 256, 2, None, 1, 2, True, 5)
     r = _run_child(_PATH_CHILD % (args,), [str(tmp_path / "x.npy")], HPC_XLA_MOE_PATH="grouped",
@@ -691,6 +715,7 @@ except ValueError as e:
     ("HPC_XLA_MOE_PATH", "cutlass", "HPC_XLA_MOE_PATH must be 'v1', 'grouped', 'stream', 'auto' or unset; got 'cutlass'"),
     ("HPC_XLA_MOE_UP_SPLITS", "9", "HPC_XLA_MOE_UP_SPLITS must be an integer in [1, 8] or unset; got '9'"),
     ("HPC_XLA_MOE_TILED_M", "64", "HPC_XLA_MOE_TILED_M must be '16', '32' or unset; got '64'"),
+    ("HPC_XLA_MOE_REDUCE", "fast", "HPC_XLA_MOE_REDUCE must be 'dense', 'sparse' or unset; got 'fast'"),
 ])
 def test_moe_knobs_reject_unknown_values(knob, value, message):
     r = _run_child(_KNOB_CHILD, **{knob: value})

@@ -286,7 +286,7 @@ Status FusedMoeCuda(const FusedMoeArgs& a, cudaStream_t stream) {
   const int64_t tokens = a.x.shape[0], hidden = a.x.shape[1], experts = a.w13.shape[0], inter = a.w13.shape[1] / 2;
   const int64_t top_k = a.topk_ids.shape[1];
   if (tokens == 0) return Status::Ok();
-  const int64_t global = a.num_experts_global > 0 ? a.num_experts_global : experts + a.expert_offset;
+  const int64_t global = GlobalExperts(a);
   if (DeviceChecksEnabled()) {
     HPC_RETURN_IF_ERROR(CheckIdsOnDevice(a, global, stream));
     for (const auto& [name, t, zero_ok] : {std::tuple<const char*, const TensorView*, bool>{"a13_scale", &a.a13_scale, false},
@@ -425,7 +425,7 @@ Status FusedMoeCuda(const FusedMoeArgs& a, cudaStream_t stream) {
   rp.top_k = static_cast<int>(top_k);
   rp.experts = static_cast<int>(experts);
   rp.expert_offset = static_cast<int>(a.expert_offset);
-  return moe::LaunchMoeReduce(rp, tokens, a.x.device_id, stream);
+  return moe::LaunchMoeReduce(rp, tokens, global, a.x.device_id, stream);
 }
 
 }  // namespace hpc

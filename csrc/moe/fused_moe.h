@@ -39,6 +39,11 @@ struct FusedMoeArgs {
   int64_t num_experts_global = 0;  // ids must be < this (0: E + expert_offset)
 };
 
+// The routing's expert count: num_experts_global, or E + expert_offset when it is not given.
+inline int64_t GlobalExperts(const FusedMoeArgs& a) {
+  return a.num_experts_global > 0 ? a.num_experts_global : a.w13.shape[0] + a.expert_offset;
+}
+
 // The CUDA pipeline's M tile (rows of one expert per grouped-GEMM tile: 16/32/64 = the tiled mma.sync path,
 // 128 = the CUTLASS WGMMA grouped path) and the scratch it needs. One source of truth for both (see
 // fused_moe_plan.h): pure functions of the shapes (and of HPC_XLA_MOE_PATH, read once), so XLA / CUDA graphs

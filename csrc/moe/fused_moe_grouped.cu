@@ -307,7 +307,8 @@ Status RunGroupedMoe(const FusedMoeArgs& a, const MoePlan& plan, const uint8_t* 
   rp.out = a.out.ptr<__nv_bfloat16>();
   rp.hidden = static_cast<int>(hidden);
   rp.top_k = static_cast<int>(top_k);
-  return LaunchMoeReduce(rp, tokens, a.x.device_id, stream);
+  rp.experts = static_cast<int>(experts);  // for ReduceSparse only (rows come from pair_row)
+  return LaunchMoeReduce(rp, tokens, GlobalExperts(a), a.x.device_id, stream);
 }
 
 }  // namespace hpc::moe

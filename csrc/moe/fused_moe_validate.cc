@@ -76,6 +76,17 @@ int MoeTiledMFromEnv() {
   return m;
 }
 
+int MoeReduceFormFromEnv() {
+  static const int form = [] {
+    const char* v = std::getenv("HPC_XLA_MOE_REDUCE");
+    if (v == nullptr || *v == '\0') return 0;
+    if (std::strcmp(v, "dense") == 0) return 1;
+    if (std::strcmp(v, "sparse") == 0) return 2;
+    return -1;
+  }();
+  return form;
+}
+
 const char* GroupedGemmTileEnvText() {
   const char* v = std::getenv("HPC_XLA_MOE_GEMM_TILE");
   return v == nullptr ? "" : v;
@@ -192,7 +203,7 @@ Status ValidateFusedMoe(const FusedMoeArgs& a) {
     return c.Fail("num_experts_global must be in [1, 2^31) (or 0: E + expert_offset); got " +
                   std::to_string(a.num_experts_global));
   }
-  const int64_t global = a.num_experts_global > 0 ? a.num_experts_global : experts + a.expert_offset;
+  const int64_t global = GlobalExperts(a);
   if (a.expert_offset + experts > global) {
     return c.Fail("expert_offset + E (" + std::to_string(a.expert_offset + experts) + ") exceeds num_experts_global (" +
                   std::to_string(global) + ")");
@@ -234,6 +245,10 @@ Status ValidateFusedMoeCuda(const FusedMoeArgs& a) {
   if (const char* v = std::getenv("HPC_XLA_MOE_UP_SPLITS"); v != nullptr && *v != '\0' && moe::MoeUpSplitsFromEnv() == 0) {
     return c.Fail("HPC_XLA_MOE_UP_SPLITS must be an integer in [1, " + std::to_string(moe::kMaxUpSplits) +
                   "] or unset; got '" + v + "'");
+  }
+  if (moe::MoeReduceFormFromEnv() < 0) {
+    return c.Fail(std::string("HPC_XLA_MOE_REDUCE must be 'dense', 'sparse' or unset; got '") +
+                  std::getenv("HPC_XLA_MOE_REDUCE") + "'");
   }
   if (moe::MoeTiledMFromEnv() < 0) {
     return c.Fail(std::string("HPC_XLA_MOE_TILED_M must be '16', '32' or unset; got '") +

@@ -59,26 +59,29 @@ struct ReduceSlots {
   float w[kReduceBatch];
 };
 
-// kL2: through L2 (ld.cg) -- the loads issued before the kernel's PDL wait (see MoeReduceKernel).
+// One slot's down row and weight. kL2: through L2 (ld.cg) -- the loads issued before the kernel's PDL wait (see
+// MoeReduceKernel).
+template <bool kL2, typename DownT>
+__device__ __forceinline__ void LoadReduceSlot(const ReduceParams<DownT>& p, int64_t pair, int32_t& row, float& w) {
+  auto ld = [](const auto* src) { return kL2 ? __ldcg(src) : *src; };
+  if (p.pair_row != nullptr) {
+    row = ld(p.pair_row + pair);
+  } else {
+    const int e = ld(p.ids + pair) - p.expert_offset;
+    row = e >= 0 && e < p.experts ? static_cast<int32_t>(pair) : -1;
+  }
+  w = ld(p.weights + pair);
+}
+
 template <bool kL2, typename DownT>
 __device__ __forceinline__ ReduceSlots LoadReduceSlots(const ReduceParams<DownT>& p, int64_t t, int j0) {
-  auto ld = [](const auto* src) { return kL2 ? __ldcg(src) : *src; };
   ReduceSlots s;
 #pragma unroll
   for (int b = 0; b < kReduceBatch; ++b) {
     const int j = j0 + b;
-    const int64_t pair = t * p.top_k + j;
     s.row[b] = -1;
     s.w[b] = 0.f;
-    if (j < p.top_k) {
-      if (p.pair_row != nullptr) {
-        s.row[b] = ld(p.pair_row + pair);
-      } else {
-        const int e = ld(p.ids + pair) - p.expert_offset;
-        s.row[b] = e >= 0 && e < p.experts ? static_cast<int32_t>(pair) : -1;
-      }
-      s.w[b] = ld(p.weights + pair);
-    }
+    if (j < p.top_k) LoadReduceSlot<kL2>(p, t * p.top_k + j, s.row[b], s.w[b]);
   }
   return s;
 }
@@ -90,6 +93,13 @@ struct Packed8 {
   __device__ __forceinline__ void Load(const DownT* src) {
 #pragma unroll
     for (int i = 0; i < (sizeof(DownT) == 2 ? 1 : 2); ++i) v[i] = reinterpret_cast<const uint4*>(src)[i];
+  }
+  // y += w * row, element by element, rounded as the reference's y += w * acc (no FMA contraction).
+  __device__ __forceinline__ void AddWeighted(float (&y)[8], float w) const {
+    float v[8];
+    Unpack(v);
+#pragma unroll
+    for (int i = 0; i < 8; ++i) y[i] = __fadd_rn(y[i], __fmul_rn(w, v[i]));
   }
   __device__ __forceinline__ void Unpack(float (&d)[8]) const {
     if constexpr (sizeof(DownT) == 2) {
@@ -103,6 +113,18 @@ struct Packed8 {
     }
   }
 };
+
+// y (+ shared_output) -> out[t, col : col + 8] as bf16: the last step of both reduce forms.
+template <typename DownT>
+__device__ __forceinline__ void StoreReducedRow(const ReduceParams<DownT>& p, int64_t t, int col, float (&y)[8]) {
+  if (p.shared) {
+    float s[8];
+    LoadVec8(p.shared + t * p.hidden + col, s);
+#pragma unroll
+    for (int i = 0; i < 8; ++i) y[i] = __fadd_rn(y[i], s[i]);
+  }
+  StoreVec8(p.out + t * p.hidden + col, y);
+}
 
 // A persistent grid over the tokens (CTA x walks t = x, x + gridDim.x, ...; blockIdx.y is a slice of
 // kReduceThreads * 8 columns): the next slot batch's rows and weights -- the next token's, after a token's last
@@ -140,29 +162,119 @@ __global__ void __launch_bounds__(kReduceThreads) MoeReduceKernel(const __grid_c
       }
 #pragma unroll
       for (int b = 0; b < kReduceBatch; ++b) {
-        if (cur.row[b] < 0) continue;
-        float v[8];
-        d[b].Unpack(v);
-#pragma unroll
-        for (int i = 0; i < 8; ++i) y[i] = __fadd_rn(y[i], __fmul_rn(cur.w[b], v[i]));  // the reference's y += w * acc
+        if (cur.row[b] >= 0) d[b].AddWeighted(y, cur.w[b]);
       }
     }
-    if (p.shared) {
-      float s[8];
-      LoadVec8(p.shared + t * p.hidden + col, s);
-#pragma unroll
-      for (int i = 0; i < 8; ++i) y[i] = __fadd_rn(y[i], s[i]);
-    }
-    StoreVec8(p.out + t * p.hidden + col, y);
+    StoreReducedRow(p, t, col, y);
   }
+}
+
+// ------------------------------------------------------------------------------------ reduce, sparse form
+// Under expert parallelism a token has few local slots (DeepSeek-V3 / Hy3 EP8 at top-8: one on average), so the
+// dense kernel above has ONE 16-byte row load in flight per thread and token: ~1 TB/s, latency-bound (H200, session
+// 21: DeepSeek-V3 EP8 T=4096 ~75 us for ~117 MB). Here a thread walks two tokens per step (t and t + gridDim.x), keeps
+// the first kSparseRows local slots of each in registers (compacted in slot order) and issues all their row loads
+// together -- 2x the bytes in flight at about the same registers; the next two tokens' slots load meanwhile. Slots
+// past the kept ones that are local (a token with > kSparseRows local slots) are summed after them, loaded one by
+// one: the same adds in the same slot order as the dense kernel and the reference. Taken where k <= kReduceBatch
+// and the expected local slots k * E_local / E_global are <= kSparseRows (ReduceSparse).
+constexpr int kSparseRows = 2;
+
+struct SparseSlots {
+  int32_t row[kSparseRows];
+  float w[kSparseRows];
+  int rest;  // the first local slot past the kept ones (top_k: none)
+};
+
+// The first kSparseRows local slots of a batch (no dynamic register indexing: predicated moves).
+__device__ __forceinline__ SparseSlots CompactSlots(const ReduceSlots& s, int top_k) {
+  SparseSlots c;
+#pragma unroll
+  for (int i = 0; i < kSparseRows; ++i) c.row[i] = -1, c.w[i] = 0.f;
+  c.rest = top_k;
+  int n = 0;
+#pragma unroll
+  for (int b = 0; b < kReduceBatch; ++b) {
+    if (s.row[b] < 0) continue;
+#pragma unroll
+    for (int i = 0; i < kSparseRows; ++i) {
+      if (n == i) c.row[i] = s.row[b], c.w[i] = s.w[b];
+    }
+    if (n == kSparseRows) c.rest = b;
+    ++n;
+  }
+  return c;
+}
+
+// y = sum over the token's local slots in slot order (+ shared), stored as bf16. `d` holds the kept slots' rows.
+template <typename DownT>
+__device__ __forceinline__ void FinishSparseToken(const ReduceParams<DownT>& p, int64_t t, int col, const SparseSlots& c,
+                                                  const Packed8<DownT> (&d)[kSparseRows]) {
+  float y[8] = {0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f};
+#pragma unroll
+  for (int i = 0; i < kSparseRows; ++i) {
+    if (c.row[i] >= 0) d[i].AddWeighted(y, c.w[i]);
+  }
+  for (int j = c.rest; j < p.top_k; ++j) {  // rare: more local slots than kept
+    int32_t row;
+    float w;
+    LoadReduceSlot<false>(p, t * p.top_k + j, row, w);
+    if (row < 0) continue;
+    Packed8<DownT> r;
+    r.Load(p.down + static_cast<int64_t>(row) * p.hidden + col);
+    r.AddWeighted(y, w);
+  }
+  StoreReducedRow(p, t, col, y);
+}
+
+template <typename DownT>
+__global__ void __launch_bounds__(kReduceThreads) MoeReduceSparseKernel(const __grid_constant__ ReduceParams<DownT> p) {
+  const int col = (blockIdx.y * kReduceThreads + threadIdx.x) * 8;
+  const int64_t g = gridDim.x;
+  int64_t t = blockIdx.x;
+  const bool active = col < p.hidden && t < p.tokens;
+  // Before the PDL wait, as in MoeReduceKernel: slots are op inputs or align's, complete before the down GEMM began.
+  ReduceSlots next0 = {}, next1 = {};  // next1 is compacted even when unused (its result masked): defined contents
+  if (active) next0 = LoadReduceSlots<true>(p, t, 0);
+  if (active && t + g < p.tokens) next1 = LoadReduceSlots<true>(p, t + g, 0);
+  PdlWait();  // the down rows are the down GEMM's
+  PdlLaunchDependents();
+  if (!active) return;
+  for (; t < p.tokens; t += 2 * g) {
+    const bool second = t + g < p.tokens;
+    const SparseSlots c0 = CompactSlots(next0, p.top_k);
+    SparseSlots c1 = CompactSlots(next1, p.top_k);
+    if (!second) c1.row[0] = c1.row[1] = -1;
+    Packed8<DownT> d0[kSparseRows], d1[kSparseRows];
+#pragma unroll
+    for (int i = 0; i < kSparseRows; ++i) {
+      if (c0.row[i] >= 0) d0[i].Load(p.down + static_cast<int64_t>(c0.row[i]) * p.hidden + col);
+      if (c1.row[i] >= 0) d1[i].Load(p.down + static_cast<int64_t>(c1.row[i]) * p.hidden + col);
+    }
+    if (t + 2 * g < p.tokens) next0 = LoadReduceSlots<false>(p, t + 2 * g, 0);
+    if (t + 3 * g < p.tokens) next1 = LoadReduceSlots<false>(p, t + 3 * g, 0);
+    FinishSparseToken(p, t, col, c0, d0);
+    if (second) FinishSparseToken(p, t + g, col, c1, d1);
+  }
+}
+
+// HPC_XLA_MOE_REDUCE=dense|sparse forces the form (A/B runs and the bitwise test; sparse needs k <= kReduceBatch).
+int MoeReduceFormFromEnv();  // fused_moe_validate.cc: 0 unset, 1 dense, 2 sparse, -1 anything else (validated there)
+
+// The sparse form where k <= kReduceBatch and a token's expected local slots k * E_local / E_global <= kSparseRows.
+inline bool ReduceSparse(int64_t top_k, int64_t experts, int64_t experts_global) {
+  if (top_k > kReduceBatch) return false;
+  const int forced = MoeReduceFormFromEnv();
+  if (forced > 0) return forced == 2;
+  return top_k * experts <= kSparseRows * std::max(experts_global, experts);
 }
 
 // Grid: (tokens, capped at the CTAs that are resident at once over the column slices) x column slices. From the
 // shapes, the device and the occupancy API only.
 template <typename DownT>
-Status LaunchMoeReduce(ReduceParams<DownT> p, int64_t tokens, int device, cudaStream_t stream) {
+Status LaunchMoeReduce(ReduceParams<DownT> p, int64_t tokens, int64_t experts_global, int device, cudaStream_t stream) {
   p.tokens = tokens;
-  auto* fn = &MoeReduceKernel<DownT>;
+  auto* fn = ReduceSparse(p.top_k, p.experts, experts_global) ? &MoeReduceSparseKernel<DownT> : &MoeReduceKernel<DownT>;
   int per_sm = 0;
   HPC_RETURN_IF_ERROR(ResidentCtasPerSm(reinterpret_cast<const void*>(fn), kReduceThreads, 0,
                                         "fused_moe reduce occupancy", &per_sm));
