@@ -165,7 +165,7 @@ def _plan(tokens, top_k, experts, hidden, inter, quant):
     avg = -(-tokens * top_k // max(experts, 1))
     pairs = tokens * top_k
     grouped_from = 32 if quant is None else (8 if quant == "fp8_tensor" else 3)  # GroupedFromAvg
-    bm = 128 if avg > grouped_from else (16 if avg <= 16 else 32)
+    bm = 128 if avg > grouped_from else (16 if avg <= 8 else 32)
     if pairs <= 32 and avg <= 2 and quant != "fp8_block128":
         bm = 8
     up = lambda b: -(-b // 256) * 256  # noqa: E731

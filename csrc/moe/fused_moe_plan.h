@@ -79,7 +79,7 @@ constexpr int kStreamAutoAvg = 2;
 // The M tile: ONE function of the pairs P = T*k, the mean rows per local expert avg = ceil(P / E) and the quant:
 //   P <= 32 and avg <= 2, not fp8_block128 -> 8 (stream path: the decode regime, two kernels instead of five),
 //   avg > GroupedFromAvg(quant) -> 128 (grouped path),
-//   else avg <= 16 -> 16, <= 32 -> 32 (tiled path).
+//   else avg <= 8 -> 16, else 32 (tiled path; avg > 8 there is bf16 only).
 // The grouped path starts at avg > 32 for bf16, > 8 for fp8_tensor, > 3 for fp8_block128: where its WGMMA GEMMs
 // measured ahead of the tiled path's mma.sync ones on the H200 (bench/NOTES.md, fused_moe v5 and v6): Qwen3 fp8
 // T=256 (avg 16) 223 -> 195 us, Hy3-EP8 T=64 (avg 22) 166 -> 146, DeepSeek-V3 EP8 block128 T=16 / 64 (avg 4 / 16)
@@ -95,9 +95,11 @@ inline int64_t GroupedFromAvg(MoeQuant quant) {
   return quant == MoeQuant::kNone ? 32 : (quant == MoeQuant::kFp8Tensor ? 8 : 3);
 }
 
-// HPC_XLA_MOE_TILED_M=16|32 forces the tiled path's M tile wherever the default picks the tiled path (A/B runs: at
-// avg 16 rows per expert the 16-row tile gives ~45% of the experts a second, mostly empty tile that reads their
-// weights again -- Mixtral T=64 and Qwen3 bf16 T=256, the two rows nearest Triton's, run there).
+// The tiled path's 32-row tile from avg > 8 (was > 16): at avg 16 the 16-row tile gave ~45% of the experts a second,
+// mostly empty tile that read their weights again. Measured on the H200 (bench/NOTES.md session 25, 2 rounds, bf16):
+// avg 16 -- Mixtral T=64 766 -> 697 us, Qwen3 T=256 339 -> 328; avg 8 -- Mixtral T=32 665 -> 691, Qwen3 T=128 304
+// -> 319 (so 16 rows stay up to avg 8). HPC_XLA_MOE_TILED_M=16|32 forces the tiled path's M tile wherever the
+// default picks the tiled path (A/B runs).
 int MoeTiledMFromEnv();  // fused_moe_validate.cc: 0 unset, 16 or 32, -1 anything else (validated there)
 
 inline int TileM(int64_t tokens, int64_t top_k, int64_t experts, MoeQuant quant) {
@@ -106,7 +108,7 @@ inline int TileM(int64_t tokens, int64_t top_k, int64_t experts, MoeQuant quant)
   const int64_t avg = (pairs + e - 1) / e;
   const int v1 = avg <= 16 ? 16 : (avg <= 32 ? 32 : 64);
   const int forced_m = MoeTiledMFromEnv();
-  const int tiled = avg > GroupedFromAvg(quant) ? kGroupedTileM : forced_m > 0 ? forced_m : std::min(v1, 32);
+  const int tiled = avg > GroupedFromAvg(quant) ? kGroupedTileM : forced_m > 0 ? forced_m : (avg <= 8 ? 16 : 32);
   switch (MoePathFromEnv()) {
     case MoePathChoice::kV1: return v1;
     case MoePathChoice::kGrouped: return kGroupedTileM;
