@@ -231,12 +231,15 @@ def run_step(builder, impl, batch):
     return meta, output.view(q.shape)[:batch.real_tokens]
 
 
-def make_backend(tmp_path_factory, page_size, fp8, layer_name="layer.0", before_builder=None, max_num_seqs=16):
-    """(builder, impl) as vLLM makes them for one layer; before_builder(config) runs first (model construction)."""
+def make_backend(tmp_path_factory, page_size, fp8, layer_name="layer.0", before_builder=None, max_num_seqs=16,
+                 engine_fp8=None):
+    """(builder, impl) as vLLM makes them for one layer; before_builder(config) runs first (model construction).
+    engine_fp8: the engine-wide --kv-cache-dtype when it differs from this layer's (--kv-cache-dtype-skip-layers)."""
     from vllm.config import set_current_vllm_config
     from vllm.v1.kv_cache_interface import FullAttentionSpec
 
-    config = vllm_config(tmp_path_factory, page_size, "fp8_e4m3" if fp8 else "auto", max_num_seqs)
+    engine_fp8 = fp8 if engine_fp8 is None else engine_fp8
+    config = vllm_config(tmp_path_factory, page_size, "fp8_e4m3" if engine_fp8 else "auto", max_num_seqs)
     spec = FullAttentionSpec(block_size=page_size, num_kv_heads=NUM_KV_HEADS, head_size=HEAD_DIM,
                              dtype=torch.uint8 if fp8 else torch.bfloat16)
     with set_current_vllm_config(config):
@@ -286,6 +289,21 @@ def test_mixed_batch_matches_reference(tmp_path_factory, monkeypatch, page_size,
     for rows, tol in ((slice(0, 3), 5e-3), (slice(3, None), 5e-3)):
         err = reference.relative_error(got[rows], want[rows])
         assert err < tol, (rows, err)
+
+
+def test_a_layer_whose_cache_skips_fp8_runs_in_its_own_dtype(tmp_path_factory):
+    """--kv-cache-dtype fp8 --kv-cache-dtype-skip-layers N: layer N keeps a bf16 cache (its own spec, group and
+    builder), so its plan, q and kernels must follow the spec, not the engine-wide cache_dtype."""
+    builder, impl = make_backend(tmp_path_factory, 16, False, engine_fp8=True)
+    assert builder.kv_dtype == torch.bfloat16 and builder.q_dtype == torch.bfloat16
+    rng = np.random.default_rng(77)
+    batch = Batch([(300, 1), (129, 1), (0, 40)], 16, False, rng)
+    meta, out = run_step(builder, impl, batch)
+    assert meta.num_decodes == 2
+    err = reference.relative_error(out.float().numpy(), batch.expected(SCALE))
+    assert err < 5e-3, err
+    fp8_builder, _ = make_backend(tmp_path_factory, 16, True)
+    assert fp8_builder.kv_dtype == torch.float8_e4m3fn  # uint8 spec: vLLM's storage of an fp8 cache
 
 
 @pytest.fixture(scope="module")
@@ -437,18 +455,21 @@ def test_models_get_the_hpc_xla_prologue():
         assert not HpcXlaRopeNorm.support(8, 2, 128, "fp8_e4m3") and HpcXlaRopeNorm.support(8, 2, 128, "auto")
 
 
-@pytest.mark.parametrize("fp8, rotary_dim", [(False, 128), (False, 64), (True, 128)])
-def test_fused_prologue_then_attention(tmp_path_factory, fp8, rotary_dim):
+@pytest.mark.parametrize("fp8, rotary_dim, skipped", [(False, 128, False), (False, 64, False), (True, 128, False),
+                                                       (False, 128, True)])
+def test_fused_prologue_then_attention(tmp_path_factory, fp8, rotary_dim, skipped):
     """QK-norm (before RoPE, as HunYuan V3) + RoPE + K/V write by HpcXlaRopeNorm, then the backend's (skipped) KV
     write and forward on a mixed batch; fp8 cache: q reaches the decode kernel as fp8 with per-token-head scales
-    (in the builder's fixed buffer, read inside CUDA graphs); rotary_dim 64: partial rotary from the cache's width."""
+    (in the builder's fixed buffer, read inside CUDA graphs); rotary_dim 64: partial rotary from the cache's width;
+    skipped: an fp8 engine whose layer keeps a bf16 cache (--kv-cache-dtype-skip-layers) -- the model still passes
+    the engine's "fp8_e4m3"."""
     from vllm.model_executor.layers.hpc.rope_norm import QkNormPolicy
     from vllm.model_executor.layers.layernorm import RMSNorm
 
     from hpc_xla.vllm.rope_norm import HpcXlaRopeNorm
 
     rng = np.random.default_rng(21 + fp8)
-    name = "model.layers.%d.%d.self_attn.attn" % (fp8, rotary_dim)
+    name = "model.layers.%d.%d.%d.self_attn.attn" % (fp8, rotary_dim, skipped)
     inv = 1.0 / 10000 ** (np.arange(0, rotary_dim, 2) / rotary_dim)
     angles = np.arange(4096)[:, None] * inv[None]
     cos_sin = torch.tensor(np.concatenate([np.cos(angles), np.sin(angles)], 1), dtype=torch.float32)
@@ -456,16 +477,18 @@ def test_fused_prologue_then_attention(tmp_path_factory, fp8, rotary_dim):
 
     def build_model_layer(config):
         # the model's Attention layer exists before its prologue (hy_v3 builds self.attn first)
-        made["layer"] = types.SimpleNamespace(layer_name=name)
+        made["layer"] = types.SimpleNamespace(layer_name=name, kv_cache_dtype="fp8_e4m3" if fp8 else "auto")
         config.compilation_config.static_forward_context[name] = made["layer"]
         norms = [RMSNorm(HEAD_DIM, 1e-6, dtype=torch.float32) for _ in range(2)]
         for n in norms:
             n.weight.data = torch.tensor(rng.uniform(0.5, 1.5, HEAD_DIM), dtype=torch.float32)
         made["norms"] = norms
         made["rope"] = HpcXlaRopeNorm(NUM_Q_HEADS, NUM_KV_HEADS, HEAD_DIM, cos_sin, True, norms[0], norms[1],
-                                      "fp8_e4m3" if fp8 else "auto", name, QkNormPolicy.NORM_THEN_ROPE)
+                                      "fp8_e4m3" if fp8 or skipped else "auto", name, QkNormPolicy.NORM_THEN_ROPE)
 
-    builder, impl = make_backend(tmp_path_factory, 16, fp8, layer_name=name, before_builder=build_model_layer)
+    builder, impl = make_backend(tmp_path_factory, 16, fp8, layer_name=name, before_builder=build_model_layer,
+                                 engine_fp8=fp8 or skipped)
+    assert made["rope"].use_fp8 == fp8
     assert builder.fused_prologue and getattr(made["layer"], hva.FUSED_PROLOGUE)
     batch = Batch([(300, 1), (129, 1), (40, 2), (0, 70), (200, 17)], 16, fp8, rng, padded=2)
     builder._positions.fill_(999)  # what an earlier, larger step left there
@@ -637,6 +660,33 @@ def test_experts_refuse_what_fused_moe_does_not_compute(monkeypatch, field, valu
     monkeypatch.setattr(HpcXlaExperts, "_supports_current_device", staticmethod(lambda: True))
     with pytest.raises(ValueError, match="cannot run this bf16 layer: kernel does not support %s" % field):
         method.select_unquantized_moe_backend(moe_config=config)
+
+
+def test_experts_refuse_batched_activations_and_a_models_own_reduction(monkeypatch):
+    """DeepEP-LL style all2all (batched activations): refused by name at bf16 selection, as vLLM's fp8 oracle does,
+    not a TypeError in the constructor later. A model's post_gemm2_hook (its own top-k reduction) cannot run inside
+    fused_moe: refused at apply rather than ignored."""
+    import dataclasses
+
+    from vllm.model_executor.layers.fused_moe import unquantized_fused_moe_method as method
+    from vllm.model_executor.layers.fused_moe.activation import MoEActivation
+    from vllm.model_executor.layers.fused_moe.config import FUSED_MOE_UNQUANTIZED_CONFIG, FusedMoEParallelConfig
+
+    from hpc_xla.vllm.moe import HpcXlaExperts
+
+    experts = experts_for(8, 256, 128, 2, 1, 0, FUSED_MOE_UNQUANTIZED_CONFIG)
+    config = dataclasses.replace(experts.moe_config, moe_backend="hpc")
+    monkeypatch.setattr(HpcXlaExperts, "_supports_current_device", staticmethod(lambda: True))
+    monkeypatch.setattr(FusedMoEParallelConfig, "use_batched_activation_format", property(lambda self: True))
+    with pytest.raises(ValueError, match=r"cannot run this bf16 layer: kernel does not support \(.batched_experts.,\) "
+                                         r"activation format"):
+        method.select_unquantized_moe_backend(moe_config=config)
+    experts.post_gemm2_hook = lambda unfinalized, output: None
+    x = torch.zeros(2, 256, dtype=torch.bfloat16)
+    with pytest.raises(NotImplementedError, match="post_gemm2_hook"):
+        experts.apply(torch.empty_like(x), x, torch.zeros(8, 256, 256, dtype=torch.bfloat16),
+                      torch.zeros(8, 256, 128, dtype=torch.bfloat16), torch.ones(2, 2), torch.zeros(2, 2, dtype=torch.int32),
+                      MoEActivation.SILU, 8, None, None, None, None, None, None, False)
 
 
 def test_experts_declare_what_vllm_selects_them_for():

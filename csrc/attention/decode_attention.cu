@@ -121,9 +121,9 @@ __global__ void __launch_bounds__(1024) DecodePlanKernel(const int32_t* seq_lens
 
 // HPC_XLA_CHECK=1: copy the plan header and the lengths/block ids the kernel will use, validate on the host.
 Status CheckOnDevice(const DecodeAttentionArgs& a, const DecodeConfig& cfg, cudaStream_t stream) {
-  cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
-  HPC_RETURN_IF_ERROR(CudaStatus(cudaStreamIsCapturing(stream, &capture), "decode_attention check"));
-  if (capture != cudaStreamCaptureStatusNone) return Status::Ok();
+  bool capturing = false;
+  HPC_RETURN_IF_ERROR(StreamCapturing(stream, "decode_attention check", &capturing));
+  if (capturing) return Status::Ok();
   HPC_RETURN_IF_ERROR(CudaStatus(cudaStreamSynchronize(stream), "decode_attention check"));
   const int64_t batch = a.seq_lens.shape[0], max_blocks = a.block_table.shape[1];
   std::vector<int32_t> lens(batch), table(batch * max_blocks);

@@ -7,13 +7,23 @@
 
 namespace hpc {
 
+Status StreamCapturing(cudaStream_t stream, const char* what, bool* capturing) {
+  cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
+  const cudaError_t err = cudaStreamIsCapturing(stream, &capture);
+  if (err != cudaSuccess) {
+    return Status::Internal(std::string(what) + ": stream query failed: " + cudaGetErrorString(err));
+  }
+  *capturing = capture != cudaStreamCaptureStatusNone;
+  return Status::Ok();
+}
+
 Status CheckScalesOnDevice(const char* op, const char* name, const TensorView& scale, cudaStream_t stream,
                            bool zero_ok) {
   if (!scale.present() || scale.numel() == 0) return Status::Ok();
-  cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
   const std::string what = std::string(op) + " check";
-  if (cudaStreamIsCapturing(stream, &capture) != cudaSuccess) return Status::Internal(what + ": stream query failed");
-  if (capture != cudaStreamCaptureStatusNone) return Status::Ok();
+  bool capturing = false;
+  HPC_RETURN_IF_ERROR(StreamCapturing(stream, what.c_str(), &capturing));
+  if (capturing) return Status::Ok();
   std::vector<float> host(static_cast<size_t>(scale.numel()));
   cudaError_t err = cudaMemcpyAsync(host.data(), scale.data, host.size() * sizeof(float), cudaMemcpyDeviceToHost,
                                     stream);

@@ -9,6 +9,10 @@
 
 namespace hpc {
 
+// Whether `stream` is being captured into a CUDA graph (vLLM, torch and XLA capture their steps): the checks copy to
+// the host and sync, which a capture forbids, so they are skipped (Ok) while one is in progress.
+Status StreamCapturing(cudaStream_t stream, const char* what, bool* capturing);
+
 // The float32 scale tensor `scale` (on the GPU, contiguous; absent is fine) checked like
 // ArgCheck::PositiveFiniteScales: every element finite and > 0 (>= 0 with zero_ok). Syncs `stream`; skipped (Ok)
 // while the stream is being captured.

@@ -260,8 +260,11 @@ Status DispatchTile(int tile_m, const GemmParams& up, const GemmParams& down, in
 }
 
 // HPC_XLA_CHECK=1: the ids must be below num_experts_global (negative ones are skipped, as everywhere; copies them
-// to the host; syncs).
+// to the host; syncs). Skipped while the stream is captured (vLLM captures its MoE layers inside CUDA graphs).
 Status CheckIdsOnDevice(const FusedMoeArgs& a, int64_t global, cudaStream_t stream) {
+  bool capturing = false;
+  HPC_RETURN_IF_ERROR(StreamCapturing(stream, "fused_moe check", &capturing));
+  if (capturing) return Status::Ok();
   const int64_t n = a.topk_ids.numel(), top_k = a.topk_ids.shape[1];
   std::vector<int32_t> ids(n);
   HPC_RETURN_IF_ERROR(CudaStatus(cudaMemcpyAsync(ids.data(), a.topk_ids.data, n * 4, cudaMemcpyDeviceToHost, stream),

@@ -169,9 +169,9 @@ RopeNormParams MakeParams(const RopeNormArgs& a) {
 
 // Debug mode: validate indices on the GPU and report the first bad token like the CPU path does.
 Status CheckIndicesOnDevice(const RopeNormParams& p, cudaStream_t stream, int device) {
-  cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
-  HPC_RETURN_IF_ERROR(CudaStatus(cudaStreamIsCapturing(stream, &capture), "rope_norm check"));
-  if (capture != cudaStreamCaptureStatusNone) return Status::Ok();  // cannot sync inside a capture
+  bool capturing = false;
+  HPC_RETURN_IF_ERROR(StreamCapturing(stream, "rope_norm check", &capturing));
+  if (capturing) return Status::Ok();
   static unsigned long long* flags[64] = {};
   static std::mutex mu;
   std::lock_guard<std::mutex> lock(mu);

@@ -58,6 +58,12 @@ def cache_dtype(kv_cache_dtype, model_dtype):
     return {"bfloat16": torch.bfloat16, "float16": torch.float16}.get(kv_cache_dtype)  # None: not one we take
 
 
+def spec_dtype(dtype):
+    """The dtype hpc_xla's kernels see a layer's cache as, from its KV cache spec (vLLM stores fp8 caches as uint8;
+    the backend takes fp8_e4m3 only)."""
+    return torch.float8_e4m3fn if dtype in (torch.uint8, torch.float8_e4m3fn) else dtype
+
+
 @dataclass
 class HpcXlaAttentionMetadata(AttentionMetadata):
     """One step's batch, shared by every layer: decodes [0, num_decodes), then prefills / extends."""
@@ -96,7 +102,9 @@ class HpcXlaAttentionMetadataBuilder(AttentionMetadataBuilder[HpcXlaAttentionMet
         self.num_kv_heads = kv_cache_spec.num_kv_heads
         self.head_dim = kv_cache_spec.head_size
         self.page_size = kv_cache_spec.block_size
-        self.kv_dtype = cache_dtype(vllm_config.cache_config.cache_dtype, model.dtype)
+        # the group's own cache (--kv-cache-dtype-skip-layers keeps some layers' caches in the model dtype: they get a
+        # group, a spec and a builder of their own), not the engine-wide cache_dtype
+        self.kv_dtype = spec_dtype(kv_cache_spec.dtype)
         self.fused_prologue = any(has_fused_prologue(vllm_config, name) for name in layer_names)
         # the prologue hands an fp8 cache's decodes fp8 q (another kernel, another occupancy)
         self.q_dtype = self.kv_dtype if self.fused_prologue and self.kv_dtype.itemsize == 1 else model.dtype

@@ -94,6 +94,9 @@ class HpcXlaExperts(mk.FusedMoEExpertsModular):
 
         if not self._supports_activation(activation):
             raise ValueError("hpc_xla MoE experts: activation must be silu; got %s" % activation)
+        if getattr(self, "post_gemm2_hook", None) is not None:  # a model's own top-k reduction: ours is fused in
+            raise NotImplementedError("hpc_xla MoE experts reduce the top-k inside fused_moe; this layer installs "
+                                      "post_gemm2_hook (its own reduction), which they cannot run")
         qc = self.quant_config
         if apply_router_weight_on_input:  # the layer already scaled x by the (top-1) weight
             topk_weights = torch.ones_like(topk_weights)
@@ -142,8 +145,11 @@ def select_unquantized_backend(moe_config, vllm_select):
         return vllm_select(moe_config=moe_config)
     from vllm.model_executor.layers.fused_moe.oracle.unquantized import UnquantizedMoeBackend
 
-    ok, reason = HpcXlaExperts.is_supported_config(HpcXlaExperts, moe_config, None, None,
-                                                   mk.FusedMoEActivationFormat.Standard)
+    # the format vLLM's own selection would build the experts for (DeepEP-LL style all2all: batched), so such a layer
+    # is refused here by name instead of failing later in the experts' constructor
+    fmt = (mk.FusedMoEActivationFormat.BatchedExperts if moe_config.moe_parallel_config.use_batched_activation_format
+           else mk.FusedMoEActivationFormat.Standard)
+    ok, reason = HpcXlaExperts.is_supported_config(HpcXlaExperts, moe_config, None, None, fmt)
     unsupported = unsupported_features(moe_config) if ok else []
     if unsupported:
         ok, reason = False, "kernel does not support " + ", ".join(unsupported)

@@ -27,7 +27,6 @@ class HpcXlaRopeNorm(HpcRopeNorm):
         self.q_size, self.kv_size = num_heads * head_dim, num_kv_heads * head_dim
         self.register_buffer("cos_sin_cache", cos_sin_cache.float(), persistent=False)
         self.fallback_qnorm, self.fallback_knorm = fallback_qnorm, fallback_knorm
-        self.use_fp8 = kv_cache_dtype.startswith("fp8")
         self.qk_norm_policy = qk_norm_policy if use_qk_norm else QkNormPolicy.NONE
         if self.qk_norm_policy != QkNormPolicy.NONE and (fallback_qnorm is None or fallback_knorm is None):
             raise ValueError("HpcXlaRopeNorm: QK-norm is on but fallback_qnorm / fallback_knorm were not given "
@@ -40,6 +39,9 @@ class HpcXlaRopeNorm(HpcRopeNorm):
             raise RuntimeError("HpcXlaRopeNorm: attention layer %r is not built yet (the model builds it first)"
                                % layer_name)
         setattr(layer, _attention.FUSED_PROLOGUE, True)  # its K/V: written here, not by the backend
+        # the layer's own cache dtype: HunYuan V3 passes the engine-wide one, which --kv-cache-dtype-skip-layers
+        # overrides per layer (and a checkpoint's kv_cache_scheme may set it after the model read it)
+        self.use_fp8 = layer.kv_cache_dtype.startswith("fp8")
 
     @classmethod
     def support(cls, num_heads, num_kv_heads, head_dim, kv_cache_dtype):
