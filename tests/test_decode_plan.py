@@ -190,3 +190,23 @@ def test_plans_share_a_given_workspace():
         ht.decode_plan(lens, out=small, workspace=big.workspace, **shape)
     with pytest.raises(TypeError, match=r"workspace"):
         ht.decode_plan(lens, workspace=[0.0] * 10, **shape)
+
+
+@pytest.mark.parametrize("cost", [0, 5])
+def test_piece_cost_knob(cost):
+    """HPC_XLA_DECODE_PIECE_COST (an A/B knob of the planner, read once per process: a child) goes into the plan's
+    header, and the planner's properties and the decode numerics (CPU plans walked tile by tile) hold with it."""
+    import subprocess
+    import sys
+
+    env = dict(os.environ, HPC_XLA_DECODE_PIECE_COST=str(cost))
+    probe = ("import torch, hpc_xla.torch as ht; from hpc_xla import _decode; "
+             "p = ht.decode_plan(torch.tensor([700, 0, 64], dtype=torch.int32), num_kv_heads=2, num_q_heads=4, "
+             "head_dim=128, page_size=16, max_ctas=5); print('COST', _decode.read_plan(p.plan.numpy())['piece_cost'])")
+    r = subprocess.run([sys.executable, "-c", probe], env=env, capture_output=True, text=True)
+    assert "COST %d" % cost in r.stdout, r.stdout + r.stderr
+    here = os.path.dirname(os.path.abspath(__file__))
+    r = subprocess.run([sys.executable, "-m", "pytest", "-q", "-x", "-p", "no:cacheprovider",
+                        os.path.join(here, "test_decode_plan.py"), os.path.join(here, "test_decode.py"),
+                        "-k", "not piece_cost_knob"], env=env, capture_output=True, text=True)
+    assert r.returncode == 0 and " passed" in r.stdout, r.stdout[-3000:] + r.stderr[-2000:]

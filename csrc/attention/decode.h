@@ -76,6 +76,8 @@ Status CheckPlanHeader(const int32_t* header, const DecodeConfig& config, int64_
 // The least work (tiles) the planner gives a CTA: kMinCapacityTiles, or HPC_XLA_DECODE_MIN_TILES (1..64) for
 // A/B runs. Read once; the GPU planner and BuildPlanHost use the same value.
 int DecodeMinCapacityTiles();
+// The planner's fixed cost per piece in tiles: attention::kPieceCostTiles, or HPC_XLA_DECODE_PIECE_COST=0..16 (A/B).
+int DecodePieceCostTiles();
 
 void BuildPlanHost(const int32_t* seq_lens, int batch, const DecodeConfig& config, int max_ctas, int32_t* plan);
 Status DecodeAttentionCuda(const DecodeAttentionArgs& args, cudaStream_t stream);

@@ -65,7 +65,7 @@ Status PrepareKernel(const KernelChoice& k, int* ctas_per_sm) {
 constexpr int kPlanSmemPrefix = 4096;  // batch sizes below this search a shared-memory copy of the prefix
 
 __global__ void __launch_bounds__(1024) DecodePlanKernel(const int32_t* seq_lens, int batch, DecodeConfig cfg,
-                                                          int max_ctas, int min_tiles, int32_t* plan) {
+                                                          int max_ctas, int min_tiles, int piece_cost, int32_t* plan) {
   using namespace attention;
   using BlockScan = cub::BlockScan<int32_t, 1024>;
   __shared__ typename BlockScan::TempStorage scan;
@@ -80,7 +80,7 @@ __global__ void __launch_bounds__(1024) DecodePlanKernel(const int32_t* seq_lens
   __syncthreads();
   for (int base = 0; base < batch; base += 1024) {
     const int b = base + threadIdx.x;
-    const int32_t w = b < batch ? UnitCost(max(seq_lens[b], 0), kPieceCostTiles) : 0;
+    const int32_t w = b < batch ? UnitCost(max(seq_lens[b], 0), piece_cost) : 0;
     int32_t excl, chunk_total;
     BlockScan(scan).ExclusiveSum(w, excl, chunk_total);
     const int32_t before = running;
@@ -100,12 +100,12 @@ __global__ void __launch_bounds__(1024) DecodePlanKernel(const int32_t* seq_lens
   const int32_t* search = in_smem ? prefix_smem : prefix;
   PdlLaunchDependents();
   const int64_t total = static_cast<int64_t>(running) * cfg.num_kv_heads;
-  const int64_t capacity = CapacityOf(total, max_ctas, min_tiles + kPieceCostTiles);
+  const int64_t capacity = CapacityOf(total, max_ctas, min_tiles + piece_cost);
   const int num_ctas = static_cast<int>((total + capacity - 1) / capacity);
   int32_t* start = PlanStart(plan, batch);
   for (int i = threadIdx.x; i <= max_ctas; i += blockDim.x) {
     int unit, tile;
-    LocatePosition(search, batch, cfg.num_kv_heads, kPieceCostTiles, i <= num_ctas ? i * capacity : total, &unit,
+    LocatePosition(search, batch, cfg.num_kv_heads, piece_cost, i <= num_ctas ? i * capacity : total, &unit,
                    &tile);
     start[2 * i] = unit;
     start[2 * i + 1] = tile;
@@ -113,7 +113,7 @@ __global__ void __launch_bounds__(1024) DecodePlanKernel(const int32_t* seq_lens
   if (threadIdx.x == 0) {
     const int32_t header[kPlanHeaderInts] = {kPlanMagic, kPlanVersion, batch, cfg.num_kv_heads, cfg.num_q_heads,
                                              cfg.head_dim, cfg.q_len, cfg.page_size, static_cast<int32_t>(cfg.kv_dtype),
-                                             max_ctas, num_ctas, static_cast<int32_t>(capacity), kPieceCostTiles,
+                                             max_ctas, num_ctas, static_cast<int32_t>(capacity), piece_cost,
                                              running, 0, 0};
     for (int i = 0; i < kPlanHeaderInts; ++i) plan[i] = header[i];
   }
@@ -179,7 +179,7 @@ Status DecodePlanCuda(const DecodePlanArgs& a, cudaStream_t stream) {
   HPC_RETURN_IF_ERROR(CheckHopper(a.seq_lens.device_id));
   return Launch("decode_plan kernel launch", DecodePlanKernel, dim3(1), dim3(1024), 0, stream,
                 a.seq_lens.ptr<const int32_t>(), static_cast<int>(a.seq_lens.shape[0]), a.config, a.max_ctas,
-                DecodeMinCapacityTiles(), a.plan.ptr<int32_t>());
+                DecodeMinCapacityTiles(), DecodePieceCostTiles(), a.plan.ptr<int32_t>());
 }
 
 static_assert(attention::kMaxPieces == attention::kMaxCtas, "the combine kernel must hold a piece per CTA");

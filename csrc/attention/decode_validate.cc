@@ -210,6 +210,14 @@ Status CheckPlanHeader(const int32_t* header, const DecodeConfig& cfg, int64_t b
   return Status::Ok();
 }
 
+int DecodePieceCostTiles() {
+  static const int tiles = [] {
+    const int n = EnvInt("HPC_XLA_DECODE_PIECE_COST", -1);
+    return n >= 0 && n <= 16 ? n : attention::kPieceCostTiles;
+  }();
+  return tiles;
+}
+
 int DecodeMinCapacityTiles() {
   static const int tiles = [] {
     const int n = EnvInt("HPC_XLA_DECODE_MIN_TILES", 0);

@@ -167,23 +167,23 @@ Status CheckData(const DecodeAttentionArgs& a, const DecodeConfig& cfg) {
 
 void BuildPlanHost(const int32_t* seq_lens, int batch, const DecodeConfig& cfg, int max_ctas, int32_t* plan) {
   using namespace attention;
+  const int piece_cost = DecodePieceCostTiles();
   int32_t* prefix = PlanPrefix(plan);
   prefix[0] = 0;
-  for (int b = 0; b < batch; ++b) prefix[b + 1] = prefix[b] + UnitCost(seq_lens[b], kPieceCostTiles);
+  for (int b = 0; b < batch; ++b) prefix[b + 1] = prefix[b] + UnitCost(seq_lens[b], piece_cost);
   const int64_t total = static_cast<int64_t>(prefix[batch]) * cfg.num_kv_heads;
-  const int64_t capacity = CapacityOf(total, max_ctas, DecodeMinCapacityTiles() + kPieceCostTiles);
+  const int64_t capacity = CapacityOf(total, max_ctas, DecodeMinCapacityTiles() + piece_cost);
   const int num_ctas = static_cast<int>((total + capacity - 1) / capacity);
   int32_t* start = PlanStart(plan, batch);
   for (int i = 0; i <= max_ctas; ++i) {
     int unit, tile;
-    LocatePosition(prefix, batch, cfg.num_kv_heads, kPieceCostTiles, i <= num_ctas ? i * capacity : total, &unit,
-                   &tile);
+    LocatePosition(prefix, batch, cfg.num_kv_heads, piece_cost, i <= num_ctas ? i * capacity : total, &unit, &tile);
     start[2 * i] = unit;
     start[2 * i + 1] = tile;
   }
   const int32_t header[kPlanHeaderInts] = {kPlanMagic, kPlanVersion, batch, cfg.num_kv_heads, cfg.num_q_heads,
                                            cfg.head_dim, cfg.q_len, cfg.page_size, static_cast<int32_t>(cfg.kv_dtype),
-                                           max_ctas, num_ctas, static_cast<int32_t>(capacity), kPieceCostTiles,
+                                           max_ctas, num_ctas, static_cast<int32_t>(capacity), piece_cost,
                                            prefix[batch], 0, 0};
   for (int i = 0; i < kPlanHeaderInts; ++i) plan[i] = header[i];
 }
@@ -198,13 +198,13 @@ Status DecodePlanCpu(const DecodePlanArgs& a) {
       return ArgCheck("decode_plan").Fail("seq_lens[" + std::to_string(b) + "] = " +
                                           std::to_string(a.seq_lens.ptr<const int32_t>()[b]) + " is negative");
     }
-    cost += attention::UnitCost(a.seq_lens.ptr<const int32_t>()[b], attention::kPieceCostTiles);
+    cost += attention::UnitCost(a.seq_lens.ptr<const int32_t>()[b], DecodePieceCostTiles());
   }
   // The planner's prefix and positions are int32 (the GPU planner's too): the batch's cost over all kv heads,
   // ~ total tokens / 64 * Hkv, must fit.
   if (cost * a.config.num_kv_heads > INT32_MAX) {
     return ArgCheck("decode_plan").Fail("the batch is too long to plan: sum over seq_lens of (64-token tiles + " +
-                                        std::to_string(attention::kPieceCostTiles) + ") * num_kv_heads = " +
+                                        std::to_string(DecodePieceCostTiles()) + ") * num_kv_heads = " +
                                         std::to_string(cost * a.config.num_kv_heads) + " must be < 2^31");
   }
   BuildPlanHost(a.seq_lens.ptr<const int32_t>(), batch, a.config, a.max_ctas, a.plan.ptr<int32_t>());
