@@ -19,3 +19,9 @@ for f in $R/c_*.log; do echo "### $f"; tail -50 $f; done > $OUT/tests_all.txt
 AB="env AB_WIDTH=100 AB_TIMEOUT=100 OUT=/tmp/abl tools/ab_bench.sh"
 [ $(( $(date +%s) - S )) -lt 190 ] && $AB 1 "moe --shapes mixtral-8x7b/bf16,qwen3-30b-a3b/bf16,hy3-ep8,dsv3-ep8 --tokens 32,64,128,256,4096" m m2 > $R/c_ab.txt 2>&1; t
 cp $R/c_ab.txt $OUT/; cut -c1-90 $R/c_ab.txt
+# the planner's piece cost (b055b99), if time is left: 8/1 bf16, default 2 against 0 / 1 / 4
+if [ $(( $(date +%s) - S )) -lt 300 ]; then
+  env AB_WIDTH=100 AB_TIMEOUT=100 OUT=/tmp/abl tools/ab_bench.sh 1 "decode --heads 8/1/128 --q-len 1 --kv bf16" m2 \
+    m2:HPC_XLA_DECODE_PIECE_COST=1 m2:HPC_XLA_DECODE_PIECE_COST=0 m2:HPC_XLA_DECODE_PIECE_COST=4 > $R/c_pc.txt 2>&1; t
+  cp $R/c_pc.txt $OUT/; cut -c1-90 $R/c_pc.txt
+fi
