@@ -190,10 +190,6 @@ __device__ __forceinline__ int64_t CacheRow(const RopeNormParams& p, int64_t slo
 constexpr int kPairedThreads = 128;
 template <int R>
 constexpr int kPairedMinBlocks = R == 4 ? 5 : (R == 2 ? 6 : 8);
-// fp8 q rows (amax, scale, e4m3 packing) need more registers: at 5 blocks/SM the 4-row kernels spilled 32-36 bytes
-// (80-88 reloaded per thread, ptxas); 4 blocks leave room for them.
-template <int R, bool kFp8Q>
-constexpr int kPairedMinBlocksFor = kFp8Q && R == 4 ? 4 : kPairedMinBlocks<R>;
 
 __device__ __forceinline__ void Unpack16(const uint4& a, const uint4& b, bool bf16, float (&x)[16]) {
   float lo[8], hi[8];
@@ -274,7 +270,7 @@ __device__ __forceinline__ void PrefetchCosSin(const RopeNormParams& p, int pos)
 }
 
 template <int G, int R, typename T, bool kFp8Cache, bool kFp8Q>
-__global__ void __launch_bounds__(kPairedThreads, kPairedMinBlocksFor<R, kFp8Q>)
+__global__ void __launch_bounds__(kPairedThreads, kPairedMinBlocks<R>)
     RopeNormPairedKernel(const __grid_constant__ RopeNormParams p) {
   constexpr bool kBf16 = std::is_same_v<T, __nv_bfloat16>;
   const int lane = threadIdx.x % G;
