@@ -466,3 +466,66 @@ def test_negative_ids_contribute_nothing(framework):
     zeroed = dict(p, topk_weights=np.where(dropped["topk_ids"] < 0, 0.0, p["topk_weights"]).astype(np.float32))
     assert reference.relative_error(got, reference_out(zeroed)) < _tol(p)
     assert np.all(got[1].astype(np.float32) == 0)
+
+
+_ACT_CHILD = r"""
+from hpc_xla._ext import ext
+# (T, top_k, E, E_global, quant): Qwen3 fp8 / bf16 T=4096 (grouped, 128-row tiles), Qwen3 fp8 T=16 (tiled), block128
+# (grouped), Hy3-EP8 fp8 T=1024 (grouped, 64-row tiles: 43 rows per expert)
+cases = [(4096, 8, 128, 128, 1), (4096, 8, 128, 128, 0), (16, 8, 128, 128, 1), (4096, 8, 32, 256, 2),
+         (1024, 8, 24, 192, 1)]
+print("ACT", *[int(ext().fused_moe_act_in_epilogue(*c)) for c in cases])
+"""
+
+
+@pytest.mark.parametrize("knobs, expect", [({}, [0, 0, 0, 0, 0]), ({"HPC_XLA_MOE_ACT": "kernel"}, [0, 0, 0, 0, 0]),
+                                           ({"HPC_XLA_MOE_ACT": "epilogue"}, [1, 1, 0, 0, 0]),
+                                           ({"HPC_XLA_MOE_ACT": "epilogue", "HPC_XLA_MOE_GEMM_TILE": "128x128"},
+                                            [1, 1, 0, 0, 1])])
+def test_act_in_epilogue_only_where_built(knobs, expect):
+    """HPC_XLA_MOE_ACT=epilogue moves the activation into the gate-up GEMM only on the grouped path's 128-row tiles
+    with fp8_tensor or bf16 (the kernels that exist); a forced 128-row tile brings Hy3-EP8 in."""
+    out = _knob_child(_ACT_CHILD, **knobs)
+    assert [int(v) for v in out.split("ACT")[1].split()] == expect, out
+
+
+def test_interleave_w13_layout():
+    """interleave_w13's rows: [128q, 128q + 64) = gate rows [64q, 64q + 64), [128q + 64, 128q + 128) = the matching up
+    rows; deinterleave_w13 inverts it; numpy and torch agree; I not a multiple of 64 is a clear error."""
+    import torch
+
+    from hpc_xla.moe_layout import deinterleave_w13, interleave_w13
+
+    e, i, h = 3, 192, 16
+    w = np.arange(e * 2 * i * h, dtype=np.float32).reshape(e, 2 * i, h)
+    out = interleave_w13(w)
+    assert out.shape == w.shape
+    for q in range(i // 64):
+        np.testing.assert_array_equal(out[:, 128 * q:128 * q + 64], w[:, 64 * q:64 * q + 64])
+        np.testing.assert_array_equal(out[:, 128 * q + 64:128 * q + 128], w[:, i + 64 * q:i + 64 * q + 64])
+    np.testing.assert_array_equal(deinterleave_w13(out), w)
+    t = interleave_w13(torch.from_numpy(w))
+    assert t.is_contiguous()
+    np.testing.assert_array_equal(t.numpy(), out)
+    with pytest.raises(ValueError, match=r"w13 must be \[E, 2I, H\] with I a multiple of 64; got shape \(3, 160, 16\)"):
+        interleave_w13(np.zeros((3, 160, 16), np.float32))
+
+
+_ACT_CPU_CHILD = r"""
+import sys
+sys.path.insert(0, "tests")
+from test_fused_moe import make_problem, run_torch
+try:
+    run_torch(make_problem(64, 4, 128, 128, 2, "fp8_tensor"))
+    print("RAN")
+except ValueError as e:
+    print("ERR", e)
+"""
+
+
+def test_act_epilogue_knob_rejected_on_cpu():
+    """The CPU path reads w13 in vLLM's layout, so under HPC_XLA_MOE_ACT=epilogue (whose w13 is interleaved) it must
+    refuse rather than compute with permuted gate / up rows."""
+    out = _knob_child(_ACT_CPU_CHILD, HPC_XLA_MOE_ACT="epilogue")
+    assert "HPC_XLA_MOE_ACT must be unset or 'kernel' on the CPU path" in out, out
+    assert "RAN" in _knob_child(_ACT_CPU_CHILD)
