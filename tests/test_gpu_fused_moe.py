@@ -572,17 +572,9 @@ sys.path.insert(0, "tests")
 from test_fused_moe import make_problem
 from test_gpu_fused_moe import _tile_m, run_cuda
 args = %r
-p = make_problem(*args[:5], quant=args[5], expert_offset=args[6], extra_experts=args[7], shared=args[8], seed=args[9],
-                 x_fp8=len(args) > 10 and args[10])
-import os
-from hpc_xla.moe_layout import interleave_w13
-if os.environ.get("HPC_XLA_MOE_ACT") == "epilogue":  # the layout that knob promises
-    p["w13"] = interleave_w13(p["w13"])
+p = make_problem(*args[:5], quant=args[5], expert_offset=args[6], extra_experts=args[7], shared=args[8], seed=args[9])
 np.save(sys.argv[1], run_cuda(p).view(np.uint16))
-from hpc_xla._ext import ext
-shape = (args[0], args[4], args[1], p["num_experts_global"], {None: 0, "fp8_tensor": 1, "fp8_block128": 2}[args[5]])
-print("TILE", _tile_m(p), "ACT", int(ext().fused_moe_act_in_epilogue(*shape)), "EPILOGUES",
-      ext().fused_moe_act_epilogue_launches())
+print("TILE", _tile_m(p))
 """
 
 
@@ -654,61 +646,6 @@ def test_grouped_other_tiles_agree(tokens, quant, tmp_path):
         _check_oracle(p, out)
         err = reference.relative_error(out, v1.astype(np.float64))
         assert err < _tol(p), "v1 vs grouped %s relative error %g" % (tile, err)
-
-
-# make_problem's (tokens, experts, H, I, k, quant, offset, extra, shared, seed, x_fp8)
-ACT_CASES = [
-    (5, 4, 256, 256, 2, "fp8_tensor", 1, 2, True, 51, False),     # groups of 0-3 rows: the M predicate
-    (800, 4, 256, 256, 2, "fp8_tensor", 1, 2, True, 52, False),   # ~230 rows per expert: 2 M tiles, ragged tails
-    (800, 4, 256, 256, 2, "fp8_tensor", 1, 2, True, 53, True),    # fp8 x
-    (300, 4, 256, 192, 2, "fp8_tensor", 0, 0, False, 54, False),  # I = 192: half of the 2nd 256-wide tile masked
-    (600, 4, 512, 128, 4, "fp8_tensor", 3, 4, True, 55, False),   # EP: local experts 3..6 of 11
-    (700, 4, 256, 384, 2, None, 0, 0, True, 56, False),           # bf16 (its own kernel), 3 blocks of 128 columns
-    (5, 4, 256, 128, 2, None, 1, 2, False, 57, False),            # bf16, tiny groups
-    # several tiles per persistent CTA, groups changing inside a CTA
-    (8192, 4, 1024, 512, 2, "fp8_tensor", 0, 0, False, 58, False),
-]
-
-
-@pytest.mark.parametrize("tile", ["128x256", "128x128"])
-@pytest.mark.parametrize("case", ACT_CASES)
-def test_grouped_act_epilogue_equals_kernel(case, tile, tmp_path):
-    """HPC_XLA_MOE_ACT=epilogue (the gate-up GEMM's epilogue computes silu(gate) * up from its accumulators; w13
-    interleaved in blocks of 64 rows by hpc_xla.moe_layout.interleave_w13) against the act kernel on vLLM's layout:
-    bitwise equal -- the epilogue rounds gate / up to bf16 after the alpha multiply exactly like the act kernel's
-    input, then the same silu, product and quantization. A mismatch means a gate / up pairing, predicate or
-    pointer bug (or that a wgmma column's sum depends on its tile column: the one assumption). Run twice: a row
-    written past an expert's M lands, in bounds, on the next expert's rows, which memcheck cannot see, and on
-    which of the two writes wins depends on timing."""
-    env = {"HPC_XLA_MOE_GEMM_TILE": tile}
-    runs = [dict(env), dict(env, HPC_XLA_MOE_ACT="epilogue"), dict(env, HPC_XLA_MOE_ACT="epilogue")]
-    started = [_start_child(_PATH_CHILD % (case,), [str(tmp_path / ("out_%d.npy" % i))], HPC_XLA_MOE_PATH="grouped",
-                            **r) for i, r in enumerate(runs)]
-    done = [_finish_child(proc) for proc in started]
-    for r in done:
-        assert r.returncode == 0, r.stdout + r.stderr
-        assert int(r.stdout.split("TILE")[1].split()[0]) == GROUPED_TILE, r.stdout
-    # the epilogue really ran (a silent fallback to the act kernel would compute with permuted gate / up rows and
-    # fail the comparison anyway, but say so plainly): predicted by the host rule and counted at the launch
-    assert [int(r.stdout.split("ACT")[1].split()[0]) for r in done] == [0, 1, 1], [r.stdout for r in done]
-    launches = [int(r.stdout.split("EPILOGUES")[1].split()[0]) for r in done]
-    assert launches[0] == 0 and min(launches[1:]) >= 1, [r.stdout for r in done]
-    kernel, epi, epi2 = (np.load(str(tmp_path / ("out_%d.npy" % i))).view(BF16) for i in range(3))
-    assert np.array_equal(kernel.view(np.uint16), epi.view(np.uint16))
-    assert np.array_equal(epi.view(np.uint16), epi2.view(np.uint16))
-    if case[0] <= 800:
-        p = make_problem(*case[:5], quant=case[5], expert_offset=case[6], extra_experts=case[7], shared=case[8],
-                         seed=case[9], x_fp8=case[10])
-        _check_oracle(p, epi)
-
-
-def test_act_epilogue_rejects_other_paths():
-    """HPC_XLA_MOE_ACT=epilogue promises an interleaved w13 that only the activation epilogue reads correctly: a call
-    on another path (here the tiled path at T=3) must raise, not compute with permuted gate / up rows."""
-    r = _run_child(_KNOB_CHILD, HPC_XLA_MOE_ACT="epilogue")
-    assert r.returncode == 0, r.stdout + r.stderr
-    assert "HPC_XLA_MOE_ACT=epilogue (w13 interleaved by hpc_xla.moe_layout.interleave_w13) runs only where" in \
-        r.stdout, r.stdout
 
 
 _SPLIT_CHILD = r"""
@@ -813,7 +750,6 @@ except ValueError as e:
     ("HPC_XLA_MOE_UP_SPLITS", "9", "HPC_XLA_MOE_UP_SPLITS must be an integer in [1, 8] or unset; got '9'"),
     ("HPC_XLA_MOE_TILED_M", "64", "HPC_XLA_MOE_TILED_M must be '16', '32' or unset; got '64'"),
     ("HPC_XLA_MOE_REDUCE", "fast", "HPC_XLA_MOE_REDUCE must be 'dense', 'sparse' or unset; got 'fast'"),
-    ("HPC_XLA_MOE_ACT", "fused", "HPC_XLA_MOE_ACT must be 'kernel', 'epilogue' or unset; got 'fused'"),
 ])
 def test_moe_knobs_reject_unknown_values(knob, value, message):
     r = _run_child(_KNOB_CHILD, **{knob: value})

@@ -89,15 +89,6 @@ void BindMoe(nb::module_& m) {
       },
       nb::arg("tokens"), nb::arg("top_k"), nb::arg("experts"), nb::arg("experts_global"), nb::arg("quant"),
       "Rows of the grouped path's CTA tile (64 | 128) for these shapes, when that path runs.");
-  m.def(
-      "fused_moe_act_in_epilogue",
-      [](int64_t tokens, int64_t top_k, int64_t experts, int64_t experts_global, int quant) {
-        return FusedMoeActInEpilogue(tokens, top_k, experts, experts_global, static_cast<MoeQuant>(quant));
-      },
-      nb::arg("tokens"), nb::arg("top_k"), nb::arg("experts"), nb::arg("experts_global"), nb::arg("quant"),
-      "Whether the grouped gate-up GEMM computes the activation in its epilogue (HPC_XLA_MOE_ACT=epilogue).");
-  m.def("fused_moe_act_epilogue_launches", &FusedMoeActEpilogueLaunches,
-        "Gate-up GEMM launches in this process whose epilogue computed the activation (HPC_XLA_MOE_ACT=epilogue).");
   m.def("moe_route", &MoeRouteBinding, nb::arg("router_logits"), nb::arg("correction_bias").none(),
         nb::arg("topk_weights"), nb::arg("topk_ids"), nb::arg("top_k"), nb::arg("scoring"), nb::arg("renormalize"),
         nb::arg("num_groups"), nb::arg("topk_groups"), nb::arg("routed_scaling"), nb::arg("stream") = -1);

@@ -52,11 +52,6 @@ int FusedMoeTileM(int64_t tokens, int64_t top_k, int64_t experts, MoeQuant quant
 // Rows of the grouped path's CTA tile (64 ping-pong | 128 cooperative) when TileM picks that path, ignoring
 // HPC_XLA_MOE_GEMM_TILE; experts_global = the routing's expert count (0: unknown, the local count).
 int FusedMoeGroupedCtaRows(int64_t tokens, int64_t top_k, int64_t experts, int64_t experts_global, MoeQuant quant);
-// Whether the grouped path's gate-up GEMM computes silu(gate) * up in its epilogue (HPC_XLA_MOE_ACT=epilogue on a
-// configuration that has that kernel): false wherever the grouped path is not taken.
-bool FusedMoeActInEpilogue(int64_t tokens, int64_t top_k, int64_t experts, int64_t experts_global, MoeQuant quant);
-// Gate-up GEMM launches in this process whose epilogue computed the activation (the tests' proof that it ran).
-int64_t FusedMoeActEpilogueLaunches();
 // What one call with `tokens` tokens needs (the CUDA path checks the workspace against it).
 int64_t FusedMoeWorkspaceBytes(int64_t tokens, int64_t top_k, int64_t experts, int64_t hidden, int64_t inter,
                                MoeQuant quant);

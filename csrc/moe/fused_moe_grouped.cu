@@ -5,9 +5,7 @@
 //   gather   rows[r] = xq[pair(r) / k] (or x: bf16, or fp8 x as given), + its block scales: a row copy. Rows are
 //            contiguous per expert (sorted order, no padding).
 //   GEMM1    rows x w13[e]^T -> gate_up bf16 [rows, 2I] (CUTLASS WGMMA grouped GEMM, fp32 accumulation)
-//   act      silu(gate) * up in fp32 -> intermediate (bf16 | e4m3 static a2 | e4m3 per row per 128 + scales).
-//            Skipped with HPC_XLA_MOE_ACT=epilogue (fp8_tensor | bf16, 128-row tiles, w13 interleaved): GEMM1's
-//            epilogue writes the intermediate itself (moe_act_epilogue_sm90.h).
+//   act      silu(gate) * up in fp32 -> intermediate (bf16 | e4m3 static a2 | e4m3 per row per 128 + scales)
 //   GEMM2    intermediate x w2[e]^T -> down bf16 [rows, H]
 //   reduce   y[t] = sum_j (j order) w[t,j] * down[row(t*k+j)] over local experts (+ shared_output), fp32 -> bf16
 // Like the tiled path: no host sync, no allocation, launch configuration from shapes (and the SM count) only;
@@ -256,23 +254,15 @@ Status RunGroupedMoe(const FusedMoeArgs& a, const MoePlan& plan, const uint8_t* 
     g.args = ws + args;
     return g;
   };
-  GroupedGemmProblem gate_up = problem(plan.rows, plan.rows_scale, a.a13_scale, a.w13, a.w13_scale, plan.gate_up,
-                                       2 * inter, hidden, plan.gemm_args);
+  const GroupedGemmProblem gate_up = problem(plan.rows, plan.rows_scale, a.a13_scale, a.w13, a.w13_scale, plan.gate_up,
+                                             2 * inter, hidden, plan.gemm_args);
   const GroupedGemmProblem down = problem(plan.inter, plan.inter_scale, a.a2_scale, a.w2, a.w2_scale, plan.down, hidden,
                                           inter, plan.gemm_args + experts * kGroupedGemmArgsBytesPerExpert);
 
+  HPC_RETURN_IF_ERROR(LaunchGroupedGemmSetup(groups, gate_up, down, stream));
+
   // a_x is the op's bf16 x with fp8 quant exactly when fused_moe.cu left the quantization to the gather
   const bool quantize = fp8 && a.x.dtype == DType::kBF16 && a_x == a.x.data;
-  // HPC_XLA_MOE_ACT=epilogue: GEMM1's epilogue writes the intermediate itself (w13 interleaved; the act kernel and
-  // gate_up are skipped). ValidateFusedMoeCuda has rejected every call where this does not hold.
-  const bool act_in_epilogue = GroupedGemmActInEpilogue(a.quant, groups.tile_m);
-  if (act_in_epilogue) {
-    gate_up.act_epilogue = true;
-    gate_up.d = ws + plan.inter;
-    gate_up.act_scale = tensor ? a.a2_scale.ptr<const float>() : nullptr;
-  }
-
-  HPC_RETURN_IF_ERROR(LaunchGroupedGemmSetup(groups, gate_up, down, stream));
   GatherParams gp = {};
   gp.src = a_x;
   gp.src_scale = block && !quantize ? a_x_scale : nullptr;
@@ -295,19 +285,17 @@ Status RunGroupedMoe(const FusedMoeArgs& a, const MoePlan& plan, const uint8_t* 
 
   HPC_RETURN_IF_ERROR(LaunchGroupedGemm(groups, gate_up, stream));
 
-  if (!act_in_epilogue) {
-    ActParams ap = {};
-    ap.gate_up = reinterpret_cast<const __nv_bfloat16*>(ws + plan.gate_up);
-    ap.row_count = row_count;
-    ap.inter = ws + plan.inter;
-    ap.inter_scale = block ? reinterpret_cast<float*>(ws + plan.inter_scale) : nullptr;
-    ap.static_scale = tensor ? a.a2_scale.ptr<const float>() : nullptr;
-    ap.inter_dim = inter;
-    ap.vec_per_row = static_cast<int>(inter / 8);
-    ap.quant = a.quant;
-    HPC_RETURN_IF_ERROR(Launch("fused_moe act launch", MoeActKernel, RowGrid(plan.max_rows, ActSegments(ap), sms),
-                               dim3(kRowThreads), 0, stream, ap));
-  }
+  ActParams ap = {};
+  ap.gate_up = reinterpret_cast<const __nv_bfloat16*>(ws + plan.gate_up);
+  ap.row_count = row_count;
+  ap.inter = ws + plan.inter;
+  ap.inter_scale = block ? reinterpret_cast<float*>(ws + plan.inter_scale) : nullptr;
+  ap.static_scale = tensor ? a.a2_scale.ptr<const float>() : nullptr;
+  ap.inter_dim = inter;
+  ap.vec_per_row = static_cast<int>(inter / 8);
+  ap.quant = a.quant;
+  HPC_RETURN_IF_ERROR(Launch("fused_moe act launch", MoeActKernel, RowGrid(plan.max_rows, ActSegments(ap), sms),
+                             dim3(kRowThreads), 0, stream, ap));
 
   HPC_RETURN_IF_ERROR(LaunchGroupedGemm(groups, down, stream));
 

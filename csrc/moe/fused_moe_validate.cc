@@ -115,21 +115,6 @@ GroupedGemmTile GroupedGemmTileFromEnv() {
   return tile;
 }
 
-const char* GroupedActEnvText() {
-  const char* v = std::getenv("HPC_XLA_MOE_ACT");
-  return v == nullptr ? "" : v;
-}
-
-GroupedAct GroupedActFromEnv() {
-  static const GroupedAct act = [] {
-    const char* v = GroupedActEnvText();
-    if (*v == '\0' || std::strcmp(v, "kernel") == 0) return GroupedAct::kKernel;
-    if (std::strcmp(v, "epilogue") == 0) return GroupedAct::kEpilogue;
-    return GroupedAct::kInvalid;
-  }();
-  return act;
-}
-
 }  // namespace moe
 
 Status ValidateFusedMoe(const FusedMoeArgs& a) {
@@ -236,11 +221,6 @@ int FusedMoeTileM(int64_t tokens, int64_t top_k, int64_t experts, MoeQuant quant
   return moe::TileM(tokens, top_k, experts, quant);
 }
 
-bool FusedMoeActInEpilogue(int64_t tokens, int64_t top_k, int64_t experts, int64_t experts_global, MoeQuant quant) {
-  return moe::TileM(tokens, top_k, experts, quant) == moe::kGroupedTileM &&
-         moe::GroupedGemmActInEpilogue(quant, moe::GroupedCtaRows(tokens * top_k, experts, experts_global, quant));
-}
-
 int FusedMoeGroupedCtaRows(int64_t tokens, int64_t top_k, int64_t experts, int64_t experts_global, MoeQuant quant) {
   return moe::GroupedCtaRows(tokens * top_k, experts, experts_global, quant);
 }
@@ -278,24 +258,7 @@ Status ValidateFusedMoeCuda(const FusedMoeArgs& a) {
     return c.Fail(std::string("HPC_XLA_MOE_GEMM_TILE must be '128x256', '128x128', '64x256', '64x128' or unset; got '") +
                   moe::GroupedGemmTileEnvText() + "'");
   }
-  if (moe::GroupedActFromEnv() == moe::GroupedAct::kInvalid) {
-    return c.Fail(std::string("HPC_XLA_MOE_ACT must be 'kernel', 'epilogue' or unset; got '") + moe::GroupedActEnvText() +
-                  "'");
-  }
   const int64_t tokens = a.x.shape[0], hidden = a.x.shape[1], experts = a.w13.shape[0], inter = a.w13.shape[1] / 2;
-  // HPC_XLA_MOE_ACT=epilogue promises a w13 interleaved in blocks of 64 rows, which only the activation epilogue
-  // reads that way: any other configuration would silently compute with permuted gate / up rows.
-  if (moe::GroupedActFromEnv() == moe::GroupedAct::kEpilogue && tokens > 0) {
-    // the experts_global RunGroupedMoe's tile rule sees (0: the local count)
-    if (!FusedMoeActInEpilogue(tokens, a.topk_ids.shape[1], experts, a.num_experts_global, a.quant)) {
-      return c.Fail("HPC_XLA_MOE_ACT=epilogue (w13 interleaved by hpc_xla.moe_layout.interleave_w13) runs only where "
-                    "the grouped path takes 128-row tiles with fp8_tensor or bf16; this call (T=" +
-                    std::to_string(tokens) + ", " + std::to_string(experts) + " local experts, quant " +
-                    (a.quant == MoeQuant::kNone ? "None" : a.quant == MoeQuant::kFp8Tensor ? "fp8_tensor" : "fp8_block128") +
-                    ") does not; unset it or force HPC_XLA_MOE_PATH=grouped and "
-                    "HPC_XLA_MOE_GEMM_TILE=128x256");
-    }
-  }
   if (hidden % 64 != 0) return c.Fail("the CUDA path needs H (x.shape[1]) to be a multiple of 64; got " + std::to_string(hidden));
   if (inter % 64 != 0) {
     return c.Fail("the CUDA path needs I (w13.shape[1] / 2) to be a multiple of 64; got " + std::to_string(inter));

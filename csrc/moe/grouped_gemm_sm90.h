@@ -36,11 +36,6 @@ struct GroupedGemmProblem {
   void* d = nullptr;                 // [rows, N] bf16
   int64_t n = 0, k = 0;
   void* args = nullptr;              // device scratch, kGroupedGemmArgsBytesPerExpert * E bytes, 256-aligned
-  // Gate-up with HPC_XLA_MOE_ACT=epilogue (GroupedGemmActInEpilogue; moe_act_epilogue_sm90.h): b is w13 interleaved
-  // in blocks of 64 rows (gate 64, up 64, ...) and the epilogue writes silu(gate) * up straight into d = the
-  // intermediate [rows, N / 2] (e4m3 with act_scale = a2 | bf16) instead of gate_up [rows, N] bf16.
-  bool act_epilogue = false;
-  const float* act_scale = nullptr;
 };
 
 // What both grouped GEMMs of one layer share.
@@ -67,24 +62,6 @@ struct GroupedGemmTile {
 };
 GroupedGemmTile GroupedGemmTileFromEnv();
 const char* GroupedGemmTileEnvText();  // the variable's text, "" when unset
-
-// HPC_XLA_MOE_ACT (read once): where silu(gate) * up runs. kernel (unset): the act kernel reads gate_up [P, 2I] bf16
-// written by the gate-up GEMM; epilogue: the gate-up GEMM's epilogue computes it from the accumulators and writes the
-// intermediate itself -- w13 must then be interleaved in blocks of 64 rows (hpc_xla/moe_layout.py interleave_w13),
-// and every CUDA call must take that configuration (ValidateFusedMoeCuda rejects the others). Anything else ->
-// kInvalid. fused_moe_validate.cc.
-enum class GroupedAct { kKernel, kEpilogue, kInvalid };
-GroupedAct GroupedActFromEnv();
-const char* GroupedActEnvText();  // the variable's text, "" when unset
-
-// Whether the gate-up GEMM computes the activation in its epilogue: HPC_XLA_MOE_ACT=epilogue and a configuration
-// that has that kernel (fp8_tensor or bf16 on the 128-row cooperative tiles, 128x256 / 128x128; fp8_block128's
-// per-128 activation scale spans two CTAs of its 128x128 tiles). tile_m: GroupedGemmGroups::tile_m.
-inline bool GroupedGemmActInEpilogue(MoeQuant quant, int tile_m) {
-  if (GroupedActFromEnv() != GroupedAct::kEpilogue || quant == MoeQuant::kFp8Block128) return false;
-  const GroupedGemmTile env = GroupedGemmTileFromEnv();
-  return (env.m != 0 ? env.m : tile_m) == 128;
-}
 
 // The grouped GEMM itself (persistent grid of one CTA per SM). Waits for all earlier kernels of the stream
 // (PDL wait before its first global read), so the setup kernel and the producers of A must precede it.

@@ -10,7 +10,6 @@
 
 #include "csrc/common/check.h"
 #include "csrc/moe/fused_moe.h"
-#include "csrc/moe/grouped_gemm_sm90.h"
 #include "csrc/ref/element_access.h"
 
 namespace hpc {
@@ -42,12 +41,6 @@ float Silu(float g) { return g / (1.f + std::exp(-g)); }
 Status FusedMoeCpu(const FusedMoeArgs& a) {
   HPC_RETURN_IF_ERROR(ValidateFusedMoe(a));
   if (a.x.device != DeviceKind::kCpu) return Status::Internal("fused_moe: CPU path called with GPU tensors");
-  // the knob's interleaved w13 would be read here as vLLM's layout: permuted gate / up rows, silently
-  if (moe::GroupedActFromEnv() != moe::GroupedAct::kKernel) {
-    return ArgCheck("fused_moe").Fail(std::string("HPC_XLA_MOE_ACT must be unset or 'kernel' on the CPU path "
-                                                  "(the activation epilogue is a CUDA kernel); got '") +
-                                      moe::GroupedActEnvText() + "'");
-  }
   const int64_t tokens = a.x.shape[0], hidden = a.x.shape[1], experts = a.w13.shape[0], inter = a.w13.shape[1] / 2;
   const int top_k = static_cast<int>(a.topk_ids.shape[1]);
   const int64_t global = a.num_experts_global > 0 ? a.num_experts_global : experts + a.expert_offset;

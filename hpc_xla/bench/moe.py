@@ -36,7 +36,6 @@ import hpc_xla.torch as ht
 from hpc_xla import _options
 from hpc_xla._ext import ext
 from hpc_xla.bench import report, timing
-from hpc_xla.moe_layout import interleave_w13
 from hpc_xla.torch.moe import fused_moe_workspace_size
 
 TOKENS = (1, 4, 16, 64, 256, 1024, 4096, 16384)  # the list (the whole suite ran in ~90 s, session 21)
@@ -116,10 +115,8 @@ def _local_hits(inp, offset, e_local):
 
 
 def _ours(w, inp, quant, offset, e_global, workspace):
-    w13 = w.get("w13_ours", w["w13"])
-
     def call():
-        ht.fused_moe(inp["x"], w13, w["w2"], inp["weights"], inp["ids"], quant=quant, w13_scale=w["w13_scale"],
+        ht.fused_moe(inp["x"], w["w13"], w["w2"], inp["weights"], inp["ids"], quant=quant, w13_scale=w["w13_scale"],
                      w2_scale=w["w2_scale"], a13_scale=w["a13_scale"], a2_scale=w["a2_scale"], expert_offset=offset,
                      num_experts_global=e_global, out=inp["out"], workspace=workspace)
     return call
@@ -430,8 +427,6 @@ def run(args):
     ceilings = _ceilings(shapes)
     for name, e_local, e_global, offset, h, i, top_k, quant in shapes:
         w = _weights(e_local, h, i, quant, _generator(name, quant))
-        if os.environ.get("HPC_XLA_MOE_ACT") == "epilogue":  # the w13 layout that experiment's knob promises
-            w["w13_ours"] = interleave_w13(w["w13"])
         emap = _expert_map(e_local, e_global, offset)
         tuned = None
         if peer is not None:
@@ -444,12 +439,6 @@ def run(args):
         elem = 1 if quant else 2
         expert_bytes = 3 * h * i * elem
         for tokens in tokens_list:
-            if "w13_ours" in w and not ext().fused_moe_act_in_epilogue(tokens, top_k, e_local, e_global,
-                                                                       _options.moe_quant_code(quant)):
-                # the knob's interleaved w13 is only read right where the epilogue runs (the op raises elsewhere)
-                print("  %s %s T=%d: skipped (HPC_XLA_MOE_ACT=epilogue does not apply here)" % (
-                    name, quant or "bf16", tokens), flush=True)
-                continue
             gen = _generator(name, quant, tokens)
             probe = _inputs(tokens, e_local, e_global, offset, h, top_k, gen)
             counts = [_local_hits(probe, offset, e_local)]
@@ -485,8 +474,7 @@ def run(args):
                                                                               quant),
                        triton_config_tuned=tuned, rotating_sets=sets_n,
                        tile_m=tile_m, grouped_cta_rows=grouped_rows, **roof,
-                       path=os.environ.get("HPC_XLA_MOE_PATH", "auto"),
-                       act=os.environ.get("HPC_XLA_MOE_ACT", "kernel"))
+                       path=os.environ.get("HPC_XLA_MOE_PATH", "auto"))
             records.append(rec)
             rows.append([name, quant or "bf16", tokens, "%.1f" % ours, "%.2f" % tbps, "%.1f" % tflops,
                          _fmt(roof["pct_mem"], "%.0f%%"), _fmt(roof["pct_tc"], "%.0f%%"),
