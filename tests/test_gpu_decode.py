@@ -8,6 +8,7 @@ import sys
 import numpy as np
 import pytest
 
+from cuda_graph import capture
 from decode_harness import DecodeCase, check, from_torch, make_inputs, to_torch
 
 pytestmark = pytest.mark.gpu
@@ -34,14 +35,7 @@ def _captured_step(t, plan, kw):
         ht.decode_plan(t["seq_lens"], out=plan, **kw)
         ht.decode_attention(t["q"], t["k_cache"], t["v_cache"], t["block_table"], t["seq_lens"], plan, out=out)
 
-    s = torch.cuda.Stream()
-    s.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(s):
-        step()
-    torch.cuda.current_stream().wait_stream(s)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        step()
+    graph, _ = capture(step)
     return graph, out
 
 

@@ -15,6 +15,7 @@ import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from cuda_graph import capture
 from test_fused_moe import BF16, QUANT_CODE, make_problem, reference_out, run_torch
 
 from hpc_xla import reference
@@ -308,6 +309,7 @@ def test_device_checks_are_skipped_inside_a_graph_capture():
 import numpy as np, torch, sys
 sys.path.insert(0, "tests")
 import hpc_xla.torch as ht
+from cuda_graph import capture
 from test_gpu_fused_moe import _cuda_inputs
 from test_fused_moe import make_problem
 for quant in (None, "fp8_tensor"):
@@ -317,15 +319,8 @@ for quant in (None, "fp8_tensor"):
     call = lambda: ht.fused_moe(t["x"], t["w13"], t["w2"], t["topk_weights"], t["topk_ids"], out=out, quant=quant,
                                 w13_scale=t["w13_scale"], w2_scale=t["w2_scale"], a13_scale=t["a13_scale"],
                                 a2_scale=t["a2_scale"])
-    s = torch.cuda.Stream()
-    s.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(s):
-        call()
-    torch.cuda.current_stream().wait_stream(s)
-    eager = out.clone()
-    g = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(g):
-        call()
+    g, _ = capture(call)
+    eager = out.clone()  # the warm-up's: capturing runs nothing
     out.fill_(float("nan"))
     g.replay()
     torch.cuda.synchronize()
@@ -382,14 +377,7 @@ def test_cuda_graph_per_token_count(regime, quant):
         def call(t=t, out=out, kw=kw):
             ht.fused_moe(t["x"], t["w13"], t["w2"], t["topk_weights"], t["topk_ids"], out=out, **kw)
 
-        s = torch.cuda.Stream()
-        s.wait_stream(torch.cuda.current_stream())
-        with torch.cuda.stream(s):
-            call()
-        torch.cuda.current_stream().wait_stream(s)
-        g = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(g):
-            call()
+        g, _ = capture(call)
         q = make_problem(tokens, 8, 256, inter, top_k, quant, seed=1000 + tokens)
         for k in ("x", "topk_weights", "topk_ids"):
             t[k].copy_(to_torch(q[k], "cuda"))
@@ -451,11 +439,7 @@ def test_cuda_graph_max_tokens_padded(regime, quant):
     def call():
         ht.fused_moe(t["x"], t["w13"], t["w2"], t["topk_weights"], t["topk_ids"], out=out, **kw)
 
-    call()
-    torch.cuda.synchronize()
-    g = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(g):
-        call()
+    g, _ = capture(call)
     for tokens in token_counts:
         q = make_problem(tokens, 8, hidden, inter, 2, quant, seed=50 + tokens)
         assert (_tile_m(q) == GROUPED_TILE) == (path == "grouped")

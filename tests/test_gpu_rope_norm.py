@@ -9,6 +9,7 @@ import textwrap
 import numpy as np
 import pytest
 
+from cuda_graph import capture
 from rope_norm_harness import Case, check, from_torch, make_inputs, to_torch
 
 pytestmark = pytest.mark.gpu
@@ -31,19 +32,10 @@ def test_torch_cuda_graph_capture_and_replay_with_new_inputs():
     case = Case(tokens=32, num_q_heads=8, num_kv_heads=1, page_size=16, num_blocks=8, cache_fp8=True, q_fp8=True)
     first = make_inputs(case)
     s = {k: to_torch(v, "cuda") for k, v in first.items()}
-    stream = torch.cuda.Stream()
-    stream.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(stream):  # warm-up outside capture
-        ht.rope_norm(s["q"], s["k"], s["v"], s["positions"], s["cos_sin_cache"], s["slot_mapping"], s["k_cache"],
-                     s["v_cache"], q_norm_weight=s["q_norm_weight"], k_norm_weight=s["k_norm_weight"],
-                     k_scale=s["k_scale"], v_scale=s["v_scale"], q_quant="fp8")
-    torch.cuda.current_stream().wait_stream(stream)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        q_fp8, q_scale = ht.rope_norm(s["q"], s["k"], s["v"], s["positions"], s["cos_sin_cache"], s["slot_mapping"],
-                                      s["k_cache"], s["v_cache"], q_norm_weight=s["q_norm_weight"],
-                                      k_norm_weight=s["k_norm_weight"], k_scale=s["k_scale"], v_scale=s["v_scale"],
-                                      q_quant="fp8")
+    graph, (q_fp8, q_scale) = capture(lambda: ht.rope_norm(
+        s["q"], s["k"], s["v"], s["positions"], s["cos_sin_cache"], s["slot_mapping"], s["k_cache"], s["v_cache"],
+        q_norm_weight=s["q_norm_weight"], k_norm_weight=s["k_norm_weight"], k_scale=s["k_scale"],
+        v_scale=s["v_scale"], q_quant="fp8"))
     for seed in (1, 2):  # new step: new tokens, positions, slots, fresh cache garbage
         inputs = make_inputs(Case(**{**case.__dict__, "seed": seed}))
         for name in ("q", "k", "v", "positions", "slot_mapping", "k_cache", "v_cache"):
