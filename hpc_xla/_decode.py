@@ -52,8 +52,8 @@ class DecodeConfig:
         what decode_plan wrote -- the GPU path reads max_ctas back from it and cannot see the header without a sync
         (the CPU path's header check says the same, in the same words)."""
         if plan_ints is not None and plan_ints != self.plan_size:
-            rest = plan_ints - HEADER_INTS - (batch + 1)
-            implied = "max_ctas=%d" % (rest // 2 - 1) if rest >= 4 and rest % 2 == 0 else "no decode_plan"
+            ctas = plan_max_ctas(plan_ints, batch)
+            implied = "max_ctas=%d" % ctas if ctas >= 0 else "no decode_plan"
             raise ValueError("decode_attention: plan holds %d int32, which for batch %d means %s, but decode_plan built "
                              "it for max_ctas=%d (pass the whole plan tensor decode_plan filled, not a resized buffer)"
                              % (plan_ints, batch, implied, self.max_ctas))
@@ -69,6 +69,13 @@ class DecodeConfig:
 def plan_ints(batch, max_ctas):
     """int32 of a plan (csrc/attention/decode_plan.h PlanInts)."""
     return HEADER_INTS + (batch + 1) + 2 * (max_ctas + 1)
+
+
+def plan_max_ctas(ints, batch):
+    """The max_ctas a plan of `ints` int32 for `batch` sequences was built with, or -1 when no decode_plan for this
+    batch has that size (decode_plan.h PlanMaxCtas, plan_ints' inverse)."""
+    rest = ints - HEADER_INTS - (batch + 1)
+    return -1 if rest < 4 or rest % 2 else rest // 2 - 1
 
 
 def static_splits(batch, num_kv_heads, max_ctas):
