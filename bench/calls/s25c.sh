@@ -11,7 +11,7 @@ CS="compute-sanitizer --target-processes all --error-exitcode 99"
 ( cd $W && PYTHONPATH=$W:$W/tests timeout 200 $T -k "v1_and_grouped or multi_cta or one_token" > $R/c_b.log 2>&1; echo "B rc=$?: $(tail -n1 $R/c_b.log)" ) &
 ( cd $W && PYTHONPATH=$W:$W/tests timeout 200 $T -k "grouped_other_tiles or grouped_deterministic or random_problems or graph" > $R/c_c.log 2>&1; echo "C rc=$?: $(tail -n1 $R/c_c.log)" ) &
 ( cd $W && PYTHONPATH=$W:$W/tests timeout 200 $T -k "not (device_checks_are_skipped or grouped_vs_oracle or grouped_dims or v1_and_grouped or multi_cta or one_token or grouped_other_tiles or grouped_deterministic or random_problems or graph)" > $R/c_d.log 2>&1; echo "D rc=$?: $(tail -n1 $R/c_d.log)" ) &
-( cd $W && PYTHONPATH=$W:$W/tests timeout 200 $PT tests/test_argument_errors.py tests/test_decode.py tests/test_decode_plan.py tests/test_fused_moe.py tests/test_gpu_fused_moe.py::test_device_checks_are_skipped_inside_a_graph_capture > $R/c_e.log 2>&1; echo "E rc=$?: $(tail -n1 $R/c_e.log)" ) &
+( cd $W && PYTHONPATH=$W:$W/tests timeout 280 $PT tests/test_argument_errors.py tests/test_decode.py tests/test_decode_plan.py tests/test_fused_moe.py tests/test_gpu_fused_moe.py::test_device_checks_are_skipped_inside_a_graph_capture tests/test_gpu_decode.py tests/test_gpu_rope_norm.py > $R/c_e.log 2>&1; echo "E rc=$?: $(tail -n1 $R/c_e.log)" ) &
 ( cd $W && PYTHONPATH=$W:$W/tests timeout 200 $CS --tool memcheck $T -k "sparse or grouped_vs_oracle and case3" > $R/c_mc.log 2>&1; echo "memcheck rc=$?: $(grep -E 'ERROR SUMMARY' $R/c_mc.log | sort | uniq -c | head -3) $(tail -n1 $R/c_mc.log)" ) &
 wait; t
 grep -E "^FAILED|^E  " $R/c_*.log | head -20
