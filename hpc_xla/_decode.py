@@ -101,6 +101,20 @@ def canonical_dtype_name(dtype):
     return np.dtype(dtype).name
 
 
+def out_dtype_name(op, q_dtype, out_dtype):
+    """decode_attention's output dtype name: q's for a 16-bit q; for an fp8 q (rope_norm's q_quant) `out_dtype`, bfloat16
+    or float16 (the model's dtype), default bfloat16. Raises ValueError naming `out_dtype` otherwise."""
+    q_name = canonical_dtype_name(q_dtype)
+    want = None if out_dtype is None else canonical_dtype_name(out_dtype)
+    if q_name.startswith("float8"):
+        if want not in (None, "bfloat16", "float16"):
+            raise ValueError("%s: out_dtype must be bfloat16 or float16 for a %s q; got %s" % (op, q_name, want))
+        return want or "bfloat16"
+    if want not in (None, q_name):
+        raise ValueError("%s: out_dtype must be q's dtype (%s) for a 16-bit q; got %s" % (op, q_name, want))
+    return q_name
+
+
 def dtype_code(op, name, dtype):
     """The binary's code for the dtype of argument `name`; a dtype it does not know is an error naming both."""
     try:

@@ -27,6 +27,7 @@ class DecodeCase:
     max_ctas: int = None  # None: the platform default
     sm_scale: float = None  # None: 1 / sqrt(head_dim), decode_attention's default
     seed: int = 0
+    out_dtype: str = None  # fp8 q only: bfloat16 / float16; None: decode_attention's default
 
     @property
     def batch(self):
@@ -35,6 +36,10 @@ class DecodeCase:
     @property
     def fp8_kv(self):
         return self.kv_dtype == "float8_e4m3fn"
+
+    @property
+    def expected_out_dtype(self):
+        return self.q_dtype if self.q_dtype != "float8_e4m3fn" else self.out_dtype or "bfloat16"
 
     @property
     def tol(self):
@@ -109,6 +114,7 @@ def reference_output(case, inp):
 
 
 def check(case, inp, out):
+    assert np.dtype(out.dtype) == np.dtype(NP[case.expected_out_dtype]), (out.dtype, case.expected_out_dtype)
     ref = reference_output(case, inp)
     err = reference.relative_error(out, ref)
     assert err < case.tol, "relative error %g (tolerance %g)" % (err, case.tol)
@@ -127,7 +133,7 @@ def run_torch(case, inp, device="cpu"):
         plan = ht.decode_plan(t["seq_lens"], num_kv_heads=case.num_kv_heads, num_q_heads=case.num_q_heads,
                               head_dim=case.head_dim, page_size=case.page_size, q_len=case.q_len,
                               kv_dtype=t["k_cache"].dtype, q_dtype=t["q"].dtype, max_ctas=case.max_ctas)
-    out = torch.full(t["q"].shape, float("nan"), dtype=torch.bfloat16 if case.q_dtype != "float16" else torch.float16,
+    out = torch.full(t["q"].shape, float("nan"), dtype=getattr(torch, case.expected_out_dtype),
                      device=device)  # poisoned: every element must be written
     ht.decode_attention(t["q"], t["k_cache"], t["v_cache"], t["block_table"], t["seq_lens"], plan,
                         q_scale=t["q_scale"], k_scale=t["k_scale"], v_scale=t["v_scale"], q_len=case.q_len,
@@ -151,7 +157,8 @@ def run_jax(case, inp, device="cpu"):
                                   kv_dtype=k_cache.dtype, q_dtype=q.dtype, max_ctas=case.max_ctas)
         return hj.decode_attention(q, k_cache, v_cache, block_table, seq_lens, plan, q_scale=a["q_scale"],
                                    k_scale=a["k_scale"], v_scale=a["v_scale"], q_len=case.q_len,
-                                   schedule=case.schedule, max_ctas=case.max_ctas, sm_scale=case.sm_scale)
+                                   schedule=case.schedule, max_ctas=case.max_ctas, sm_scale=case.sm_scale,
+                                   out_dtype=case.out_dtype)
 
     with jax.default_device(dev):
         out = jax.jit(f)(a["q"], a["k_cache"], a["v_cache"], a["block_table"], a["seq_lens"])

@@ -29,7 +29,8 @@ def cases(draw):
         head_dim=draw(st.sampled_from([64, 128, 256])), page_size=draw(st.sampled_from([16, 32, 64])),
         q_len=q_len, kv_dtype=kv_dtype, q_dtype=q_dtype, schedule=draw(st.sampled_from(["dynamic", "static"])),
         max_ctas=draw(st.sampled_from([None, 1, 3, 17])), sm_scale=draw(st.sampled_from([None, 0.02, 0.3])),
-        seed=draw(st.integers(0, 2**31 - 1)))
+        seed=draw(st.integers(0, 2**31 - 1)),
+        out_dtype=draw(st.sampled_from([None, "bfloat16", "float16"])) if q_dtype == "float8_e4m3fn" else None)
 
 
 @pytest.mark.parametrize("device", devices())
@@ -54,6 +55,8 @@ NAMED = {
     "d256": DecodeCase(head_dim=256, seq_lens=(500, 3)),
     "fp8_kv": DecodeCase(kv_dtype="float8_e4m3fn"),
     "fp8_kv_fp8_q": DecodeCase(kv_dtype="float8_e4m3fn", q_dtype="float8_e4m3fn", q_len=2, seq_lens=(90, 2)),
+    "fp8_q_fp16_out": DecodeCase(kv_dtype="float8_e4m3fn", q_dtype="float8_e4m3fn", out_dtype="float16",
+                                 seq_lens=(90, 0, 1300)),  # an fp16 model's fp8 q: the output stays fp16
     "fp16": DecodeCase(kv_dtype="float16", q_dtype="float16"),
     "all_empty": DecodeCase(seq_lens=(0, 0)),
     "many_splits": DecodeCase(seq_lens=(3000, 2900), max_ctas=40),
@@ -129,6 +132,18 @@ def test_errors_torch_cpu():
         _call(dict(_torch_args(fp8), k_scale=None), fp8)
     with pytest.raises(ValueError, match=r"block_table.shape\[0\] must be 4"):
         _call(dict(t, block_table=t["block_table"][:3]), case)
+    # output dtypes: a 16-bit q's own; bf16 or fp16 for an fp8 q
+    with pytest.raises(ValueError, match=r"out_dtype must be q's dtype \(bfloat16\) for a 16-bit q; got float16"):
+        _call(t, case, out_dtype=torch.float16)
+    with pytest.raises(ValueError, match=r"out must have dtype bfloat16; got float16"):
+        _call(t, case, out=torch.empty(t["q"].shape, dtype=torch.float16))
+    fp8q = DecodeCase(kv_dtype="float8_e4m3fn", q_dtype="float8_e4m3fn")
+    with pytest.raises(ValueError, match=r"out_dtype must be bfloat16 or float16 for a float8_e4m3fn q; got float32"):
+        _call(_torch_args(fp8q), fp8q, out_dtype=torch.float32)
+    with pytest.raises(ValueError, match=r"out must have dtype bfloat16 or float16; got float32"):
+        _call(_torch_args(fp8q), fp8q, out=torch.empty(t["q"].shape, dtype=torch.float32))
+    with pytest.raises(ValueError, match=r"give out_dtype or out, not both"):
+        _call(t, case, out=torch.empty(t["q"].shape, dtype=torch.bfloat16), out_dtype=torch.bfloat16)
     plan = ht.decode_plan(t["seq_lens"], num_kv_heads=1, num_q_heads=8, head_dim=128, page_size=16, q_len=1)
     with pytest.raises(ValueError, match=r"plan was built for q_len=1 but this call has q_len=2"):
         case2 = DecodeCase(q_len=2, seq_lens=(100, 0, 2, 700))
@@ -169,6 +184,11 @@ def test_errors_jax_cpu():
         hj.decode_attention(a["q"], a["k_cache"], a["v_cache"], a["block_table"], a["seq_lens"], plan, q_len=1)
     with pytest.raises(Exception, match=r"q.shape\[0\] must be batch \* q_len = 4 \* 2 = 8"):  # q_len from the plan
         hj.decode_attention(a["q"], a["k_cache"], a["v_cache"], a["block_table"], a["seq_lens"], plan)
+    with pytest.raises(ValueError, match=r"out_dtype must be q's dtype \(bfloat16\) for a 16-bit q; got float16"):
+        hj.decode_attention(a["q"], a["k_cache"], a["v_cache"], a["block_table"], a["seq_lens"], out_dtype="float16")
+    with pytest.raises(ValueError, match=r"out_dtype must be bfloat16 or float16 for a float8_e4m3fn q; got int8"):
+        hj.decode_attention(a["q"].astype("float8_e4m3fn"), a["k_cache"], a["v_cache"], a["block_table"],
+                            a["seq_lens"], q_scale=np.ones(a["q"].shape[:2], np.float32), out_dtype=np.int8)
     with pytest.raises(jax.errors.JaxRuntimeError, match=r"v_cache.shape\[1\] must be 16"):
         jax.block_until_ready(hj.decode_attention(a["q"], a["k_cache"], a["v_cache"][:, :8], a["block_table"],
                                                   a["seq_lens"], schedule="static"))

@@ -35,14 +35,14 @@ def registered():
     hv.register()  # idempotent: vLLM runs general plugins in every process, sometimes more than once
 
 
-def vllm_config(tmp_path_factory, page_size, cache_dtype, max_num_seqs=16):
+def vllm_config(tmp_path_factory, page_size, cache_dtype, max_num_seqs=16, dtype="bfloat16"):
     import json
 
     from vllm.config import CacheConfig, ModelConfig, SchedulerConfig, VllmConfig
 
     path = tmp_path_factory.mktemp("tiny_llama")
     (path / "config.json").write_text(json.dumps(TINY_MODEL))
-    model = ModelConfig(model=str(path), skip_tokenizer_init=True, dtype="bfloat16")
+    model = ModelConfig(model=str(path), skip_tokenizer_init=True, dtype=dtype)
     return VllmConfig(model_config=model, cache_config=CacheConfig(block_size=page_size, cache_dtype=cache_dtype),
                       scheduler_config=SchedulerConfig(max_num_seqs=max_num_seqs, max_num_batched_tokens=8192,
                                                        max_model_len=8192, is_encoder_decoder=False))
@@ -232,16 +232,16 @@ def run_step(builder, impl, batch):
 
 
 def make_backend(tmp_path_factory, page_size, fp8, layer_name="layer.0", before_builder=None, max_num_seqs=16,
-                 engine_fp8=None):
+                 engine_fp8=None, dtype="bfloat16"):
     """(builder, impl) as vLLM makes them for one layer; before_builder(config) runs first (model construction).
     engine_fp8: the engine-wide --kv-cache-dtype when it differs from this layer's (--kv-cache-dtype-skip-layers)."""
     from vllm.config import set_current_vllm_config
     from vllm.v1.kv_cache_interface import FullAttentionSpec
 
     engine_fp8 = fp8 if engine_fp8 is None else engine_fp8
-    config = vllm_config(tmp_path_factory, page_size, "fp8_e4m3" if engine_fp8 else "auto", max_num_seqs)
+    config = vllm_config(tmp_path_factory, page_size, "fp8_e4m3" if engine_fp8 else "auto", max_num_seqs, dtype)
     spec = FullAttentionSpec(block_size=page_size, num_kv_heads=NUM_KV_HEADS, head_size=HEAD_DIM,
-                             dtype=torch.uint8 if fp8 else torch.bfloat16)
+                             dtype=torch.uint8 if fp8 else getattr(torch, dtype))
     with set_current_vllm_config(config):
         if before_builder is not None:
             before_builder(config)
@@ -451,25 +451,27 @@ def test_models_get_the_hpc_xla_prologue():
         assert HpcXlaRopeNorm.support(8, 2, 128, "auto") and HpcXlaRopeNorm.support(16, 1, 64, "fp8_e4m3")
         assert not HpcXlaRopeNorm.support(8, 2, 96, "auto") and not HpcXlaRopeNorm.support(8, 3, 128, "auto")
         assert not HpcXlaRopeNorm.support(8, 2, 128, "fp8_e5m2")
-        config.model_config.dtype = torch.float16  # fp8 q gives bf16 attention output, not the model's fp16
-        assert not HpcXlaRopeNorm.support(8, 2, 128, "fp8_e4m3") and HpcXlaRopeNorm.support(8, 2, 128, "auto")
+        config.model_config.dtype = torch.float16  # fp8 q, and the decode kernel writes the model's fp16 output
+        assert HpcXlaRopeNorm.support(8, 2, 128, "fp8_e4m3") and HpcXlaRopeNorm.support(8, 2, 128, "auto")
 
 
-@pytest.mark.parametrize("fp8, rotary_dim, skipped", [(False, 128, False), (False, 64, False), (True, 128, False),
-                                                       (False, 128, True)])
-def test_fused_prologue_then_attention(tmp_path_factory, fp8, rotary_dim, skipped):
+@pytest.mark.parametrize("fp8, rotary_dim, skipped, dtype", [
+    (False, 128, False, "bfloat16"), (False, 64, False, "bfloat16"), (True, 128, False, "bfloat16"),
+    (False, 128, True, "bfloat16"), (True, 128, False, "float16")])
+def test_fused_prologue_then_attention(tmp_path_factory, fp8, rotary_dim, skipped, dtype):
     """QK-norm (before RoPE, as HunYuan V3) + RoPE + K/V write by HpcXlaRopeNorm, then the backend's (skipped) KV
     write and forward on a mixed batch; fp8 cache: q reaches the decode kernel as fp8 with per-token-head scales
     (in the builder's fixed buffer, read inside CUDA graphs); rotary_dim 64: partial rotary from the cache's width;
     skipped: an fp8 engine whose layer keeps a bf16 cache (--kv-cache-dtype-skip-layers) -- the model still passes
-    the engine's "fp8_e4m3"."""
+    the engine's "fp8_e4m3"; float16: an fp16 model, whose fp8 q still gives fp16 attention output."""
     from vllm.model_executor.layers.hpc.rope_norm import QkNormPolicy
     from vllm.model_executor.layers.layernorm import RMSNorm
 
     from hpc_xla.vllm.rope_norm import HpcXlaRopeNorm
 
     rng = np.random.default_rng(21 + fp8)
-    name = "model.layers.%d.%d.%d.self_attn.attn" % (fp8, rotary_dim, skipped)
+    name = "model.layers.%d.%d.%d.%s.self_attn.attn" % (fp8, rotary_dim, skipped, dtype)
+    model_dtype = getattr(torch, dtype)
     inv = 1.0 / 10000 ** (np.arange(0, rotary_dim, 2) / rotary_dim)
     angles = np.arange(4096)[:, None] * inv[None]
     cos_sin = torch.tensor(np.concatenate([np.cos(angles), np.sin(angles)], 1), dtype=torch.float32)
@@ -487,7 +489,7 @@ def test_fused_prologue_then_attention(tmp_path_factory, fp8, rotary_dim, skippe
                                       "fp8_e4m3" if fp8 or skipped else "auto", name, QkNormPolicy.NORM_THEN_ROPE)
 
     builder, impl = make_backend(tmp_path_factory, 16, fp8, layer_name=name, before_builder=build_model_layer,
-                                 engine_fp8=fp8 or skipped)
+                                 engine_fp8=fp8 or skipped, dtype=dtype)
     assert made["rope"].use_fp8 == fp8
     assert builder.fused_prologue and getattr(made["layer"], hva.FUSED_PROLOGUE)
     batch = Batch([(300, 1), (129, 1), (40, 2), (0, 70), (200, 17)], 16, fp8, rng, padded=2)
@@ -502,13 +504,13 @@ def test_fused_prologue_then_attention(tmp_path_factory, fp8, rotary_dim, skippe
 
     layer = made["layer"]
     layer._k_scale, layer._v_scale = batch.k_scale, batch.v_scale
-    q_raw = torch.tensor(batch.q, dtype=torch.bfloat16)
-    k_raw, v_raw = batch.new_kv()
+    q_raw = torch.tensor(batch.q, dtype=model_dtype)
+    k_raw, v_raw = (t.to(model_dtype) for t in batch.new_kv())
     qkv = torch.cat([t.reshape(batch.num_tokens, -1) for t in (q_raw, k_raw, v_raw)], 1)
-    q = torch.empty(batch.num_tokens, NUM_Q_HEADS, HEAD_DIM, dtype=torch.float8_e4m3fn if fp8 else torch.bfloat16)
+    q = torch.empty(batch.num_tokens, NUM_Q_HEADS, HEAD_DIM, dtype=torch.float8_e4m3fn if fp8 else model_dtype)
     made["rope"]._forward_impl(qkv, batch.kv_cache, meta, layer, q)
     impl.do_kv_cache_update(layer, k_raw, v_raw, batch.kv_cache, meta.slot_mapping)  # must leave the cache alone
-    output = torch.full((batch.num_tokens, NUM_Q_HEADS * HEAD_DIM), float("nan"), dtype=torch.bfloat16)
+    output = torch.full((batch.num_tokens, NUM_Q_HEADS * HEAD_DIM), float("nan"), dtype=model_dtype)
     impl.forward(layer, q.view(batch.num_tokens, -1), k_raw, v_raw, batch.kv_cache, meta, output)
 
     real = batch.real_tokens

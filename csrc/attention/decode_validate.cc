@@ -126,9 +126,14 @@ Status ValidateDecodeAttention(const DecodeAttentionArgs& a, DecodeConfig* cfg) 
   HPC_RETURN_IF_ERROR(c.CacheScale("k_scale", a.k_scale, "k_cache", a.k_cache));
   HPC_RETURN_IF_ERROR(c.CacheScale("v_scale", a.v_scale, "k_cache", a.k_cache));
 
-  const DType out_dtype = a.q.dtype == DType::kF16 ? DType::kF16 : DType::kBF16;
   HPC_RETURN_IF_ERROR(c.Required("out", a.out, 3, "[B * q_len, Hq, D]"));
-  HPC_RETURN_IF_ERROR(c.Dtype("out", a.out, {out_dtype}));
+  // A 16-bit q's own dtype; an fp8 q (from rope_norm's q_quant) carries no model dtype, so either 16-bit one
+  // (an fp16 model's attention output stays fp16).
+  if (Fp8(a.q.dtype)) {
+    HPC_RETURN_IF_ERROR(c.Dtype("out", a.out, {DType::kBF16, DType::kF16}));
+  } else {
+    HPC_RETURN_IF_ERROR(c.Dtype("out", a.out, {a.q.dtype}));
+  }
   for (int d = 0; d < 3; ++d) HPC_RETURN_IF_ERROR(c.Dim("out", a.out, d, a.q.shape[d], "from q"));
   HPC_RETURN_IF_ERROR(c.InnerContiguous("out", a.out));
   HPC_RETURN_IF_ERROR(c.Writable("out", a.out));

@@ -72,7 +72,7 @@ def decode_plan(seq_lens, *, num_kv_heads, num_q_heads, head_dim, page_size, q_l
 
 
 def decode_attention(q, k_cache, v_cache, block_table, seq_lens, plan=None, *, sm_scale=None, k_scale=None,
-                     v_scale=None, q_scale=None, q_len=None, schedule="dynamic", max_ctas=None):
+                     v_scale=None, q_scale=None, q_len=None, schedule="dynamic", max_ctas=None, out_dtype=None):
     """Attention of q_len new query tokens per sequence against the paged KV cache.
 
     Args:
@@ -85,11 +85,13 @@ def decode_attention(q, k_cache, v_cache, block_table, seq_lens, plan=None, *, s
         assume the plan's lengths, so the results are unspecified.
       schedule: "dynamic" (persistent, load-balanced) or "static" (fixed splits per sequence; the baseline).
       q_len: new tokens per sequence; default: the plan's, else q.shape[0] / B.
-    Returns out [B * q_len, Hq, D] bfloat16 (float16 for float16 q).
+      out_dtype: with a float8_e4m3fn q, bfloat16 (default) or float16 -- the model's dtype; a 16-bit q gives its own.
+    Returns out [B * q_len, Hq, D] in q's dtype (out_dtype for a float8_e4m3fn q).
     """
     _args.arrays("decode_attention", q=q, k_cache=k_cache, v_cache=v_cache, block_table=block_table,
                  seq_lens=seq_lens)
     q_len = _decode.check_attention_call(q, k_cache, seq_lens, plan, DecodePlan, q_len, schedule)
+    out_dtype = jnp.dtype(_decode.out_dtype_name("decode_attention", q.dtype, out_dtype))
     batch = int(seq_lens.shape[0])
     num_q_heads, head_dim = int(q.shape[1]), int(q.shape[2])
     page_size, num_kv_heads = int(k_cache.shape[1]), int(k_cache.shape[2])
@@ -110,7 +112,6 @@ def decode_attention(q, k_cache, v_cache, block_table, seq_lens, plan=None, *, s
         plan_array = _ffi.absent()
     workspace = _decode.DecodeConfig(batch, num_kv_heads, num_q_heads, head_dim, q_len, page_size,
                                      _decode.canonical_dtype_name(k_cache.dtype), ctas).workspace_size
-    out_dtype = jnp.float16 if q.dtype == jnp.float16 else jnp.bfloat16
     call = jax.ffi.ffi_call(
         "hpc_xla_decode_attention",
         (jax.ShapeDtypeStruct(q.shape, out_dtype), jax.ShapeDtypeStruct((workspace,), jnp.float32)),

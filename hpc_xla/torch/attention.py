@@ -104,10 +104,11 @@ def decode_plan(seq_lens, *, num_kv_heads, num_q_heads, head_dim, page_size, q_l
 
 def decode_attention(q, k_cache, v_cache, block_table, seq_lens, plan=None, *, sm_scale=None, k_scale=None,
                      v_scale=None, q_scale=None, q_len=None, schedule="dynamic", max_ctas=None, out=None,
-                     workspace=None):
+                     workspace=None, out_dtype=None):
     """Attention of q_len new tokens per sequence against the paged cache (see hpc_xla.jax.decode_attention).
 
-    k_cache / v_cache may be vLLM's strided views. `out`: optional preallocated [B * q_len, Hq, D] output.
+    k_cache / v_cache may be vLLM's strided views. `out`: optional preallocated [B * q_len, Hq, D] output, in q's
+    dtype, or for a float8_e4m3fn q bfloat16 or float16 (the model's); without `out`, `out_dtype` picks that one.
     `plan` must come from these `seq_lens` (refill it with decode_plan(..., out=plan) when they change).
     With schedule="static" (or no plan) a workspace is taken from `workspace` or allocated. `q_len` defaults to the
     plan's, else q.shape[0] / B.
@@ -117,6 +118,10 @@ def decode_attention(q, k_cache, v_cache, block_table, seq_lens, plan=None, *, s
     _args.optional_tensors("decode_attention", k_scale=k_scale, v_scale=v_scale, q_scale=q_scale, out=out,
                            workspace=workspace)
     q_len = _decode.check_attention_call(q, k_cache, seq_lens, plan, DecodePlan, q_len, schedule)
+    if out is not None and out_dtype is not None:
+        raise ValueError("decode_attention: give out_dtype or out, not both (out's dtype is the output's)")
+    if out is None:  # (a given out's dtype is checked by csrc with the other operands)
+        out_dtype = getattr(torch, _decode.out_dtype_name("decode_attention", q.dtype, out_dtype))
     batch = int(seq_lens.shape[0])
     num_q_heads, head_dim = int(q.shape[1]), int(q.shape[2])
     page_size, num_kv_heads = int(k_cache.shape[1]), int(k_cache.shape[2])
@@ -136,8 +141,7 @@ def decode_attention(q, k_cache, v_cache, block_table, seq_lens, plan=None, *, s
         size = _decode.workspace_floats(batch, num_kv_heads, num_q_heads, head_dim, q_len, ctas)
         workspace = torch.empty(size, dtype=torch.float32, device=q.device)
     if out is None:
-        out = torch.empty(q.shape, dtype=torch.float16 if q.dtype == torch.float16 else torch.bfloat16,
-                          device=q.device)
+        out = torch.empty(q.shape, dtype=out_dtype, device=q.device)
     decode_attention_op(q, q_scale, k_cache, v_cache, block_table, seq_lens,
                         plan.plan if schedule == "dynamic" else None, workspace, out, k_scale, v_scale,
                         _decode.default_sm_scale(head_dim, sm_scale), int(q_len), _decode.SCHEDULES[schedule], ctas)

@@ -49,10 +49,9 @@ class HpcXlaRopeNorm(HpcRopeNorm):
         config = get_current_vllm_config_or_none()
         if config is None or config.attention_config.backend != AttentionBackendEnum.HPC_ATTN:
             return False
-        fp8_q_ok = config.model_config is None or config.model_config.dtype == torch.bfloat16  # fp8 q -> bf16 out
+        # (an fp8 cache gets fp8 q; the decode kernel writes the model's bf16 or fp16 output from it)
         return (kv_cache_dtype in _attention.KV_CACHE_DTYPES and head_dim in _attention.HEAD_SIZES
-                and num_heads % num_kv_heads == 0 and num_heads // num_kv_heads <= _attention.MAX_GQA
-                and (fp8_q_ok or not kv_cache_dtype.startswith("fp8")))
+                and num_heads % num_kv_heads == 0 and num_heads // num_kv_heads <= _attention.MAX_GQA)
 
     def _forward_impl(self, qkv, kv_cache, attn_metadata, attn_layer, output):
         import hpc_xla.torch as ht
