@@ -247,6 +247,7 @@ Status DecodeAttentionCuda(const DecodeAttentionArgs& a, cudaStream_t stream) {
   p.q_dtype = a.q.dtype;
   p.out_fp16 = a.out.dtype == DType::kF16;
   p.dynamic = a.schedule == DecodeSchedule::kDynamic;
+  p.group_merge = DecodeGroupMerge();
   int grid = 0, combine_grid = 0;
   if (p.dynamic) {
     const int max_ctas = static_cast<int>(attention::PlanMaxCtas(a.plan.shape[0], batch));
