@@ -197,3 +197,28 @@ except ValueError as e:
     print("ERROR", e)
 """, HPC_XLA_CHECK="1")
     assert "v_scale must be finite and > 0; got nan (HPC_XLA_CHECK)" in out, out
+
+
+def test_group_merge_of_long_tasks():
+    """HPC_XLA_DECODE_GROUP_MERGE=1 (read once per process: a child): the combine's long tasks (more pieces than the
+    warp merge holds, or more than 16 rows) by thread groups -- against the fp64 reference, on both frameworks and
+    schedules, head dims 64 / 128 / 256, an fp8 cache, 32 rows, and bitwise equal run to run."""
+    out = _run_python("""
+import dataclasses, numpy as np
+from decode_harness import DecodeCase, make_inputs, check, run_torch, run_jax
+cases = [DecodeCase(seq_lens=(20000,) + (65,) * 15, max_ctas=200),
+         DecodeCase(seq_lens=(9000, 130, 0), head_dim=64, max_ctas=90),
+         DecodeCase(seq_lens=(6000, 7), head_dim=256, max_ctas=70),
+         DecodeCase(seq_lens=(12000, 300), kv_dtype="float8_e4m3fn", q_dtype="float8_e4m3fn", out_dtype="float16",
+                    max_ctas=150),
+         DecodeCase(seq_lens=(5000, 3, 800), q_len=2, num_q_heads=16, num_kv_heads=1, max_ctas=60),
+         DecodeCase(seq_lens=(9000, 100), schedule="static", max_ctas=256)]
+for case in cases:
+    inp = make_inputs(case)
+    for run in (run_torch, run_jax):
+        first = run(case, inp, "cuda")
+        check(case, inp, first)
+        assert np.array_equal(first.view(np.uint16), run(case, inp, "cuda").view(np.uint16)), (case, run)
+print("OK", len(cases))
+""", HPC_XLA_DECODE_GROUP_MERGE="1")
+    assert "OK 6" in out, out

@@ -247,7 +247,6 @@ Status DecodeAttentionCuda(const DecodeAttentionArgs& a, cudaStream_t stream) {
   p.q_dtype = a.q.dtype;
   p.out_fp16 = a.out.dtype == DType::kF16;
   p.dynamic = a.schedule == DecodeSchedule::kDynamic;
-  p.group_merge = DecodeGroupMerge();
   int grid = 0, combine_grid = 0;
   if (p.dynamic) {
     const int max_ctas = static_cast<int>(attention::PlanMaxCtas(a.plan.shape[0], batch));
@@ -271,8 +270,10 @@ Status DecodeAttentionCuda(const DecodeAttentionArgs& a, cudaStream_t stream) {
   // Dynamic with <= kWarpMergeMaxRows rows: one combine CTA per CTA boundary (the boundaries of a long unit share its
   // rows); more rows: a CTA per (boundary, row). Static: a CTA per (unit, row).
   const int combine_rows = p.dynamic && p.rows <= attention::kWarpMergeMaxRows ? 1 : p.rows;
-  auto* combine = p.rows > attention::kCombineThreads / 32 ? &attention::DecodeCombineKernel<2>
-                                                             : &attention::DecodeCombineKernel<1>;
+  const bool wide = p.rows > attention::kCombineThreads / 32;
+  auto* combine = DecodeGroupMerge()
+                      ? (wide ? &attention::DecodeCombineKernel<2, true> : &attention::DecodeCombineKernel<1, true>)
+                      : (wide ? &attention::DecodeCombineKernel<2, false> : &attention::DecodeCombineKernel<1, false>);
   return Launch("decode_attention combine launch", combine, dim3(combine_grid, combine_rows),
                 dim3(attention::kCombineThreads), 0, stream, p);
 }

@@ -55,7 +55,6 @@ struct DecodeParams {
   int batch, num_kv_heads, num_q_heads, group, q_len, rows, head_dim, page_shift, static_splits;
   DType q_dtype;
   bool dynamic, out_fp16;
-  bool group_merge;  // the combine's long tasks by GroupMergeRow (HPC_XLA_DECODE_GROUP_MERGE=1, A/B)
 };
 
 template <int D, int MT, typename KV, typename CT>
@@ -823,8 +822,67 @@ __device__ __forceinline__ void GroupMergeRow(const DecodeParams& p, int unit, i
   __syncthreads();  // group_acc / group_ml are refilled for the next row
 }
 
+// One row at a time (rows r, r + row_step, ...) of a long task: the pieces' lse into shared memory, their max and
+// weight sum by block reductions, then `groups` thread groups each accumulate an interleaved subset of the pieces
+// (4 columns per thread), added in group order (bitwise reproducible).
+__device__ __forceinline__ void BlockMergeRows(const DecodeParams& p, int unit, int r, int row_step, int count,
+                                               int64_t first_slot, int64_t second_slot, int64_t stride_slot,
+                                               float* weights, float* scratch, float4* group_sums) {
+  const int D = p.head_dim;
+  const float* po = p.workspace;
+  const float* plse = p.workspace + p.num_slots * p.rows * D;
+  auto slot_of = [&](int k) { return k == 0 ? first_slot : second_slot + (k - 1) * stride_slot; };
+  for (; r < p.rows; r += row_step) {
+    float mx = -INFINITY;
+    for (int k = threadIdx.x; k < count; k += kCombineThreads) {
+      const float lse = plse[slot_of(k) * p.rows + r];
+      weights[k] = lse;
+      mx = fmaxf(mx, lse);
+    }
+    mx = BlockReduce(mx, scratch, true);
+    float local = 0.f;
+    for (int k = threadIdx.x; k < count; k += kCombineThreads) {
+      const float w = mx == -INFINITY || weights[k] == -INFINITY ? 0.f : exp2f(weights[k] - mx);
+      weights[k] = w;
+      local += w;
+    }
+    const float denom = BlockReduce(local, scratch, false);  // also orders the weights[] writes before reads
+    const int cols = D / 4;                        // float4 columns of a row
+    const int groups = kCombineThreads / cols;     // 4 (D=256), 8 (D=128) or 16 (D=64)
+    const int col = threadIdx.x % cols, group = threadIdx.x / cols;
+    float4 acc = make_float4(0.f, 0.f, 0.f, 0.f);
+#pragma unroll 8
+    for (int k = group; k < count; k += groups) {
+      const float w = weights[k];
+      const float4 o = *reinterpret_cast<const float4*>(po + (slot_of(k) * p.rows + r) * D + 4 * col);
+      acc.x += w * o.x;
+      acc.y += w * o.y;
+      acc.z += w * o.z;
+      acc.w += w * o.w;
+    }
+    group_sums[threadIdx.x] = acc;
+    __syncthreads();
+    if (group == 0) {
+      for (int g = 1; g < groups; ++g) {
+        const float4 other = group_sums[g * cols + col];
+        acc.x += other.x;
+        acc.y += other.y;
+        acc.z += other.z;
+        acc.w += other.w;
+      }
+      const float inv = denom > 0.f ? 1.f / denom : 0.f;
+      const int b = unit % p.batch, h = unit / p.batch;
+      const int64_t out = OutOffset(p, b, h, r) + 4 * col;
+      StoreOut2(p, out, acc.x * inv, acc.y * inv);
+      StoreOut2(p, out + 2, acc.z * inv, acc.w * inv);
+    }
+    __syncthreads();  // weights[] and group_sums are refilled for the next row
+  }
+}
+
 // kRowsPerWarp: rows each warp of the small-task merge handles per pass (2 where 8 < rows <= 16, e.g. GQA 8 at q_len 2).
-template <int kRowsPerWarp>
+// kGroupMerge: long tasks by GroupMergeRow (HPC_XLA_DECODE_GROUP_MERGE=1), else by the block reductions below.
+template <int kRowsPerWarp, bool kGroupMerge>
 __global__ void __launch_bounds__(kCombineThreads) DecodeCombineKernel(const __grid_constant__ DecodeParams p) {
   __shared__ float weights[kMaxPieces];
   __shared__ float scratch[kCombineThreads / 32];
@@ -903,7 +961,7 @@ __global__ void __launch_bounds__(kCombineThreads) DecodeCombineKernel(const __g
   }
   if (r >= p.rows) return leave();
   PdlWait();  // the partials come from the attention kernel
-  if (p.group_merge) {
+  if constexpr (kGroupMerge) {
     for (; r < p.rows; r += row_step) {
       if (D == 64) {
         GroupMergeRow<64>(p, unit, r, count, first_slot, second_slot, stride_slot, group_sums, group_ml);
@@ -913,56 +971,8 @@ __global__ void __launch_bounds__(kCombineThreads) DecodeCombineKernel(const __g
         GroupMergeRow<256>(p, unit, r, count, first_slot, second_slot, stride_slot, group_sums, group_ml);
       }
     }
-    return;
-  }
-  const float* po = p.workspace;
-  const float* plse = p.workspace + p.num_slots * p.rows * D;
-  auto slot_of = [&](int k) { return k == 0 ? first_slot : second_slot + (k - 1) * stride_slot; };
-  for (; r < p.rows; r += row_step) {
-    float mx = -INFINITY;
-    for (int k = threadIdx.x; k < count; k += kCombineThreads) {
-      const float lse = plse[slot_of(k) * p.rows + r];
-      weights[k] = lse;
-      mx = fmaxf(mx, lse);
-    }
-    mx = BlockReduce(mx, scratch, true);
-    float local = 0.f;
-    for (int k = threadIdx.x; k < count; k += kCombineThreads) {
-      const float w = mx == -INFINITY || weights[k] == -INFINITY ? 0.f : exp2f(weights[k] - mx);
-      weights[k] = w;
-      local += w;
-    }
-    const float denom = BlockReduce(local, scratch, false);  // also orders the weights[] writes before reads
-    const int cols = D / 4;                        // float4 columns of a row
-    const int groups = kCombineThreads / cols;     // 4 (D=256), 8 (D=128) or 16 (D=64)
-    const int col = threadIdx.x % cols, group = threadIdx.x / cols;
-    float4 acc = make_float4(0.f, 0.f, 0.f, 0.f);
-#pragma unroll 8
-    for (int k = group; k < count; k += groups) {
-      const float w = weights[k];
-      const float4 o = *reinterpret_cast<const float4*>(po + (slot_of(k) * p.rows + r) * D + 4 * col);
-      acc.x += w * o.x;
-      acc.y += w * o.y;
-      acc.z += w * o.z;
-      acc.w += w * o.w;
-    }
-    group_sums[threadIdx.x] = acc;
-    __syncthreads();
-    if (group == 0) {
-      for (int g = 1; g < groups; ++g) {
-        const float4 other = group_sums[g * cols + col];
-        acc.x += other.x;
-        acc.y += other.y;
-        acc.z += other.z;
-        acc.w += other.w;
-      }
-      const float inv = denom > 0.f ? 1.f / denom : 0.f;
-      const int b = unit % p.batch, h = unit / p.batch;
-      const int64_t out = OutOffset(p, b, h, r) + 4 * col;
-      StoreOut2(p, out, acc.x * inv, acc.y * inv);
-      StoreOut2(p, out + 2, acc.z * inv, acc.w * inv);
-    }
-    __syncthreads();  // weights[] and group_sums are refilled for the next row
+  } else {
+    BlockMergeRows(p, unit, r, row_step, count, first_slot, second_slot, stride_slot, weights, scratch, group_sums);
   }
 }
 }  // namespace hpc::attention
