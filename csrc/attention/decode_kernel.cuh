@@ -199,91 +199,42 @@ __device__ __forceinline__ void LoadKvTile(const DecodeParams& p, const Piece& p
 // tile is query j = r / group of head h * group + r % group; rows past M are zero. kPermuteD (fp8 K/V): inside
 // every 16-wide d block, position 2m + i holds d = 4m + i and position 8 + 2m + i holds d = 4m + 2 + i (the
 // order the fp8 K fragments come in, see ComputeTile).
-// One 8-element chunk of q: global -> registers (raw words; fp8 q: the low 8 bytes and the row's scale), and
-// registers -> shared memory in the compute type. Split so that a piece's q loads can be issued before the
-// previous piece's epilogue (QPrefetch) and land while it runs.
-struct QChunkRaw {
-  uint4 words;
-  float scale;
-};
-
-template <int D>
-__device__ __forceinline__ QChunkRaw LoadQChunk(const DecodeParams& p, const Piece& piece, int id) {
-  const int r = id / (D / 8), chunk = id % (D / 8);
-  QChunkRaw raw{make_uint4(0u, 0u, 0u, 0u), 0.f};
-  if (r < p.rows) {
-    const int row = piece.b * p.q_len + r / p.group, head = piece.h * p.group + r % p.group;
-    const int64_t off = row * p.q_stride_row + head * p.q_stride_head + chunk * 8;
-    if (p.q_dtype == DType::kF8E4M3) {
-      raw.scale = p.q_scale[static_cast<int64_t>(row) * p.num_q_heads + head];
-      const uint2 w = *reinterpret_cast<const uint2*>(static_cast<const uint8_t*>(p.q) + off);
-      raw.words = make_uint4(w.x, w.y, 0u, 0u);
-    } else {
-      raw.words = *reinterpret_cast<const uint4*>(static_cast<const uint16_t*>(p.q) + off);
-    }
-  }
-  return raw;
-}
-
-template <int D, typename CT, bool kPermuteD>
-__device__ __forceinline__ void StoreQChunk(const DecodeParams& p, int id, const QChunkRaw& raw, char* qsmem) {
-  const int r = id / (D / 8), chunk = id % (D / 8);
-  float x[8] = {0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f};
-  if (r < p.rows) {
-    if (p.q_dtype == DType::kF8E4M3) {
-      const uint8_t* bytes = reinterpret_cast<const uint8_t*>(&raw.words);
-#pragma unroll
-      for (int i = 0; i < 8; ++i) x[i] = E4M3ToFloat(bytes[i]) * raw.scale;
-    } else if (p.q_dtype == DType::kF16) {
-      UnpackVec8<__half>(raw.words, x);
-    } else {
-      UnpackVec8<__nv_bfloat16>(raw.words, x);
-    }
-  }
-  uint4 packed;
-  packed.x = PackPair<CT>(x[0], x[1]);
-  packed.y = PackPair<CT>(x[2], x[3]);
-  packed.z = PackPair<CT>(x[4], x[5]);
-  packed.w = PackPair<CT>(x[6], x[7]);
-  if constexpr (kPermuteD) {
-    // pairs (d 0-1, 2-3, 4-5, 6-7) of this 8-wide chunk: d 4m + (0, 1) go to the block's first 16-byte chunk,
-    // 4m + (2, 3) to its second, each at word 2 (chunk % 2) + m
-    const int block = chunk / 2, word = 8 * (chunk % 2);
-    *reinterpret_cast<uint2*>(qsmem + QChunk<D>(r, 2 * block) + word) = make_uint2(packed.x, packed.z);
-    *reinterpret_cast<uint2*>(qsmem + QChunk<D>(r, 2 * block + 1) + word) = make_uint2(packed.y, packed.w);
-  } else {
-    *reinterpret_cast<uint4*>(qsmem + QChunk<D>(r, chunk)) = packed;
-  }
-}
-
-// q rows of the piece -> shared memory in the compute type (fp8 q dequantized with its scale). Row r of the
-// tile is query j = r / group of head h * group + r % group; rows past M are zero. kPermuteD (fp8 K/V): inside
-// every 16-wide d block, position 2m + i holds d = 4m + i and position 8 + 2m + i holds d = 4m + 2 + i (the
-// order the fp8 K fragments come in, see ComputeTile).
 template <int D, typename CT, bool kPermuteD>
 __device__ __forceinline__ void LoadQ(const DecodeParams& p, const Piece& piece, char* qsmem, int q_rows) {
   for (int id = threadIdx.x; id < q_rows * (D / 8); id += kDecodeThreads) {
-    StoreQChunk<D, CT, kPermuteD>(p, id, LoadQChunk<D>(p, piece, id), qsmem);
+    const int r = id / (D / 8), chunk = id % (D / 8);
+    float x[8] = {0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f};
+    if (r < p.rows) {
+      const int row = piece.b * p.q_len + r / p.group, head = piece.h * p.group + r % p.group;
+      const int64_t off = row * p.q_stride_row + head * p.q_stride_head + chunk * 8;
+      if (p.q_dtype == DType::kF8E4M3) {
+        const float scale = p.q_scale[static_cast<int64_t>(row) * p.num_q_heads + head];
+        const uint2 raw = *reinterpret_cast<const uint2*>(static_cast<const uint8_t*>(p.q) + off);
+        const uint8_t* bytes = reinterpret_cast<const uint8_t*>(&raw);
+#pragma unroll
+        for (int i = 0; i < 8; ++i) x[i] = E4M3ToFloat(bytes[i]) * scale;
+      } else if (p.q_dtype == DType::kF16) {
+        LoadVec8(static_cast<const __half*>(p.q) + off, x);
+      } else {
+        LoadVec8(static_cast<const __nv_bfloat16*>(p.q) + off, x);
+      }
+    }
+    uint4 packed;
+    packed.x = PackPair<CT>(x[0], x[1]);
+    packed.y = PackPair<CT>(x[2], x[3]);
+    packed.z = PackPair<CT>(x[4], x[5]);
+    packed.w = PackPair<CT>(x[6], x[7]);
+    if constexpr (kPermuteD) {
+      // pairs (d 0-1, 2-3, 4-5, 6-7) of this 8-wide chunk: d 4m + (0, 1) go to the block's first 16-byte chunk,
+      // 4m + (2, 3) to its second, each at word 2 (chunk % 2) + m
+      const int block = chunk / 2, word = 8 * (chunk % 2);
+      *reinterpret_cast<uint2*>(qsmem + QChunk<D>(r, 2 * block) + word) = make_uint2(packed.x, packed.z);
+      *reinterpret_cast<uint2*>(qsmem + QChunk<D>(r, 2 * block + 1) + word) = make_uint2(packed.y, packed.w);
+    } else {
+      *reinterpret_cast<uint4*>(qsmem + QChunk<D>(r, chunk)) = packed;
+    }
   }
 }
-
-// The next piece's q chunks of this thread, loaded while the current piece's epilogue runs (kIds chunks per
-// thread; only where they are few: up to 16 q rows at head_dim <= 128).
-template <int D, int kQRows>
-struct QPrefetch {
-  static constexpr int kIds = kQRows * (D / 8) / kDecodeThreads;
-  static constexpr bool kOn = kIds >= 1 && kIds <= 2 && kQRows * (D / 8) % kDecodeThreads == 0;
-  QChunkRaw raw[kOn ? kIds : 1];
-  __device__ __forceinline__ void Issue(const DecodeParams& p, const Piece& piece) {
-#pragma unroll
-    for (int i = 0; i < kIds; ++i) raw[i] = LoadQChunk<D>(p, piece, threadIdx.x + i * kDecodeThreads);
-  }
-  template <typename CT, bool kPermuteD>
-  __device__ __forceinline__ void Store(const DecodeParams& p, char* qsmem) const {
-#pragma unroll
-    for (int i = 0; i < kIds; ++i) StoreQChunk<D, CT, kPermuteD>(p, threadIdx.x + i * kDecodeThreads, raw[i], qsmem);
-  }
-};
 
 __device__ __forceinline__ float Exp2Approx(float x) {  // ex2.approx.ftz: exp2(-inf) = 0
   float y;
@@ -666,17 +617,12 @@ __global__ void __launch_bounds__(kDecodeThreads) DecodeAttentionKernel(const __
       CpAsyncCommit();
     }
     WarpState<D> st;
-    QPrefetch<D, S::kQRows> next_q;  // the next piece's q, loaded during this piece's epilogue
-    bool new_piece = true, q_prefetched = false;
+    bool new_piece = true;
     int stage = 0;
     while (comp.valid) {
       if (new_piece) {
         st.Reset();
-        if (q_prefetched) {
-          next_q.template Store<CT, S::kFp8>(p, qsmem);
-        } else {
-          LoadQ<D, CT, S::kFp8>(p, comp.piece, qsmem, S::kQRows);
-        }
+        LoadQ<D, CT, S::kFp8>(p, comp.piece, qsmem, S::kQRows);
         __syncthreads();
         if constexpr (WarpState<D>::kQInRegs) {
 #pragma unroll
@@ -697,16 +643,10 @@ __global__ void __launch_bounds__(kDecodeThreads) DecodeAttentionKernel(const __
       }
       if (comp.Empty() || comp.tile + 1 >= comp.piece.tile_end) {
         const Piece done = comp.piece;
-        comp.Advance(p);  // to the next piece: its q loads fly while this one's epilogue runs
-        if constexpr (decltype(next_q)::kOn) {
-          q_prefetched = comp.valid;
-          if (comp.valid) next_q.Issue(p, comp.piece);
-        }
         FinishPiece<D, MT, KV, CT>(p, done, st, ml_smem, obuf, lse_smem);
         new_piece = true;
-      } else {
-        comp.Advance(p);
       }
+      comp.Advance(p);
     }
   };
   if (p.page_shift >= 6) {
