@@ -9,7 +9,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from conftest import devices
-from decode_harness import DecodeCase, check, make_inputs, run_jax, run_torch
+from decode_harness import DecodeCase, check, make_inputs, reference_output, run_jax, run_torch
+from hpc_xla import reference
 
 RUNNERS = {"jax": run_jax, "torch": run_torch}
 
@@ -71,6 +72,30 @@ def test_named_cases(framework, device, schedule, name):
     case = dataclasses.replace(NAMED[name], schedule=schedule)
     inp = make_inputs(case)
     check(case, inp, RUNNERS[framework](case, inp, device))
+
+
+@pytest.mark.parametrize("device", devices())
+@pytest.mark.parametrize("framework", ["jax", "torch"])
+@pytest.mark.parametrize("schedule", ["dynamic", "static"])
+def test_nan_in_q_or_a_visible_key_gives_nan_rows(framework, device, schedule):
+    """A NaN in q (sequence 0, head 3) or in a key the query sees (sequence 2, kv head 1) makes exactly the rows that
+    read it NaN -- as a softmax does -- not zeros, through split pieces and their merge (max_ctas=11 splits the long
+    sequences); every other row is still right."""
+    case = DecodeCase(seq_lens=(900, 5, 1300), num_q_heads=8, num_kv_heads=2, max_ctas=11, schedule=schedule)
+    inp = make_inputs(case)
+    q, k = np.array(inp["q"]), np.array(inp["k_cache"])
+    q[0, 3, 17] = np.nan
+    tok = 1000  # visible to sequence 2's query (position 1299)
+    k[inp["block_table"][2, tok // case.page_size], tok % case.page_size, 1, 5] = np.nan
+    inp = dict(inp, q=q, k_cache=k)
+    out = np.asarray(RUNNERS[framework](case, inp, device), np.float64)
+    nan_rows = np.zeros(out.shape[:2], bool)
+    nan_rows[0, 3] = True
+    nan_rows[2, 4:8] = True  # q heads 4-7 read kv head 1
+    assert np.isnan(out[nan_rows]).all(), "rows that read a NaN must be NaN"
+    assert not np.isnan(out[~nan_rows]).any(), "a NaN must not reach rows that do not read it"
+    err = reference.relative_error(out[~nan_rows], reference_output(case, inp)[~nan_rows])
+    assert err < case.tol, err
 
 
 @pytest.mark.parametrize("device", devices())

@@ -785,7 +785,8 @@ __device__ __forceinline__ void GroupMergeRow(const DecodeParams& p, int unit, i
     float mb = m;
 #pragma unroll
     for (int i = 0; i < kGroupBatch; ++i) mb = fmaxf(mb, lse[i]);
-    if (mb == -INFINITY) continue;  // nothing but empty pieces so far
+    // (no skipping of all-empty batches: an empty piece's partial may be NaN -- a NaN q or K -- and 0 x NaN keeps
+    // the row NaN, as the other merge paths do)
     const float keep = m == -INFINITY ? 0.f : exp2f(m - mb);
     l *= keep;
     acc.x *= keep, acc.y *= keep, acc.z *= keep, acc.w *= keep;

@@ -22,6 +22,11 @@ using ref::StoreFloat;
 
 constexpr float kLog2e = 1.4426950408889634f;
 constexpr float kNegInf = -std::numeric_limits<float>::infinity();
+// A NaN score (NaN in q or in a visible K) or partial wins: its row's output is NaN, as in any softmax, where
+// std::max would drop it and leave zeros (the GPU kernels' NaN flows through l and O the same way).
+float NanMax(float a, float b) {
+  return std::isnan(a) || std::isnan(b) ? std::numeric_limits<float>::quiet_NaN() : std::max(a, b);
+}
 
 // Unnormalized attention state of one piece for the M = q_len * group rows of a (sequence, kv head).
 struct PieceState {
@@ -66,10 +71,10 @@ PieceState RunPiece(const DecodeAttentionArgs& a, const DecodeConfig& cfg, int b
         float acc = 0.f;
         for (int d = 0; d < dim; ++d) acc += q[r * dim + d] * LoadFloat(a.k_cache, off + d);
         s[i] = acc * s_scale;
-        tile_max = std::max(tile_max, s[i]);
+        tile_max = NanMax(tile_max, s[i]);
       }
       if (tile_max == kNegInf) continue;  // nothing visible for this row in this tile
-      const float m_new = std::max(st.m[r], tile_max);
+      const float m_new = NanMax(st.m[r], tile_max);
       const float alpha = std::exp2(st.m[r] - m_new);
       st.l[r] *= alpha;
       for (int d = 0; d < dim; ++d) st.o[r * dim + d] *= alpha;
@@ -118,7 +123,7 @@ void StorePartial(const Partials& p, int64_t slot, const PieceState& st, float v
 void Normalize(PieceState& st, float v_scale) {
   for (int r = 0; r < st.rows; ++r) {
     for (int d = 0; d < st.dim; ++d) {
-      st.o[r * st.dim + d] = st.l[r] > 0.f ? st.o[r * st.dim + d] / st.l[r] * v_scale : 0.f;
+      st.o[r * st.dim + d] = st.l[r] == 0.f ? 0.f : st.o[r * st.dim + d] / st.l[r] * v_scale;
     }
   }
 }
@@ -128,7 +133,7 @@ void MergeSlots(const Partials& p, const std::vector<int64_t>& slots, std::vecto
   out.assign(static_cast<size_t>(p.rows) * p.dim, 0.f);
   for (int r = 0; r < p.rows; ++r) {
     float mx = kNegInf;
-    for (int64_t s : slots) mx = std::max(mx, p.lse(s)[r]);
+    for (int64_t s : slots) mx = NanMax(mx, p.lse(s)[r]);
     if (mx == kNegInf) continue;
     float denom = 0.f;
     for (int64_t s : slots) {
