@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # session 27 call A (~5 min; carry .peer/exp/m and .peer/exp/e23): the decode experiments of session 26.
-#   m   = main at f619621 (piece cost 4, fp8 q -> bf16/fp16 out, experiment 22 behind HPC_XLA_DECODE_GROUP_MERGE=1)
+#   m   = main at 83d9bab (piece cost 4, fp8 q -> bf16/fp16 out, experiment 22 behind HPC_XLA_DECODE_GROUP_MERGE=1,
+#         NaN rows for NaN q / K: test_decode.py's new nan test)
 #   e23 = m + b2234ba (the next piece's q loads issued before the current piece's epilogue)
-# Tests first (two processes): test_gpu_decode.py on m (its new test_group_merge_of_long_tasks runs the knob in a
-# child), test_decode.py's cuda cases + test_gpu_decode.py on e23. Then the A/B, one GPU process at a time:
+# Tests first (two processes): test_gpu_decode.py + the nan test on m (its new test_group_merge_of_long_tasks runs the
+# knob in a child), test_decode.py's cuda cases + test_gpu_decode.py on e23. Then the A/B, one GPU process at a time:
 # m / m with the group merge / e23 on 8/1/128 bf16 (2 rounds), fp8 and bf16 q_len 2 (1 round); then the piece cost's
 # second round on 32/8/128 (m against m with HPC_XLA_DECODE_PIECE_COST=2).
 # Predictions (bench/NOTES.md, session 26): group merge -1.5..2.5 us on the rows with a long sequence (1x128K+31x4K,
@@ -12,7 +13,7 @@
 . "$(dirname "$0")/prelude.sh"
 PT="python3 -m pytest -q -p no:cacheprovider"
 M=$PWD/.peer/exp/m; E=$PWD/.peer/exp/e23
-( cd $M && PYTHONPATH=$M:$M/tests timeout 200 $PT tests/test_gpu_decode.py > $R/a_m.log 2>&1; echo "m test_gpu_decode rc=$?: $(tail -n1 $R/a_m.log)" ) &
+( cd $M && PYTHONPATH=$M:$M/tests timeout 200 $PT tests/test_gpu_decode.py tests/test_decode.py -k "group_merge or nan_in_q or device_plan or graph or command or checks or misaligned" > $R/a_m.log 2>&1; echo "m test_gpu_decode rc=$?: $(tail -n1 $R/a_m.log)" ) &
 ( cd $E && PYTHONPATH=$E:$E/tests timeout 200 $PT tests/test_decode.py -k cuda tests/test_gpu_decode.py > $R/a_e.log 2>&1; echo "e23 decode tests rc=$?: $(tail -n1 $R/a_e.log)" ) &
 wait; t
 grep -E "^FAILED|^E  " $R/a_*.log | head -12
