@@ -82,7 +82,6 @@ int MoeReduceFormFromEnv() {
     if (v == nullptr || *v == '\0') return 0;
     if (std::strcmp(v, "dense") == 0) return 1;
     if (std::strcmp(v, "sparse") == 0) return 2;
-    if (std::strcmp(v, "pipelined") == 0) return 3;
     return -1;
   }();
   return form;
@@ -248,7 +247,7 @@ Status ValidateFusedMoeCuda(const FusedMoeArgs& a) {
                   "] or unset; got '" + v + "'");
   }
   if (moe::MoeReduceFormFromEnv() < 0) {
-    return c.Fail(std::string("HPC_XLA_MOE_REDUCE must be 'dense', 'sparse', 'pipelined' or unset; got '") +
+    return c.Fail(std::string("HPC_XLA_MOE_REDUCE must be 'dense', 'sparse' or unset; got '") +
                   std::getenv("HPC_XLA_MOE_REDUCE") + "'");
   }
   if (moe::MoeTiledMFromEnv() < 0) {
