@@ -33,9 +33,34 @@ Status Absent(const ArgCheck& c, const char* name, const TensorView& t, const ch
   return c.Fail(std::string(name) + " is not used with quant=" + scheme + "; pass None");
 }
 
-const char* MoePathEnvText() {
-  const char* v = std::getenv("HPC_XLA_MOE_PATH");
+const char* EnvText(const char* name) {
+  const char* v = std::getenv(name);
   return v == nullptr ? "" : v;
+}
+
+// The A/B knobs that take one of a few words: the parser and the refusal read the same list.
+constexpr const char* kPathWords[] = {"v1", "grouped", "stream", "auto"};
+constexpr const char* kReduceWords[] = {"dense", "sparse"};
+constexpr const char* kTiledMWords[] = {"16", "32"};
+constexpr const char* kGemmTileWords[] = {"128x256", "128x128", "64x256", "64x128"};
+
+// 1 + the index of the variable's value in `words`, 0 when it is unset or empty, -1 for anything else.
+template <size_t N>
+int EnvWord(const char* name, const char* const (&words)[N]) {
+  const char* v = EnvText(name);
+  if (*v == '\0') return 0;
+  for (size_t i = 0; i < N; ++i) {
+    if (std::strcmp(v, words[i]) == 0) return static_cast<int>(i) + 1;
+  }
+  return -1;
+}
+
+// "NAME must be 'a', 'b' or unset; got '...'"
+template <size_t N>
+std::string EnvWordRefusal(const char* name, const char* const (&words)[N]) {
+  std::string s = std::string(name) + " must be ";
+  for (size_t i = 0; i < N; ++i) s += (i > 0 ? ", '" : "'") + std::string(words[i]) + "'";
+  return s + " or unset; got '" + EnvText(name) + "'";
 }
 
 }  // namespace
@@ -44,12 +69,13 @@ namespace moe {
 
 MoePathChoice MoePathFromEnv() {
   static const MoePathChoice choice = [] {
-    const char* v = MoePathEnvText();
-    if (*v == '\0' || std::strcmp(v, "auto") == 0) return MoePathChoice::kAuto;
-    if (std::strcmp(v, "v1") == 0) return MoePathChoice::kV1;
-    if (std::strcmp(v, "grouped") == 0) return MoePathChoice::kGrouped;
-    if (std::strcmp(v, "stream") == 0) return MoePathChoice::kStream;
-    return MoePathChoice::kInvalid;
+    switch (EnvWord("HPC_XLA_MOE_PATH", kPathWords)) {
+      case 1: return MoePathChoice::kV1;
+      case 2: return MoePathChoice::kGrouped;
+      case 3: return MoePathChoice::kStream;
+      case -1: return MoePathChoice::kInvalid;
+      default: return MoePathChoice::kAuto;  // unset or "auto"
+    }
   }();
   return choice;
 }
@@ -67,49 +93,25 @@ int MoeUpSplitsFromEnv() {
 
 int MoeTiledMFromEnv() {
   static const int m = [] {
-    const char* v = std::getenv("HPC_XLA_MOE_TILED_M");
-    if (v == nullptr || *v == '\0') return 0;
-    if (std::strcmp(v, "16") == 0) return 16;
-    if (std::strcmp(v, "32") == 0) return 32;
-    return -1;
+    const int w = EnvWord("HPC_XLA_MOE_TILED_M", kTiledMWords);
+    return w > 0 ? 16 * w : w;  // "16" -> 16, "32" -> 32
   }();
   return m;
 }
 
 int MoeReduceFormFromEnv() {
-  static const int form = [] {
-    const char* v = std::getenv("HPC_XLA_MOE_REDUCE");
-    if (v == nullptr || *v == '\0') return 0;
-    if (std::strcmp(v, "dense") == 0) return 1;
-    if (std::strcmp(v, "sparse") == 0) return 2;
-    return -1;
-  }();
+  static const int form = EnvWord("HPC_XLA_MOE_REDUCE", kReduceWords);  // 1 dense, 2 sparse
   return form;
-}
-
-const char* GroupedGemmTileEnvText() {
-  const char* v = std::getenv("HPC_XLA_MOE_GEMM_TILE");
-  return v == nullptr ? "" : v;
 }
 
 GroupedGemmTile GroupedGemmTileFromEnv() {
   static const GroupedGemmTile tile = [] {
-    const char* v = GroupedGemmTileEnvText();
-    struct Named {
-      const char* text;
-      int m, n;
-    };
-    static constexpr Named kTiles[] = {{"128x256", 128, 256}, {"128x128", 128, 128}, {"64x256", 64, 256},
-                                       {"64x128", 64, 128}};
+    static constexpr int kShapes[][2] = {{128, 256}, {128, 128}, {64, 256}, {64, 128}};  // kGemmTileWords' order
+    static_assert(sizeof(kShapes) / sizeof(kShapes[0]) == sizeof(kGemmTileWords) / sizeof(kGemmTileWords[0]));
+    const int w = EnvWord("HPC_XLA_MOE_GEMM_TILE", kGemmTileWords);
     GroupedGemmTile t;
-    if (*v == '\0') return t;
-    for (const Named& tile : kTiles) {
-      if (std::strcmp(v, tile.text) == 0) {
-        t.m = tile.m, t.n = tile.n;
-        return t;
-      }
-    }
-    t.valid = false;
+    if (w > 0) t.m = kShapes[w - 1][0], t.n = kShapes[w - 1][1];
+    t.valid = w >= 0;
     return t;
   }();
   return tile;
@@ -239,25 +241,15 @@ Status ValidateFusedMoeCuda(const FusedMoeArgs& a) {
   HPC_RETURN_IF_ERROR(ValidateFusedMoe(a));
   ArgCheck c("fused_moe");
   if (moe::MoePathFromEnv() == moe::MoePathChoice::kInvalid) {
-    return c.Fail(std::string("HPC_XLA_MOE_PATH must be 'v1', 'grouped', 'stream', 'auto' or unset; got '") + MoePathEnvText() +
-                  "'");
+    return c.Fail(EnvWordRefusal("HPC_XLA_MOE_PATH", kPathWords));
   }
   if (const char* v = std::getenv("HPC_XLA_MOE_UP_SPLITS"); v != nullptr && *v != '\0' && moe::MoeUpSplitsFromEnv() == 0) {
     return c.Fail("HPC_XLA_MOE_UP_SPLITS must be an integer in [1, " + std::to_string(moe::kMaxUpSplits) +
                   "] or unset; got '" + v + "'");
   }
-  if (moe::MoeReduceFormFromEnv() < 0) {
-    return c.Fail(std::string("HPC_XLA_MOE_REDUCE must be 'dense', 'sparse' or unset; got '") +
-                  std::getenv("HPC_XLA_MOE_REDUCE") + "'");
-  }
-  if (moe::MoeTiledMFromEnv() < 0) {
-    return c.Fail(std::string("HPC_XLA_MOE_TILED_M must be '16', '32' or unset; got '") +
-                  std::getenv("HPC_XLA_MOE_TILED_M") + "'");
-  }
-  if (!moe::GroupedGemmTileFromEnv().valid) {
-    return c.Fail(std::string("HPC_XLA_MOE_GEMM_TILE must be '128x256', '128x128', '64x256', '64x128' or unset; got '") +
-                  moe::GroupedGemmTileEnvText() + "'");
-  }
+  if (moe::MoeReduceFormFromEnv() < 0) return c.Fail(EnvWordRefusal("HPC_XLA_MOE_REDUCE", kReduceWords));
+  if (moe::MoeTiledMFromEnv() < 0) return c.Fail(EnvWordRefusal("HPC_XLA_MOE_TILED_M", kTiledMWords));
+  if (!moe::GroupedGemmTileFromEnv().valid) return c.Fail(EnvWordRefusal("HPC_XLA_MOE_GEMM_TILE", kGemmTileWords));
   const int64_t tokens = a.x.shape[0], hidden = a.x.shape[1], experts = a.w13.shape[0], inter = a.w13.shape[1] / 2;
   if (hidden % 64 != 0) return c.Fail("the CUDA path needs H (x.shape[1]) to be a multiple of 64; got " + std::to_string(hidden));
   if (inter % 64 != 0) {

@@ -61,7 +61,6 @@ struct GroupedGemmTile {
   bool valid = true;
 };
 GroupedGemmTile GroupedGemmTileFromEnv();
-const char* GroupedGemmTileEnvText();  // the variable's text, "" when unset
 
 // The grouped GEMM itself (persistent grid of one CTA per SM). Waits for all earlier kernels of the stream
 // (PDL wait before its first global read), so the setup kernel and the producers of A must precede it.
