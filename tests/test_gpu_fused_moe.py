@@ -703,35 +703,11 @@ def test_sparse_reduce_equals_dense(args, tmp_path):
         ids = p["topk_ids"]
         local = ((ids >= offset) & (ids < offset + experts)).sum(axis=1)
         assert local.max() >= 3, "no token takes the overflow loop"
-    (auto, _), (sparse, _), (dense, _), (pipelined, _) = _run_paths(
-        [("auto", {}), ("auto", {"HPC_XLA_MOE_REDUCE": "sparse"}), ("auto", {"HPC_XLA_MOE_REDUCE": "dense"}),
-         ("auto", {"HPC_XLA_MOE_REDUCE": "pipelined"})], args, tmp_path)
+    (auto, _), (sparse, _), (dense, _) = _run_paths(
+        [("auto", {}), ("auto", {"HPC_XLA_MOE_REDUCE": "sparse"}), ("auto", {"HPC_XLA_MOE_REDUCE": "dense"})], args,
+        tmp_path)
     assert np.array_equal(auto.view(np.uint16), sparse.view(np.uint16))  # the default takes the sparse form here
     assert np.array_equal(sparse.view(np.uint16), dense.view(np.uint16))
-    assert np.array_equal(dense.view(np.uint16), pipelined.view(np.uint16))  # the tiled path's f32 rows: dense again
-
-
-@pytest.mark.parametrize("args", [
-    (1500, 8, 256, 128, 8, "fp8_tensor", 0, 0, True, 8),  # top-8 of 8 experts: every CTA walks several tokens
-    (1500, 16, 512, 128, 6, None, 0, 0, False, 9),       # bf16, top-6: slots past k in the batch
-    (37, 8, 256, 128, 4, "fp8_block128", 0, 0, True, 10),  # fewer tokens than CTAs: the pipeline ends at once
-])
-def test_pipelined_reduce_equals_dense(args, tmp_path):
-    """The grouped path's default reduce without expert parallelism (bf16 rows, the next token's rows in flight while
-    one is summed) against the dense form forced by HPC_XLA_MOE_REDUCE=dense: bitwise equal, the same adds in the
-    same slot order. The selection is checked first, so the default cannot silently be the dense kernel."""
-    from hpc_xla._ext import ext
-
-    top_k, experts = args[4], args[1]
-    assert ext().fused_moe_reduce_form(top_k, experts, experts, True) == "pipelined"
-    assert ext().fused_moe_reduce_form(top_k, experts, experts, False) == "dense"  # the tiled path's f32 rows
-    assert ext().fused_moe_reduce_form(top_k, experts, 8 * experts, True) == "sparse"  # EP: few local slots
-    assert ext().fused_moe_reduce_form(9, experts, experts, True) == "dense"  # k > the batch of 8
-    (auto, _), (dense, _), (pipelined, _) = _run_paths(
-        [("grouped", {}), ("grouped", {"HPC_XLA_MOE_REDUCE": "dense"}),
-         ("grouped", {"HPC_XLA_MOE_REDUCE": "pipelined"})], args, tmp_path)
-    assert np.array_equal(auto.view(np.uint16), dense.view(np.uint16))
-    assert np.array_equal(pipelined.view(np.uint16), dense.view(np.uint16))
 
 
 def test_gemm_tile_knob_rejects_unknown_values(tmp_path):
@@ -757,7 +733,7 @@ except ValueError as e:
     ("HPC_XLA_MOE_PATH", "cutlass", "HPC_XLA_MOE_PATH must be 'v1', 'grouped', 'stream', 'auto' or unset; got 'cutlass'"),
     ("HPC_XLA_MOE_UP_SPLITS", "9", "HPC_XLA_MOE_UP_SPLITS must be an integer in [1, 8] or unset; got '9'"),
     ("HPC_XLA_MOE_TILED_M", "64", "HPC_XLA_MOE_TILED_M must be '16', '32' or unset; got '64'"),
-    ("HPC_XLA_MOE_REDUCE", "fast", "HPC_XLA_MOE_REDUCE must be 'dense', 'sparse', 'pipelined' or unset; got 'fast'"),
+    ("HPC_XLA_MOE_REDUCE", "fast", "HPC_XLA_MOE_REDUCE must be 'dense', 'sparse' or unset; got 'fast'"),
 ])
 def test_moe_knobs_reject_unknown_values(knob, value, message):
     r = _run_child(_KNOB_CHILD, **{knob: value})

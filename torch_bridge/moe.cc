@@ -89,14 +89,6 @@ void BindMoe(nb::module_& m) {
       },
       nb::arg("tokens"), nb::arg("top_k"), nb::arg("experts"), nb::arg("experts_global"), nb::arg("quant"),
       "Rows of the grouped path's CTA tile (64 | 128) for these shapes, when that path runs.");
-  m.def(
-      "fused_moe_reduce_form",
-      [](int64_t top_k, int64_t experts, int64_t experts_global, bool bf16_rows) {
-        return FusedMoeReduceForm(top_k, experts, experts_global, bf16_rows);
-      },
-      nb::arg("top_k"), nb::arg("experts"), nb::arg("experts_global"), nb::arg("bf16_rows"),
-      "The CUDA pipeline's top-k reduce form for these shapes ('dense' | 'sparse' | 'pipelined'), "
-      "HPC_XLA_MOE_REDUCE included; bf16_rows: the grouped path (its down rows are bf16).");
   m.def("moe_route", &MoeRouteBinding, nb::arg("router_logits"), nb::arg("correction_bias").none(),
         nb::arg("topk_weights"), nb::arg("topk_ids"), nb::arg("top_k"), nb::arg("scoring"), nb::arg("renormalize"),
         nb::arg("num_groups"), nb::arg("topk_groups"), nb::arg("routed_scaling"), nb::arg("stream") = -1);

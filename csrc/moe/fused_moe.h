@@ -52,9 +52,6 @@ int FusedMoeTileM(int64_t tokens, int64_t top_k, int64_t experts, MoeQuant quant
 // Rows of the grouped path's CTA tile (64 ping-pong | 128 cooperative) when TileM picks that path, ignoring
 // HPC_XLA_MOE_GEMM_TILE; experts_global = the routing's expert count (0: unknown, the local count).
 int FusedMoeGroupedCtaRows(int64_t tokens, int64_t top_k, int64_t experts, int64_t experts_global, MoeQuant quant);
-// The top-k reduce form the CUDA pipeline takes, HPC_XLA_MOE_REDUCE included: "dense", "sparse" or "pipelined"
-// (bf16_rows: the grouped path's bf16 down rows; the tiled path's rows are f32). For tests and A/B runs.
-const char* FusedMoeReduceForm(int64_t top_k, int64_t experts, int64_t experts_global, bool bf16_rows);
 // What one call with `tokens` tokens needs (the CUDA path checks the workspace against it).
 int64_t FusedMoeWorkspaceBytes(int64_t tokens, int64_t top_k, int64_t experts, int64_t hidden, int64_t inter,
                                MoeQuant quant);

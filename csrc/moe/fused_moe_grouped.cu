@@ -307,20 +307,8 @@ Status RunGroupedMoe(const FusedMoeArgs& a, const MoePlan& plan, const uint8_t* 
   rp.out = a.out.ptr<__nv_bfloat16>();
   rp.hidden = static_cast<int>(hidden);
   rp.top_k = static_cast<int>(top_k);
-  rp.experts = static_cast<int>(experts);  // for ChooseReduceForm only (rows come from pair_row)
+  rp.experts = static_cast<int>(experts);  // for ReduceSparse only (rows come from pair_row)
   return LaunchMoeReduce(rp, tokens, GlobalExperts(a), a.x.device_id, stream);
 }
 
 }  // namespace hpc::moe
-
-namespace hpc {
-
-const char* FusedMoeReduceForm(int64_t top_k, int64_t experts, int64_t experts_global, bool bf16_rows) {
-  switch (moe::ChooseReduceForm(top_k, experts, std::max(experts_global, experts), bf16_rows)) {
-    case moe::ReduceForm::kSparse: return "sparse";
-    case moe::ReduceForm::kPipelined: return "pipelined";
-    default: return "dense";
-  }
-}
-
-}  // namespace hpc

@@ -40,7 +40,7 @@ const char* EnvText(const char* name) {
 
 // The A/B knobs that take one of a few words: the parser and the refusal read the same list.
 constexpr const char* kPathWords[] = {"v1", "grouped", "stream", "auto"};
-constexpr const char* kReduceWords[] = {"dense", "sparse", "pipelined"};
+constexpr const char* kReduceWords[] = {"dense", "sparse"};
 constexpr const char* kTiledMWords[] = {"16", "32"};
 constexpr const char* kGemmTileWords[] = {"128x256", "128x128", "64x256", "64x128"};
 
@@ -100,7 +100,7 @@ int MoeTiledMFromEnv() {
 }
 
 int MoeReduceFormFromEnv() {
-  static const int form = EnvWord("HPC_XLA_MOE_REDUCE", kReduceWords);  // 1 dense, 2 sparse, 3 pipelined
+  static const int form = EnvWord("HPC_XLA_MOE_REDUCE", kReduceWords);  // 1 dense, 2 sparse
   return form;
 }
 

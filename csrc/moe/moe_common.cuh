@@ -169,62 +169,6 @@ __global__ void __launch_bounds__(kReduceThreads) MoeReduceKernel(const __grid_c
   }
 }
 
-// The dense form for bf16 rows (the grouped path) and k <= kReduceBatch, pipelined one token deeper: the next
-// token's rows are in flight while the current one is summed and stored (MoeReduceKernel issues a token's row
-// loads only after the previous token's adds, so a thread has one token's rows in flight; the reduce runs at ~2x
-// its bytes' floor, e.g. Qwen3 fp8 T=4096 65 us for ~150 MB, session 21). The same adds in the same slot order:
-// bitwise equal to MoeReduceKernel.
-template <typename DownT>
-__device__ __forceinline__ void LoadSlotRows(const ReduceParams<DownT>& p, const ReduceSlots& s, int col,
-                                             Packed8<DownT> (&d)[kReduceBatch]) {
-#pragma unroll
-  for (int b = 0; b < kReduceBatch; ++b) {
-    if (s.row[b] >= 0) d[b].Load(p.down + static_cast<int64_t>(s.row[b]) * p.hidden + col);
-  }
-}
-
-// Before the PDL wait, as in MoeReduceKernel: the slots of the first two tokens of a CTA that walks t, t + g, ...
-// (op inputs or align's, complete before the down GEMM began).
-template <typename DownT>
-__device__ __forceinline__ void LoadFirstTwoTokens(const ReduceParams<DownT>& p, int64_t t, int64_t g, bool active,
-                                                   ReduceSlots& first, ReduceSlots& second) {
-  if (active) first = LoadReduceSlots<true>(p, t, 0);
-  if (active && t + g < p.tokens) second = LoadReduceSlots<true>(p, t + g, 0);
-}
-
-template <typename DownT>
-__global__ void __launch_bounds__(kReduceThreads) MoeReducePipelinedKernel(const __grid_constant__ ReduceParams<DownT> p) {
-  const int col = (blockIdx.y * kReduceThreads + threadIdx.x) * 8;
-  const int64_t g = gridDim.x;
-  int64_t t = blockIdx.x;
-  const bool active = col < p.hidden && t < p.tokens;
-  ReduceSlots cur = {}, next = {};
-  LoadFirstTwoTokens(p, t, g, active, cur, next);
-  PdlWait();  // the down rows are the down GEMM's
-  PdlLaunchDependents();
-  if (!active) return;
-  Packed8<DownT> d[kReduceBatch];
-  LoadSlotRows(p, cur, col, d);
-  for (; t < p.tokens; t += g) {
-    const bool more = t + g < p.tokens;
-    Packed8<DownT> d_next[kReduceBatch];
-    if (more) LoadSlotRows(p, next, col, d_next);
-    ReduceSlots after = {};
-    if (t + 2 * g < p.tokens) after = LoadReduceSlots<false>(p, t + 2 * g, 0);
-    float y[8] = {0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f};
-#pragma unroll
-    for (int b = 0; b < kReduceBatch; ++b) {
-      if (cur.row[b] >= 0) d[b].AddWeighted(y, cur.w[b]);
-    }
-    StoreReducedRow(p, t, col, y);
-    if (!more) break;
-    cur = next;
-    next = after;
-#pragma unroll
-    for (int b = 0; b < kReduceBatch; ++b) d[b] = d_next[b];
-  }
-}
-
 // ------------------------------------------------------------------------------------ reduce, sparse form
 // Under expert parallelism a token has few local slots (DeepSeek-V3 / Hy3 EP8 at top-8: one on average), so the
 // dense kernel above has ONE 16-byte row load in flight per thread and token: ~1 TB/s, latency-bound (H200, session
@@ -233,7 +177,7 @@ __global__ void __launch_bounds__(kReduceThreads) MoeReducePipelinedKernel(const
 // together -- 2x the bytes in flight at about the same registers; the next two tokens' slots load meanwhile. Slots
 // past the kept ones that are local (a token with > kSparseRows local slots) are summed after them, loaded one by
 // one: the same adds in the same slot order as the dense kernel and the reference. Taken where k <= kReduceBatch
-// and the expected local slots k * E_local / E_global are <= kSparseRows (ChooseReduceForm).
+// and the expected local slots k * E_local / E_global are <= kSparseRows (ReduceSparse).
 constexpr int kSparseRows = 2;
 
 struct SparseSlots {
@@ -289,8 +233,10 @@ __global__ void __launch_bounds__(kReduceThreads) MoeReduceSparseKernel(const __
   const int64_t g = gridDim.x;
   int64_t t = blockIdx.x;
   const bool active = col < p.hidden && t < p.tokens;
+  // Before the PDL wait, as in MoeReduceKernel: slots are op inputs or align's, complete before the down GEMM began.
   ReduceSlots next0 = {}, next1 = {};  // next1 is compacted even when unused (its result masked): defined contents
-  LoadFirstTwoTokens(p, t, g, active, next0, next1);
+  if (active) next0 = LoadReduceSlots<true>(p, t, 0);
+  if (active && t + g < p.tokens) next1 = LoadReduceSlots<true>(p, t + g, 0);
   PdlWait();  // the down rows are the down GEMM's
   PdlLaunchDependents();
   if (!active) return;
@@ -312,24 +258,15 @@ __global__ void __launch_bounds__(kReduceThreads) MoeReduceSparseKernel(const __
   }
 }
 
-// HPC_XLA_MOE_REDUCE=dense|sparse|pipelined forces the form (A/B runs and the bitwise tests; sparse and pipelined
-// need k <= kReduceBatch, pipelined bf16 rows).
-int MoeReduceFormFromEnv();  // fused_moe_validate.cc: 0 unset, 1 dense, 2 sparse, 3 pipelined, -1 anything else
+// HPC_XLA_MOE_REDUCE=dense|sparse forces the form (A/B runs and the bitwise test; sparse needs k <= kReduceBatch).
+int MoeReduceFormFromEnv();  // fused_moe_validate.cc: 0 unset, 1 dense, 2 sparse, -1 anything else (validated there)
 
-enum class ReduceForm { kDense, kSparse, kPipelined };
-
-// Sparse where k <= kReduceBatch and a token's expected local slots k * E_local / E_global <= kSparseRows; else
-// pipelined for bf16 rows (the grouped path) with k <= kReduceBatch; else dense.
-inline ReduceForm ChooseReduceForm(int64_t top_k, int64_t experts, int64_t experts_global, bool bf16_rows) {
-  if (top_k > kReduceBatch) return ReduceForm::kDense;
-  const ReduceForm fit = bf16_rows ? ReduceForm::kPipelined : ReduceForm::kDense;
-  switch (MoeReduceFormFromEnv()) {
-    case 1: return ReduceForm::kDense;
-    case 2: return ReduceForm::kSparse;
-    case 3: return fit;
-    default: break;
-  }
-  return top_k * experts <= kSparseRows * std::max(experts_global, experts) ? ReduceForm::kSparse : fit;
+// The sparse form where k <= kReduceBatch and a token's expected local slots k * E_local / E_global <= kSparseRows.
+inline bool ReduceSparse(int64_t top_k, int64_t experts, int64_t experts_global) {
+  if (top_k > kReduceBatch) return false;
+  const int forced = MoeReduceFormFromEnv();
+  if (forced > 0) return forced == 2;
+  return top_k * experts <= kSparseRows * std::max(experts_global, experts);
 }
 
 // Grid: (tokens, capped at the CTAs that are resident at once over the column slices) x column slices. From the
@@ -337,12 +274,7 @@ inline ReduceForm ChooseReduceForm(int64_t top_k, int64_t experts, int64_t exper
 template <typename DownT>
 Status LaunchMoeReduce(ReduceParams<DownT> p, int64_t tokens, int64_t experts_global, int device, cudaStream_t stream) {
   p.tokens = tokens;
-  auto* fn = &MoeReduceKernel<DownT>;
-  const ReduceForm form = ChooseReduceForm(p.top_k, p.experts, experts_global, sizeof(DownT) == 2);
-  if (form == ReduceForm::kSparse) fn = &MoeReduceSparseKernel<DownT>;
-  if constexpr (sizeof(DownT) == 2) {  // bf16 rows only (the f32 rows of the tiled path would spill)
-    if (form == ReduceForm::kPipelined) fn = &MoeReducePipelinedKernel<DownT>;
-  }
+  auto* fn = ReduceSparse(p.top_k, p.experts, experts_global) ? &MoeReduceSparseKernel<DownT> : &MoeReduceKernel<DownT>;
   int per_sm = 0;
   HPC_RETURN_IF_ERROR(ResidentCtasPerSm(reinterpret_cast<const void*>(fn), kReduceThreads, 0,
                                         "fused_moe reduce occupancy", &per_sm));
