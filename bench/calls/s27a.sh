@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # session 27 call A (~5 min; carry .peer/exp/m and .peer/exp/e23): the decode experiments of session 26.
-#   m   = main at 83d9bab (piece cost 4, fp8 q -> bf16/fp16 out, experiment 22 behind HPC_XLA_DECODE_GROUP_MERGE=1,
+#   m   = main at 6e71b1e (piece cost 4, fp8 q -> bf16/fp16 out, experiment 22 behind HPC_XLA_DECODE_GROUP_MERGE=1,
 #         NaN rows for NaN q / K: test_decode.py's new nan test)
 #   e23 = m + b2234ba (the next piece's q loads issued before the current piece's epilogue)
 # Tests first (two processes): test_gpu_decode.py + the nan test on m (its new test_group_merge_of_long_tasks runs the

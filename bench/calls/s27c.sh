@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# session 27 call C (~6 min; carry .peer/exp/m and .peer/exp/e24): experiment 24 (017cf74, reverted; e24 = m + it):
+# session 27 call C (~6 min; carry .peer/exp/m and .peer/exp/e24): experiment 24 (9fc244c, reverted; e24 = m + it):
 # the grouped path's top-k reduce on bf16 rows with k <= 8 and no expert parallelism keeps the next token's rows in
 # flight while one is summed (MoeReducePipelinedKernel, 128 registers, 4 CTAs/SM: 1.6x the bytes in flight per SM).
 # Tests first: the new bitwise test against the dense form (its selection asserted through ext().fused_moe_reduce_form),
