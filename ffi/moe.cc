@@ -4,7 +4,7 @@
 //   fused_moe: args x, x_scale, w13, w2, w13_scale, w2_scale, a13_scale, a2_scale, topk_weights, topk_ids,
 //              shared_output (optional ones shape (0,))                      rets out, workspace (uint8
 //              [fused_moe_call_workspace_size] scratch of the CUDA pipeline; the CPU handler ignores it)
-//              attrs quant, expert_offset, num_experts_global
+//              attrs quant, expert_offset, num_experts_global, w13_interleaved
 #include <cuda_runtime.h>
 
 #include <utility>
@@ -42,7 +42,7 @@ ffi::Error FusedMoe(DeviceKind device, cudaStream_t stream, int device_id, AnyBu
                     AnyBuffer w13, AnyBuffer w2, AnyBuffer w13_scale, AnyBuffer w2_scale, AnyBuffer a13_scale,
                     AnyBuffer a2_scale, AnyBuffer topk_weights, AnyBuffer topk_ids, AnyBuffer shared_output,
                     Result<AnyBuffer> out, Result<AnyBuffer> workspace, int32_t quant, int64_t expert_offset,
-                    int64_t num_experts_global) {
+                    int64_t num_experts_global, bool w13_interleaved) {
   FusedMoeArgs a;
   a.x = View(x, device, device_id);
   a.x_scale = View(x_scale, device, device_id, /*optional=*/true);
@@ -60,6 +60,7 @@ ffi::Error FusedMoe(DeviceKind device, cudaStream_t stream, int device_id, AnyBu
   a.quant = static_cast<MoeQuant>(quant);
   a.expert_offset = expert_offset;
   a.num_experts_global = num_experts_global;
+  a.w13_interleaved = w13_interleaved;
   return ToError(device == DeviceKind::kCuda ? FusedMoeCuda(a, stream) : FusedMoeCpu(a));
 }
 
@@ -81,7 +82,8 @@ auto BindFusedMoeOperands(Binding binding) {
       .template Ret<AnyBuffer>()  // workspace
       .template Attr<int32_t>("quant")
       .template Attr<int64_t>("expert_offset")
-      .template Attr<int64_t>("num_experts_global");
+      .template Attr<int64_t>("num_experts_global")
+      .template Attr<bool>("w13_interleaved");
 }
 
 template <typename Binding>

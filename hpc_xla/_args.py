@@ -27,6 +27,13 @@ def optional_integer(op, name, value, minimum=None, maximum=None):
     return None if value is None else integer(op, name, value, minimum, maximum)
 
 
+def boolean(op, name, value):
+    """A bool (Python or numpy; not an int, not None) -> bool."""
+    if not isinstance(value, (bool, np.bool_)):
+        raise TypeError("%s: %s must be a bool; got %r" % (op, name, value))
+    return bool(value)
+
+
 def real(op, name, value):
     """A real number (Python / numpy scalar or a 0-d array; not bool, not str) -> float."""
     if value is None or isinstance(value, (bool, np.bool_, str, bytes)):

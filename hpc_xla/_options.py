@@ -1,6 +1,7 @@
 """Python-level options shared by the jax and torch faces (string choices -> what the binary takes)."""
 
 from hpc_xla import _args
+from hpc_xla.moe_layout import ACT_EPILOGUE_BLOCK
 
 ROPE_STYLES = {"neox": 0, "gptj": 1}
 Q_QUANT = (None, "fp8")
@@ -56,6 +57,21 @@ def moe_quant_code(quant):
     if quant not in MOE_QUANT:
         raise ValueError("fused_moe: quant must be None, 'fp8_tensor' or 'fp8_block128'; got %r" % (quant,))
     return MOE_QUANT[quant]
+
+
+def w13_interleaved_flag(w13_interleaved, quant, w13_shape):
+    """fused_moe's w13_interleaved as the binary takes it (a bool). What csrc refuses is checked here too, so the jax
+    face raises ValueError at trace time as the torch face does (an FFI error surfaces as a runtime error there)."""
+    interleaved = _args.boolean("fused_moe", "w13_interleaved", w13_interleaved)
+    if not interleaved:
+        return False
+    if quant == "fp8_block128":
+        raise ValueError("fused_moe: w13_interleaved needs quant None or fp8_tensor (fp8_block128's 128-row weight "
+                         "scales would span gate and up rows); got fp8_block128")
+    if len(w13_shape) == 3 and w13_shape[1] % 2 == 0 and (w13_shape[1] // 2) % ACT_EPILOGUE_BLOCK != 0:
+        raise ValueError("fused_moe: w13_interleaved needs I (w13.shape[1] / 2) to be a multiple of %d; got %d"
+                         % (ACT_EPILOGUE_BLOCK, w13_shape[1] // 2))
+    return True
 
 
 def check_activation(activation):

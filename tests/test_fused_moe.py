@@ -59,7 +59,8 @@ def run_torch(p):
     return from_torch(ht.fused_moe(t["x"], t["w13"], t["w2"], t["topk_weights"], t["topk_ids"], quant=p["quant"],
                                    w13_scale=t["w13_scale"], w2_scale=t["w2_scale"], a13_scale=t["a13_scale"],
                                    a2_scale=t["a2_scale"], x_scale=t["x_scale"], expert_offset=p["expert_offset"],
-                                   num_experts_global=p["num_experts_global"], shared_output=t["shared_output"]))
+                                   num_experts_global=p["num_experts_global"], shared_output=t["shared_output"],
+                                   w13_interleaved=p.get("w13_interleaved", False)))
 
 
 def run_jax(p):
@@ -72,7 +73,8 @@ def run_jax(p):
     f = jax.jit(lambda x, w13, w2, w, ids: hj.fused_moe(
         x, w13, w2, w, ids, quant=p["quant"], w13_scale=a["w13_scale"], w2_scale=a["w2_scale"],
         a13_scale=a["a13_scale"], a2_scale=a["a2_scale"], x_scale=a["x_scale"], expert_offset=p["expert_offset"],
-        num_experts_global=p["num_experts_global"], shared_output=a["shared_output"]))
+        num_experts_global=p["num_experts_global"], shared_output=a["shared_output"],
+        w13_interleaved=p.get("w13_interleaved", False)))
     return np.asarray(f(a["x"], a["w13"], a["w2"], a["topk_weights"], a["topk_ids"]))
 
 
@@ -466,3 +468,152 @@ def test_negative_ids_contribute_nothing(framework):
     zeroed = dict(p, topk_weights=np.where(dropped["topk_ids"] < 0, 0.0, p["topk_weights"]).astype(np.float32))
     assert reference.relative_error(got, reference_out(zeroed)) < _tol(p)
     assert np.all(got[1].astype(np.float32) == 0)
+
+
+_ACT_CHILD = r"""
+from hpc_xla._ext import ext
+# (T, top_k, E, E_global, quant): Qwen3 fp8 / bf16 T=4096 (grouped, 128-row tiles), Qwen3 fp8 T=16 (tiled), block128
+# (grouped), Hy3-EP8 fp8 T=1024 (grouped, 64-row tiles: 43 rows per expert)
+cases = [(4096, 8, 128, 128, 1), (4096, 8, 128, 128, 0), (16, 8, 128, 128, 1), (4096, 8, 32, 256, 2),
+         (1024, 8, 24, 192, 1)]
+print("PLAIN", *[int(ext().fused_moe_act_in_epilogue(*c, False)) for c in cases])
+print("DEFAULT", *[int(ext().fused_moe_act_in_epilogue(*c)) for c in cases])  # w13_interleaved defaults to False
+print("INTERLEAVED", *[int(ext().fused_moe_act_in_epilogue(*c, True)) for c in cases])
+"""
+
+
+@pytest.mark.parametrize("knobs, expect", [({}, [1, 1, 0, 0, 0]), ({"HPC_XLA_MOE_ACT": "kernel"}, [0, 0, 0, 0, 0]),
+                                           ({"HPC_XLA_MOE_ACT": "epilogue"}, [1, 1, 0, 0, 0]),
+                                           ({"HPC_XLA_MOE_GEMM_TILE": "128x128"}, [1, 1, 0, 0, 1]),
+                                           ({"HPC_XLA_MOE_ACT": "epilogue", "HPC_XLA_MOE_GEMM_TILE": "128x128"},
+                                            [1, 1, 0, 0, 1])])
+def test_act_in_epilogue_only_where_built(knobs, expect):
+    """With w13_interleaved the activation moves into the gate-up GEMM wherever that kernel exists: the grouped
+    path's 128-row tiles with fp8_tensor or bf16 (a forced 128-row tile brings Hy3-EP8 in); HPC_XLA_MOE_ACT=kernel
+    keeps the act kernel (A/B). Never with vLLM's layout."""
+    out = _knob_child(_ACT_CHILD, **knobs)
+    rows = {line.split()[0]: [int(v) for v in line.split()[1:]] for line in out.splitlines()}
+    assert rows["PLAIN"] == rows["DEFAULT"] == [0, 0, 0, 0, 0], out
+    assert rows["INTERLEAVED"] == expect, out
+
+
+def test_interleave_w13_layout():
+    """interleave_w13's rows: [128q, 128q + 64) = gate rows [64q, 64q + 64), [128q + 64, 128q + 128) = the matching up
+    rows; deinterleave_w13 inverts it; numpy and torch agree; I not a multiple of 64 is a clear error."""
+    import torch
+
+    from hpc_xla.moe_layout import deinterleave_w13, interleave_w13
+
+    e, i, h = 3, 192, 16
+    w = np.arange(e * 2 * i * h, dtype=np.float32).reshape(e, 2 * i, h)
+    out = interleave_w13(w)
+    assert out.shape == w.shape
+    for q in range(i // 64):
+        np.testing.assert_array_equal(out[:, 128 * q:128 * q + 64], w[:, 64 * q:64 * q + 64])
+        np.testing.assert_array_equal(out[:, 128 * q + 64:128 * q + 128], w[:, i + 64 * q:i + 64 * q + 64])
+    np.testing.assert_array_equal(deinterleave_w13(out), w)
+    t = interleave_w13(torch.from_numpy(w))
+    assert t.is_contiguous()
+    np.testing.assert_array_equal(t.numpy(), out)
+    with pytest.raises(ValueError, match=r"w13 must be \[E, 2I, H\] with I a multiple of 64; got shape \(3, 160, 16\)"):
+        interleave_w13(np.zeros((3, 160, 16), np.float32))
+
+
+def _interleaved(p):
+    from hpc_xla.moe_layout import interleave_w13
+
+    return dict(p, w13=interleave_w13(p["w13"]), w13_interleaved=True)
+
+
+def _run_partitioned(p):
+    """hpc_xla.jax.partitioned.fused_moe on one device (unsharded: the op itself)."""
+    import hpc_xla.jax.partitioned as hp
+
+    kw = {k: p[k] for k in ("quant", "w13_scale", "w2_scale", "a13_scale", "a2_scale", "x_scale", "expert_offset",
+                            "num_experts_global", "shared_output")}
+    return np.asarray(hp.fused_moe(p["x"], p["w13"], p["w2"], p["topk_weights"], p["topk_ids"],
+                                   w13_interleaved=p.get("w13_interleaved", False), **kw))
+
+
+def _run_op(p):
+    """torch.ops.hpc_xla.fused_moe itself: csrc's checks, without the wrappers' Python ones."""
+    import torch
+
+    from hpc_xla.torch.moe import fused_moe_op
+
+    t = {k: (to_torch(v, "cpu") if isinstance(v, (np.ndarray, np.generic)) else v) for k, v in p.items()}
+    out = torch.empty(t["x"].shape, dtype=torch.bfloat16)
+    fused_moe_op(t["x"], t["x_scale"], t["w13"], t["w2"], t["w13_scale"], t["w2_scale"], t["a13_scale"], t["a2_scale"],
+                 t["topk_weights"], t["topk_ids"], t["shared_output"], out, torch.empty(0, dtype=torch.uint8),
+                 QUANT_CODE[p["quant"]], p["expert_offset"], p["num_experts_global"], p.get("w13_interleaved", False))
+    return from_torch(out)
+
+
+_RUNNERS = {"jax": run_jax, "torch": run_torch, "jax_partitioned": _run_partitioned, "op": _run_op}
+
+
+@pytest.mark.parametrize("framework", ["jax", "torch", "jax_partitioned", "op"])
+@pytest.mark.parametrize("quant", [None, "fp8_tensor"])
+@pytest.mark.parametrize("inter", [128, 192])
+def test_w13_interleaved_equals_vllm_layout(inter, quant, framework):
+    """fused_moe(w13=interleave_w13(w13), w13_interleaved=True) is fused_moe(w13=w13), bitwise (the CPU path reads
+    the rows through the layout); I = 192 has three 64-row blocks, so gate / up pairs straddle 128-row blocks. An
+    expert offset, ids of other ranks, fp8 x and a shared output ride along."""
+    p = make_problem(7, 4, 256, inter, 3, quant, expert_offset=2, extra_experts=3, shared=True,
+                     x_fp8=quant == "fp8_tensor", seed=11)
+    run = _RUNNERS[framework]
+    plain, interleaved = run(p), run(_interleaved(p))
+    assert np.abs(plain.astype(np.float32)).max() > 0
+    np.testing.assert_array_equal(interleaved.view(np.uint16), plain.view(np.uint16))
+    # and the interleaved rows really are read as such: the same w13 flagged as vLLM's layout computes something else
+    assert not np.array_equal(run(dict(_interleaved(p), w13_interleaved=False)).view(np.uint16), plain.view(np.uint16))
+
+
+@pytest.mark.parametrize("framework", ["jax", "torch", "jax_partitioned", "op"])
+def test_w13_interleaved_refused_with_block128(framework):
+    """fp8_block128's 128-row weight scales would span gate and up rows: a ValueError naming w13_interleaved (the
+    wrappers' check and csrc's, "op")."""
+    p = make_problem(3, 2, 256, 128, 2, "fp8_block128", seed=3)
+    with pytest.raises(ValueError, match=r"w13_interleaved needs quant None or fp8_tensor .*got fp8_block128"):
+        _RUNNERS[framework](dict(p, w13_interleaved=True))
+
+
+@pytest.mark.parametrize("framework", ["jax", "torch", "jax_partitioned", "op"])
+@pytest.mark.parametrize("quant", [None, "fp8_tensor"])
+def test_w13_interleaved_needs_inter_multiple_of_64(framework, quant):
+    """I = 96 has no 64-row blocks (interleave_w13 itself refuses it; here a plain w13 flagged as interleaved)."""
+    p = make_problem(3, 2, 128, 96, 2, quant, seed=4)
+    with pytest.raises(ValueError, match=r"w13_interleaved needs I \(w13.shape\[1\] / 2\) to be a multiple of 64; "
+                                         r"got 96"):
+        _RUNNERS[framework](dict(p, w13_interleaved=True))
+
+
+@pytest.mark.parametrize("framework", ["jax", "torch"])
+def test_w13_interleaved_must_be_a_bool(framework):
+    p = make_problem(3, 2, 128, 128, 2, None, seed=4)
+    with pytest.raises(TypeError, match=r"fused_moe: w13_interleaved must be a bool; got 1"):
+        _RUNNERS[framework](dict(p, w13_interleaved=1))
+
+
+def test_interleave_w13_round_trip():
+    """deinterleave_w13(interleave_w13(w)) == w and the other way round, on numpy (bf16, e4m3) and torch (bf16, e4m3,
+    on the CPU): the layout is a pure row permutation."""
+    import torch
+
+    from hpc_xla.moe_layout import deinterleave_w13, interleave_w13
+
+    rng = np.random.default_rng(0)
+    for inter in (64, 128, 192):
+        w = rng.standard_normal((2, 2 * inter, 32)).astype(np.float32)
+        for dtype in (BF16, FP8):
+            a = w.astype(dtype)
+            np.testing.assert_array_equal(deinterleave_w13(interleave_w13(a)).view(np.uint8), a.view(np.uint8))
+            np.testing.assert_array_equal(interleave_w13(deinterleave_w13(a)).view(np.uint8), a.view(np.uint8))
+            if inter > 64:
+                assert not np.array_equal(interleave_w13(a).view(np.uint8), a.view(np.uint8))
+        for dtype in (torch.bfloat16, torch.float8_e4m3fn):
+            t = torch.from_numpy(w).to(dtype)
+            assert torch.equal(deinterleave_w13(interleave_w13(t)).view(torch.uint8), t.view(torch.uint8))
+            assert torch.equal(interleave_w13(deinterleave_w13(t)).view(torch.uint8), t.view(torch.uint8))
+            np.testing.assert_array_equal(interleave_w13(t).float().numpy(),
+                                          interleave_w13(t.float().numpy()))

@@ -199,10 +199,10 @@ except ValueError as e:
     assert "v_scale must be finite and > 0; got nan (HPC_XLA_CHECK)" in out, out
 
 
-def test_group_merge_of_long_tasks():
-    """HPC_XLA_DECODE_GROUP_MERGE=1 (read once per process: a child): the combine's long tasks (more pieces than the
-    warp merge holds, or more than 16 rows) by thread groups -- against the fp64 reference, on both frameworks and
-    schedules, head dims 64 / 128 / 256, an fp8 cache, 32 rows, and bitwise equal run to run."""
+def test_long_merge_tasks():
+    """The combine's long tasks (more pieces than the warp merge holds, or more than 16 rows: the block merge)
+    against the fp64 reference, on both frameworks and schedules, head dims 64 / 128 / 256, an fp8 cache, 32 rows,
+    and bitwise equal run to run (in a child, like the other long runs)."""
     out = _run_python("""
 import dataclasses, numpy as np
 from decode_harness import DecodeCase, make_inputs, check, run_torch, run_jax
@@ -220,5 +220,5 @@ for case in cases:
         check(case, inp, first)
         assert np.array_equal(first.view(np.uint16), run(case, inp, "cuda").view(np.uint16)), (case, run)
 print("OK", len(cases))
-""", HPC_XLA_DECODE_GROUP_MERGE="1")
+""")
     assert "OK 6" in out, out

@@ -66,7 +66,7 @@ def run_cuda(p, poison=True, workspace=None, t=None):
                      w13_scale=t["w13_scale"], w2_scale=t["w2_scale"], a13_scale=t["a13_scale"],
                      a2_scale=t["a2_scale"], x_scale=t["x_scale"], expert_offset=p["expert_offset"],
                      num_experts_global=p["num_experts_global"], shared_output=t["shared_output"], out=out,
-                     workspace=workspace)
+                     workspace=workspace, w13_interleaved=p.get("w13_interleaved", False))
     torch.cuda.synchronize()
     return from_torch(y)
 
@@ -556,9 +556,17 @@ sys.path.insert(0, "tests")
 from test_fused_moe import make_problem
 from test_gpu_fused_moe import _tile_m, run_cuda
 args = %r
-p = make_problem(*args[:5], quant=args[5], expert_offset=args[6], extra_experts=args[7], shared=args[8], seed=args[9])
+p = make_problem(*args[:5], quant=args[5], expert_offset=args[6], extra_experts=args[7], shared=args[8], seed=args[9],
+                 x_fp8=len(args) > 10 and args[10])
+interleaved = len(sys.argv) > 2 and sys.argv[2] == "interleaved"
+if interleaved:  # w13 in the layout a deployment prepares once (hpc_xla.moe_layout)
+    from hpc_xla.moe_layout import interleave_w13
+    p["w13"], p["w13_interleaved"] = interleave_w13(p["w13"]), True
 np.save(sys.argv[1], run_cuda(p).view(np.uint16))
-print("TILE", _tile_m(p))
+from hpc_xla._ext import ext
+shape = (args[0], args[4], args[1], p["num_experts_global"], {None: 0, "fp8_tensor": 1, "fp8_block128": 2}[args[5]])
+print("TILE", _tile_m(p), "ACT", int(ext().fused_moe_act_in_epilogue(*shape, interleaved)), "EPILOGUES",
+      ext().fused_moe_act_epilogue_launches())
 """
 
 
@@ -630,6 +638,88 @@ def test_grouped_other_tiles_agree(tokens, quant, tmp_path):
         _check_oracle(p, out)
         err = reference.relative_error(out, v1.astype(np.float64))
         assert err < _tol(p), "v1 vs grouped %s relative error %g" % (tile, err)
+
+
+# make_problem's (tokens, experts, H, I, k, quant, offset, extra, shared, seed, x_fp8)
+ACT_CASES = [
+    (5, 4, 256, 256, 2, "fp8_tensor", 1, 2, True, 51, False),     # groups of 0-3 rows: the M predicate
+    (800, 4, 256, 256, 2, "fp8_tensor", 1, 2, True, 52, False),   # ~230 rows per expert: 2 M tiles, ragged tails
+    (800, 4, 256, 256, 2, "fp8_tensor", 1, 2, True, 53, True),    # fp8 x
+    (300, 4, 256, 192, 2, "fp8_tensor", 0, 0, False, 54, False),  # I = 192: half of the 2nd 256-wide tile masked
+    (600, 4, 512, 128, 4, "fp8_tensor", 3, 4, True, 55, False),   # EP: local experts 3..6 of 11
+    (700, 4, 256, 384, 2, None, 0, 0, True, 56, False),           # bf16 (its own kernel), 3 blocks of 128 columns
+    (5, 4, 256, 128, 2, None, 1, 2, False, 57, False),            # bf16, tiny groups
+    # several tiles per persistent CTA, groups changing inside a CTA
+    (8192, 4, 1024, 512, 2, "fp8_tensor", 0, 0, False, 58, False),
+]
+
+
+@pytest.mark.parametrize("tile", ["128x256", "128x128"])
+@pytest.mark.parametrize("case", ACT_CASES)
+def test_grouped_act_epilogue_equals_kernel(case, tile, tmp_path):
+    """w13 interleaved (w13_interleaved=True): the gate-up GEMM's epilogue computes silu(gate) * up from its
+    accumulators. Against the act kernel on vLLM's layout and on the interleaved one (HPC_XLA_MOE_ACT=kernel):
+    bitwise equal -- the epilogue rounds gate / up to bf16 after the alpha multiply exactly like the act kernel's
+    input, then the same silu, product and quantization. A mismatch means a gate / up pairing, predicate or
+    pointer bug (or that a wgmma column's sum depends on its tile column: the one assumption). The epilogue runs
+    twice: a row written past an expert's M lands, in bounds, on the next expert's rows, which memcheck cannot
+    see, and on which of the two writes wins depends on timing."""
+    env = {"HPC_XLA_MOE_GEMM_TILE": tile}
+    runs = [(dict(env), ""), (dict(env, HPC_XLA_MOE_ACT="kernel"), "interleaved"), (dict(env), "interleaved"),
+            (dict(env, HPC_XLA_MOE_ACT="epilogue"), "interleaved")]
+    started = [_start_child(_PATH_CHILD % (case,), [str(tmp_path / ("out_%d.npy" % i)), layout],
+                            HPC_XLA_MOE_PATH="grouped", **r) for i, (r, layout) in enumerate(runs)]
+    done = [_finish_child(proc) for proc in started]
+    for r in done:
+        assert r.returncode == 0, r.stdout + r.stderr
+        assert int(r.stdout.split("TILE")[1].split()[0]) == GROUPED_TILE, r.stdout
+    # the epilogue really ran where predicted (a silent fallback to the act kernel would still be right, but it
+    # would not be what this tests): predicted by the host rule and counted at the launch
+    assert [int(r.stdout.split("ACT")[1].split()[0]) for r in done] == [0, 0, 1, 1], [r.stdout for r in done]
+    launches = [int(r.stdout.split("EPILOGUES")[1].split()[0]) for r in done]
+    assert launches[:2] == [0, 0] and min(launches[2:]) >= 1, [r.stdout for r in done]
+    plain, kernel, epi, epi2 = (np.load(str(tmp_path / ("out_%d.npy" % i))).view(BF16) for i in range(4))
+    for other in (kernel, epi, epi2):
+        assert np.array_equal(plain.view(np.uint16), other.view(np.uint16))
+    if case[0] <= 800:
+        p = make_problem(*case[:5], quant=case[5], expert_offset=case[6], extra_experts=case[7], shared=case[8],
+                         seed=case[9], x_fp8=case[10])
+        _check_oracle(p, epi)
+
+
+# (path env, make_problem's args): every path that reads w13 other than the epilogue, on I = 192 (three 64-blocks:
+# the interleaved layout's odd case) or 256
+INTERLEAVED_PATH_CASES = [
+    ({"HPC_XLA_MOE_PATH": "stream", "HPC_XLA_MOE_UP_WGMMA": "0"}, (3, 4, 256, 192, 2, "fp8_tensor", 1, 2, True, 61)),
+    ({"HPC_XLA_MOE_PATH": "stream", "HPC_XLA_MOE_UP_WGMMA": "1"}, (1, 4, 256, 192, 2, "fp8_tensor", 0, 0, False, 62)),
+    ({"HPC_XLA_MOE_PATH": "stream"}, (4, 4, 256, 192, 2, None, 0, 0, True, 63)),
+    ({"HPC_XLA_MOE_PATH": "v1", "HPC_XLA_MOE_TILED_M": "16"}, (40, 4, 256, 192, 2, "fp8_tensor", 1, 2, False, 64)),
+    ({"HPC_XLA_MOE_PATH": "v1", "HPC_XLA_MOE_TILED_M": "32"}, (96, 4, 256, 192, 2, None, 0, 0, True, 65)),
+    ({"HPC_XLA_MOE_PATH": "v1", "HPC_XLA_MOE_UP_SPLITS": "2"}, (96, 4, 512, 256, 2, None, 0, 0, False, 66)),
+    ({"HPC_XLA_MOE_PATH": "grouped", "HPC_XLA_MOE_GEMM_TILE": "64x256"}, (300, 4, 256, 192, 2, "fp8_tensor", 0, 0,
+                                                                        False, 67)),
+    ({"HPC_XLA_MOE_PATH": "grouped", "HPC_XLA_MOE_GEMM_TILE": "64x128"}, (300, 4, 256, 192, 2, None, 1, 2, True, 68)),
+]
+
+
+@pytest.mark.parametrize("env,case", INTERLEAVED_PATH_CASES)
+def test_interleaved_w13_equals_plain_on_every_path(env, case, tmp_path):
+    """The stream (mma.sync / wgmma gate-up), tiled (16 / 32 rows, K splits) and grouped 64-row paths read an
+    interleaved w13 through W13GateRow / W13UpDelta: bitwise equal to the same path on vLLM's layout (the same
+    products in the same order, only the rows' addresses move), and within the oracle's tolerance."""
+    started = [_start_child(_PATH_CHILD % (case,), [str(tmp_path / ("out_%d.npy" % i)), layout], **env)
+               for i, layout in enumerate(["", "interleaved"])]
+    done = [_finish_child(proc) for proc in started]
+    for r in done:
+        assert r.returncode == 0, r.stdout + r.stderr
+        assert int(r.stdout.split("ACT")[1].split()[0]) == 0, r.stdout  # not the epilogue: the path under test
+    tiles = {int(r.stdout.split("TILE")[1].split()[0]) for r in done}
+    assert len(tiles) == 1 and (tiles.pop() < GROUPED_TILE) == (env["HPC_XLA_MOE_PATH"] != "grouped"), done[0].stdout
+    plain, inter = (np.load(str(tmp_path / ("out_%d.npy" % i))).view(BF16) for i in range(2))
+    assert np.array_equal(plain.view(np.uint16), inter.view(np.uint16))
+    p = make_problem(*case[:5], quant=case[5], expert_offset=case[6], extra_experts=case[7], shared=case[8],
+                     seed=case[9])
+    _check_oracle(p, inter)
 
 
 _SPLIT_CHILD = r"""
@@ -734,6 +824,7 @@ except ValueError as e:
     ("HPC_XLA_MOE_UP_SPLITS", "9", "HPC_XLA_MOE_UP_SPLITS must be an integer in [1, 8] or unset; got '9'"),
     ("HPC_XLA_MOE_TILED_M", "64", "HPC_XLA_MOE_TILED_M must be '16', '32' or unset; got '64'"),
     ("HPC_XLA_MOE_REDUCE", "fast", "HPC_XLA_MOE_REDUCE must be 'dense', 'sparse' or unset; got 'fast'"),
+    ("HPC_XLA_MOE_ACT", "fused", "HPC_XLA_MOE_ACT must be 'kernel', 'epilogue' or unset; got 'fused'"),
 ])
 def test_moe_knobs_reject_unknown_values(knob, value, message):
     r = _run_child(_KNOB_CHILD, **{knob: value})

@@ -30,7 +30,7 @@ void MoeRouteBinding(nb::handle router_logits, nb::handle correction_bias, nb::h
 void FusedMoeBinding(nb::handle x, nb::handle x_scale, nb::handle w13, nb::handle w2, nb::handle w13_scale,
                      nb::handle w2_scale, nb::handle a13_scale, nb::handle a2_scale, nb::handle topk_weights,
                      nb::handle topk_ids, nb::handle shared_output, nb::handle out, nb::handle workspace, int quant,
-                     int64_t expert_offset, int64_t num_experts_global, int64_t stream) {
+                     int64_t expert_offset, int64_t num_experts_global, bool w13_interleaved, int64_t stream) {
   TensorArgs t;
   FusedMoeArgs a;
   a.x = t.Get("x", x);
@@ -49,6 +49,7 @@ void FusedMoeBinding(nb::handle x, nb::handle x_scale, nb::handle w13, nb::handl
   a.quant = static_cast<MoeQuant>(quant);
   a.expert_offset = expert_offset;
   a.num_experts_global = num_experts_global;
+  a.w13_interleaved = w13_interleaved;
   RunOp(a.x, t, stream, &FusedMoeCuda, &FusedMoeCpu, a);
 }
 
@@ -59,7 +60,7 @@ void BindMoe(nb::module_& m) {
         nb::arg("w13_scale").none(), nb::arg("w2_scale").none(), nb::arg("a13_scale").none(),
         nb::arg("a2_scale").none(), nb::arg("topk_weights"), nb::arg("topk_ids"), nb::arg("shared_output").none(),
         nb::arg("out"), nb::arg("workspace"), nb::arg("quant"), nb::arg("expert_offset"),
-        nb::arg("num_experts_global"), nb::arg("stream") = -1);
+        nb::arg("num_experts_global"), nb::arg("w13_interleaved") = false, nb::arg("stream") = -1);
   m.def(
       "fused_moe_workspace_size",
       [](int64_t tokens, int64_t top_k, int64_t experts, int64_t hidden, int64_t inter, int quant) {
@@ -89,6 +90,18 @@ void BindMoe(nb::module_& m) {
       },
       nb::arg("tokens"), nb::arg("top_k"), nb::arg("experts"), nb::arg("experts_global"), nb::arg("quant"),
       "Rows of the grouped path's CTA tile (64 | 128) for these shapes, when that path runs.");
+  m.def(
+      "fused_moe_act_in_epilogue",
+      [](int64_t tokens, int64_t top_k, int64_t experts, int64_t experts_global, int quant, bool w13_interleaved) {
+        return FusedMoeActInEpilogue(tokens, top_k, experts, experts_global, static_cast<MoeQuant>(quant),
+                                     w13_interleaved);
+      },
+      nb::arg("tokens"), nb::arg("top_k"), nb::arg("experts"), nb::arg("experts_global"), nb::arg("quant"),
+      nb::arg("w13_interleaved") = false,
+      "Whether the grouped gate-up GEMM computes the activation in its epilogue for these shapes (only with an "
+      "interleaved w13, and not under HPC_XLA_MOE_ACT=kernel).");
+  m.def("fused_moe_act_epilogue_launches", &FusedMoeActEpilogueLaunches,
+        "Gate-up GEMM launches in this process whose epilogue computed the activation (HPC_XLA_MOE_ACT=epilogue).");
   m.def("moe_route", &MoeRouteBinding, nb::arg("router_logits"), nb::arg("correction_bias").none(),
         nb::arg("topk_weights"), nb::arg("topk_ids"), nb::arg("top_k"), nb::arg("scoring"), nb::arg("renormalize"),
         nb::arg("num_groups"), nb::arg("topk_groups"), nb::arg("routed_scaling"), nb::arg("stream") = -1);

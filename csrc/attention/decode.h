@@ -79,9 +79,6 @@ int DecodeMinCapacityTiles();
 // The planner's fixed cost per piece in tiles: attention::kPieceCostTiles, or HPC_XLA_DECODE_PIECE_COST=0..16 (A/B).
 int DecodePieceCostTiles();
 
-// The combine kernel's long merge tasks by thread groups with all loads in flight (HPC_XLA_DECODE_GROUP_MERGE=1, an
-// A/B knob; default: the block-reduction path). Read once.
-bool DecodeGroupMerge();
 
 void BuildPlanHost(const int32_t* seq_lens, int batch, const DecodeConfig& config, int max_ctas, int32_t* plan);
 Status DecodeAttentionCuda(const DecodeAttentionArgs& args, cudaStream_t stream);

@@ -271,9 +271,7 @@ Status DecodeAttentionCuda(const DecodeAttentionArgs& a, cudaStream_t stream) {
   // rows); more rows: a CTA per (boundary, row). Static: a CTA per (unit, row).
   const int combine_rows = p.dynamic && p.rows <= attention::kWarpMergeMaxRows ? 1 : p.rows;
   const bool wide = p.rows > attention::kCombineThreads / 32;
-  auto* combine = DecodeGroupMerge()
-                      ? (wide ? &attention::DecodeCombineKernel<2, true> : &attention::DecodeCombineKernel<1, true>)
-                      : (wide ? &attention::DecodeCombineKernel<2, false> : &attention::DecodeCombineKernel<1, false>);
+  auto* combine = wide ? &attention::DecodeCombineKernel<2> : &attention::DecodeCombineKernel<1>;
   return Launch("decode_attention combine launch", combine, dim3(combine_grid, combine_rows),
                 dim3(attention::kCombineThreads), 0, stream, p);
 }

@@ -751,78 +751,6 @@ __device__ __forceinline__ void WarpMergeRows(const DecodeParams& p, int unit, i
   }
 }
 
-// One row of a task with more pieces than WarpMergeRows holds, without a dependent chain of loads: thread (group g,
-// column c) owns the float4 column c of the pieces k = g, g + G, ... (G = kCombineThreads / (D / 4) groups). It
-// issues the lse and partial loads of kGroupBatch of its pieces at once, folds them into its own running (max, sum,
-// acc) -- every thread of a group holds the same (max, sum) -- and the G group states are merged through shared
-// memory in group order: bitwise reproducible. One L2 round trip per kGroupBatch * G pieces (128 at D = 128) where
-// the block path below takes four (lse -> two block reductions -> partials in batches of 8): ~5 us after the last
-// attention CTA on the 1x128K row, against ~2.4 where every task is small (session 25's timeline).
-constexpr int kGroupBatch = 16;
-
-template <int D>
-__device__ __forceinline__ void GroupMergeRow(const DecodeParams& p, int unit, int r, int count, int64_t first_slot,
-                                              int64_t second_slot, int64_t stride_slot, float4* group_acc,
-                                              float2* group_ml) {
-  constexpr int kCols = D / 4, kGroups = kCombineThreads / kCols;
-  const int col = threadIdx.x % kCols, g = threadIdx.x / kCols;
-  const float* po = p.workspace;
-  const float* plse = p.workspace + p.num_slots * p.rows * D;
-  auto slot_of = [&](int k) { return k == 0 ? first_slot : second_slot + (k - 1) * stride_slot; };
-  float m = -INFINITY, l = 0.f;
-  float4 acc = make_float4(0.f, 0.f, 0.f, 0.f);
-  for (int k0 = g; k0 < count; k0 += kGroupBatch * kGroups) {
-    float lse[kGroupBatch];
-    float4 o[kGroupBatch];
-#pragma unroll
-    for (int i = 0; i < kGroupBatch; ++i) {
-      const int k = k0 + i * kGroups;
-      const bool ok = k < count;
-      const int64_t row = ok ? slot_of(k) * p.rows + r : 0;
-      lse[i] = ok ? plse[row] : -INFINITY;
-      o[i] = ok ? *reinterpret_cast<const float4*>(po + row * D + 4 * col) : make_float4(0.f, 0.f, 0.f, 0.f);
-    }
-    float mb = m;
-#pragma unroll
-    for (int i = 0; i < kGroupBatch; ++i) mb = fmaxf(mb, lse[i]);
-    // (no skipping of all-empty batches: an empty piece's partial may be NaN -- a NaN q or K -- and 0 x NaN keeps
-    // the row NaN, as the other merge paths do)
-    const float keep = m == -INFINITY ? 0.f : exp2f(m - mb);
-    l *= keep;
-    acc.x *= keep, acc.y *= keep, acc.z *= keep, acc.w *= keep;
-#pragma unroll
-    for (int i = 0; i < kGroupBatch; ++i) {
-      const float w = lse[i] == -INFINITY ? 0.f : exp2f(lse[i] - mb);
-      l += w;
-      acc.x += w * o[i].x, acc.y += w * o[i].y, acc.z += w * o[i].z, acc.w += w * o[i].w;
-    }
-    m = mb;
-  }
-  group_acc[threadIdx.x] = acc;
-  if (col == 0) group_ml[g] = make_float2(m, l);
-  __syncthreads();
-  if (g == 0) {
-    float mx = -INFINITY;
-#pragma unroll
-    for (int j = 0; j < kGroups; ++j) mx = fmaxf(mx, group_ml[j].x);
-    float denom = 0.f;
-    float4 sum = make_float4(0.f, 0.f, 0.f, 0.f);
-#pragma unroll
-    for (int j = 0; j < kGroups; ++j) {
-      const float2 ml = group_ml[j];
-      const float w = ml.x == -INFINITY ? 0.f : exp2f(ml.x - mx);
-      const float4 a = group_acc[j * kCols + col];
-      denom += w * ml.y;
-      sum.x += w * a.x, sum.y += w * a.y, sum.z += w * a.z, sum.w += w * a.w;
-    }
-    const float inv = denom > 0.f ? 1.f / denom : 0.f;
-    const int64_t out = OutOffset(p, unit % p.batch, unit / p.batch, r) + 4 * col;
-    StoreOut2(p, out, sum.x * inv, sum.y * inv);
-    StoreOut2(p, out + 2, sum.z * inv, sum.w * inv);
-  }
-  __syncthreads();  // group_acc / group_ml are refilled for the next row
-}
-
 // One row at a time (rows r, r + row_step, ...) of a long task: the pieces' lse into shared memory, their max and
 // weight sum by block reductions, then `groups` thread groups each accumulate an interleaved subset of the pieces
 // (4 columns per thread), added in group order (bitwise reproducible).
@@ -882,13 +810,11 @@ __device__ __forceinline__ void BlockMergeRows(const DecodeParams& p, int unit, 
 }
 
 // kRowsPerWarp: rows each warp of the small-task merge handles per pass (2 where 8 < rows <= 16, e.g. GQA 8 at q_len 2).
-// kGroupMerge: long tasks by GroupMergeRow (HPC_XLA_DECODE_GROUP_MERGE=1), else by the block reductions below.
-template <int kRowsPerWarp, bool kGroupMerge>
+template <int kRowsPerWarp>
 __global__ void __launch_bounds__(kCombineThreads) DecodeCombineKernel(const __grid_constant__ DecodeParams p) {
   __shared__ float weights[kMaxPieces];
   __shared__ float scratch[kCombineThreads / 32];
   __shared__ float4 group_sums[kCombineThreads];
-  __shared__ float2 group_ml[kCombineThreads / 16];  // GroupMergeRow: one (max, sum) per group (D >= 64: <= 16)
   // The zero fill and the task lookup read only what was ready before the attention kernel started (seq_lens,
   // the plan): the CTAs without a merge task, most of the grid, leave before PdlWait and the ones with work run
   // in one wave (waiting first kept all 264 x rows CTAs resident for ~2 us each: 8-20 us per combine, ncu).
@@ -962,18 +888,6 @@ __global__ void __launch_bounds__(kCombineThreads) DecodeCombineKernel(const __g
   }
   if (r >= p.rows) return leave();
   PdlWait();  // the partials come from the attention kernel
-  if constexpr (kGroupMerge) {
-    for (; r < p.rows; r += row_step) {
-      if (D == 64) {
-        GroupMergeRow<64>(p, unit, r, count, first_slot, second_slot, stride_slot, group_sums, group_ml);
-      } else if (D == 128) {
-        GroupMergeRow<128>(p, unit, r, count, first_slot, second_slot, stride_slot, group_sums, group_ml);
-      } else {
-        GroupMergeRow<256>(p, unit, r, count, first_slot, second_slot, stride_slot, group_sums, group_ml);
-      }
-    }
-  } else {
-    BlockMergeRows(p, unit, r, row_step, count, first_slot, second_slot, stride_slot, weights, scratch, group_sums);
-  }
+  BlockMergeRows(p, unit, r, row_step, count, first_slot, second_slot, stride_slot, weights, scratch, group_sums);
 }
 }  // namespace hpc::attention

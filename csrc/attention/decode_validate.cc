@@ -223,11 +223,6 @@ int DecodePieceCostTiles() {
   return tiles;
 }
 
-bool DecodeGroupMerge() {
-  static const bool on = EnvInt("HPC_XLA_DECODE_GROUP_MERGE", 0) == 1;
-  return on;
-}
-
 int DecodeMinCapacityTiles() {
   static const int tiles = [] {
     const int n = EnvInt("HPC_XLA_DECODE_MIN_TILES", 0);

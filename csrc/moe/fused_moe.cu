@@ -385,6 +385,8 @@ Status FusedMoeCuda(const FusedMoeArgs& a, cudaStream_t stream) {
   up.split_k_tiles = moe::SplitKTiles(moe::TiledKTiles(hidden, a.quant), plan.up_splits);
   up.partial = plan.up_splits > 1 ? reinterpret_cast<float*>(ws + plan.up_partial) : nullptr;
   up.arrivals = plan.up_splits > 1 ? reinterpret_cast<int32_t*>(ws + plan.up_arrivals) : nullptr;
+  up.w13_n0_mask = a.w13_interleaved ? ~0 : 0;
+  up.w13_up_delta = static_cast<int>(W13UpDelta(inter, a.w13_interleaved));
 
   GemmParams down = up;
   down.a = ws + plan.inter;
@@ -403,6 +405,7 @@ Status FusedMoeCuda(const FusedMoeArgs& a, cudaStream_t stream) {
   down.split_k_tiles = moe::TiledKTiles(inter, a.quant);
   down.partial = nullptr;
   down.arrivals = nullptr;
+  down.w13_n0_mask = 0, down.w13_up_delta = 0;
 
   if (plan.max_tiles > 0) {
     switch (a.quant) {

@@ -7,6 +7,7 @@
 
 #include <cstdint>
 
+#include "csrc/common/numeric.h"
 #include "csrc/common/status.h"
 #include "csrc/common/tensor_view.h"
 
@@ -22,7 +23,7 @@ constexpr int kMoeBlock = 128;  // fp8_block128 block edge
 struct FusedMoeArgs {
   TensorView x;              // [T, H] bf16, or float8_e4m3fn already quantized (then x_scale)
   TensorView x_scale;        // fp8 x: fp8_tensor -> unused (a13_scale is x's scale); block128 -> [T, H/128] f32
-  TensorView w13;            // [E, 2I, H] bf16 | float8_e4m3fn; rows [:I] gate, [I:] up
+  TensorView w13;            // [E, 2I, H] bf16 | float8_e4m3fn; rows [:I] gate, [I:] up (or w13_interleaved)
   TensorView w2;             // [E, H, I]
   TensorView w13_scale;      // fp8_tensor: [E] f32; block128: [E, 2I/128, H/128] f32
   TensorView w2_scale;       // fp8_tensor: [E] f32; block128: [E, H/128, I/128] f32
@@ -37,7 +38,20 @@ struct FusedMoeArgs {
   MoeActivation activation = MoeActivation::kSilu;
   int64_t expert_offset = 0;
   int64_t num_experts_global = 0;  // ids must be < this (0: E + expert_offset)
+  // w13's rows interleaved in blocks of 64 (hpc_xla.moe_layout.interleave_w13; quant None | fp8_tensor): gate
+  // column c in row W13GateRow(c), its up column 64 rows below. Lets the grouped path compute silu(gate) * up in
+  // its gate-up GEMM's epilogue (moe_act_epilogue_sm90.h); every path reads either layout.
+  bool w13_interleaved = false;
 };
+
+// The w13 layouts (FusedMoeArgs::w13_interleaved): the row holding gate column c, and how far below it the
+// matching up row is. vLLM's: c and I + c. Interleaved: 128 (c / 64) + c % 64 and 64 further. Any run of columns
+// inside one aligned 64-block stays contiguous in both, which is what the kernels' 8- to 64-column units rely on.
+constexpr int kW13InterleaveRows = 64;
+HPC_HD int64_t W13GateRow(int64_t c, bool interleaved) {
+  return interleaved ? (c / kW13InterleaveRows) * 2 * kW13InterleaveRows + c % kW13InterleaveRows : c;
+}
+HPC_HD int64_t W13UpDelta(int64_t inter, bool interleaved) { return interleaved ? kW13InterleaveRows : inter; }
 
 // The routing's expert count: num_experts_global, or E + expert_offset when it is not given.
 inline int64_t GlobalExperts(const FusedMoeArgs& a) {
@@ -52,6 +66,13 @@ int FusedMoeTileM(int64_t tokens, int64_t top_k, int64_t experts, MoeQuant quant
 // Rows of the grouped path's CTA tile (64 ping-pong | 128 cooperative) when TileM picks that path, ignoring
 // HPC_XLA_MOE_GEMM_TILE; experts_global = the routing's expert count (0: unknown, the local count).
 int FusedMoeGroupedCtaRows(int64_t tokens, int64_t top_k, int64_t experts, int64_t experts_global, MoeQuant quant);
+// Whether the grouped path's gate-up GEMM computes silu(gate) * up in its epilogue: w13_interleaved, a configuration
+// that has that kernel (bf16 | fp8_tensor on 128-row tiles) and HPC_XLA_MOE_ACT not "kernel"; false wherever the
+// grouped path is not taken.
+bool FusedMoeActInEpilogue(int64_t tokens, int64_t top_k, int64_t experts, int64_t experts_global, MoeQuant quant,
+                           bool w13_interleaved);
+// Gate-up GEMM launches in this process whose epilogue computed the activation (the tests' proof that it ran).
+int64_t FusedMoeActEpilogueLaunches();
 // What one call with `tokens` tokens needs (the CUDA path checks the workspace against it).
 int64_t FusedMoeWorkspaceBytes(int64_t tokens, int64_t top_k, int64_t experts, int64_t hidden, int64_t inter,
                                MoeQuant quant);

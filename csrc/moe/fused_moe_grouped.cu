@@ -4,8 +4,11 @@
 //   setup    (1 CTA)  per-group arguments of both grouped GEMMs from the per-expert counts (grouped_gemm_sm90)
 //   gather   rows[r] = xq[pair(r) / k] (or x: bf16, or fp8 x as given), + its block scales: a row copy. Rows are
 //            contiguous per expert (sorted order, no padding).
-//   GEMM1    rows x w13[e]^T -> gate_up bf16 [rows, 2I] (CUTLASS WGMMA grouped GEMM, fp32 accumulation)
-//   act      silu(gate) * up in fp32 -> intermediate (bf16 | e4m3 static a2 | e4m3 per row per 128 + scales)
+//   GEMM1    rows x w13[e]^T -> gate_up bf16 [rows, 2I] in w13's row order (CUTLASS WGMMA grouped GEMM, fp32
+//            accumulation)
+//   act      silu(gate) * up in fp32 -> intermediate (bf16 | e4m3 static a2 | e4m3 per row per 128 + scales).
+//            Skipped where w13 is interleaved and the tiles are 128 rows (bf16 | fp8_tensor): GEMM1's epilogue
+//            writes the intermediate itself (moe_act_epilogue_sm90.h; GroupedGemmActInEpilogue).
 //   GEMM2    intermediate x w2[e]^T -> down bf16 [rows, H]
 //   reduce   y[t] = sum_j (j order) w[t,j] * down[row(t*k+j)] over local experts (+ shared_output), fp32 -> bf16
 // Like the tiled path: no host sync, no allocation, launch configuration from shapes (and the SM count) only;
@@ -150,7 +153,7 @@ __global__ void __launch_bounds__(kRowThreads, kRowCtasPerSm) MoeGatherKernel(co
 
 // -------------------------------------------------------------------------------------------- act
 struct ActParams {
-  const __nv_bfloat16* gate_up;  // [P, 2I]: gate columns [0, I), up columns [I, 2I)
+  const __nv_bfloat16* gate_up;  // [P, 2I]: gate column c at W13GateRow(c), its up column W13UpDelta further
   const int32_t* row_count;
   uint8_t* inter;                // [P, I] bf16 | e4m3
   float* inter_scale;            // fp8_block128: [P, I/128]
@@ -158,6 +161,7 @@ struct ActParams {
   int64_t inter_dim;             // I
   int vec_per_row;               // I / 8
   MoeQuant quant;
+  bool w13_interleaved;          // gate_up's columns in w13's interleaved row order
 };
 
 constexpr int kActUnroll = 2;  // 16-byte vectors of gate and of up per lane in flight
@@ -188,8 +192,9 @@ __global__ void __launch_bounds__(kRowThreads, kRowCtasPerSm) MoeActKernel(const
     for (int i = 0; i < kActUnroll; ++i) {
       const int v = base + 32 * i + lane;
       if (v < p.vec_per_row) {
-        gate_raw[i] = Load16(src + 8 * v);
-        up_raw[i] = Load16(src + p.inter_dim + 8 * v);
+        const __nv_bfloat16* gate = src + W13GateRow(8 * v, p.w13_interleaved);  // 8 columns: one 64-block
+        gate_raw[i] = Load16(gate);
+        up_raw[i] = Load16(gate + W13UpDelta(p.inter_dim, p.w13_interleaved));
       }
     }
 #pragma unroll
@@ -254,15 +259,23 @@ Status RunGroupedMoe(const FusedMoeArgs& a, const MoePlan& plan, const uint8_t* 
     g.args = ws + args;
     return g;
   };
-  const GroupedGemmProblem gate_up = problem(plan.rows, plan.rows_scale, a.a13_scale, a.w13, a.w13_scale, plan.gate_up,
-                                             2 * inter, hidden, plan.gemm_args);
+  GroupedGemmProblem gate_up = problem(plan.rows, plan.rows_scale, a.a13_scale, a.w13, a.w13_scale, plan.gate_up,
+                                       2 * inter, hidden, plan.gemm_args);
   const GroupedGemmProblem down = problem(plan.inter, plan.inter_scale, a.a2_scale, a.w2, a.w2_scale, plan.down, hidden,
                                           inter, plan.gemm_args + experts * kGroupedGemmArgsBytesPerExpert);
 
-  HPC_RETURN_IF_ERROR(LaunchGroupedGemmSetup(groups, gate_up, down, stream));
-
   // a_x is the op's bf16 x with fp8 quant exactly when fused_moe.cu left the quantization to the gather
   const bool quantize = fp8 && a.x.dtype == DType::kBF16 && a_x == a.x.data;
+  // w13 interleaved on 128-row tiles: GEMM1's epilogue writes the intermediate itself (the act kernel and gate_up
+  // are skipped); elsewhere the act kernel reads gate_up in w13's row order.
+  const bool act_in_epilogue = GroupedGemmActInEpilogue(a.quant, groups.tile_m, a.w13_interleaved);
+  if (act_in_epilogue) {
+    gate_up.act_epilogue = true;
+    gate_up.d = ws + plan.inter;
+    gate_up.act_scale = tensor ? a.a2_scale.ptr<const float>() : nullptr;
+  }
+
+  HPC_RETURN_IF_ERROR(LaunchGroupedGemmSetup(groups, gate_up, down, stream));
   GatherParams gp = {};
   gp.src = a_x;
   gp.src_scale = block && !quantize ? a_x_scale : nullptr;
@@ -285,17 +298,20 @@ Status RunGroupedMoe(const FusedMoeArgs& a, const MoePlan& plan, const uint8_t* 
 
   HPC_RETURN_IF_ERROR(LaunchGroupedGemm(groups, gate_up, stream));
 
-  ActParams ap = {};
-  ap.gate_up = reinterpret_cast<const __nv_bfloat16*>(ws + plan.gate_up);
-  ap.row_count = row_count;
-  ap.inter = ws + plan.inter;
-  ap.inter_scale = block ? reinterpret_cast<float*>(ws + plan.inter_scale) : nullptr;
-  ap.static_scale = tensor ? a.a2_scale.ptr<const float>() : nullptr;
-  ap.inter_dim = inter;
-  ap.vec_per_row = static_cast<int>(inter / 8);
-  ap.quant = a.quant;
-  HPC_RETURN_IF_ERROR(Launch("fused_moe act launch", MoeActKernel, RowGrid(plan.max_rows, ActSegments(ap), sms),
-                             dim3(kRowThreads), 0, stream, ap));
+  if (!act_in_epilogue) {
+    ActParams ap = {};
+    ap.gate_up = reinterpret_cast<const __nv_bfloat16*>(ws + plan.gate_up);
+    ap.row_count = row_count;
+    ap.inter = ws + plan.inter;
+    ap.inter_scale = block ? reinterpret_cast<float*>(ws + plan.inter_scale) : nullptr;
+    ap.static_scale = tensor ? a.a2_scale.ptr<const float>() : nullptr;
+    ap.inter_dim = inter;
+    ap.vec_per_row = static_cast<int>(inter / 8);
+    ap.quant = a.quant;
+    ap.w13_interleaved = a.w13_interleaved;
+    HPC_RETURN_IF_ERROR(Launch("fused_moe act launch", MoeActKernel, RowGrid(plan.max_rows, ActSegments(ap), sms),
+                               dim3(kRowThreads), 0, stream, ap));
+  }
 
   HPC_RETURN_IF_ERROR(LaunchGroupedGemm(groups, down, stream));
 

@@ -43,7 +43,8 @@ namespace {
 struct StreamParams {
   const void* x;              // [T, H] bf16 | e4m3
   const float* x_scale;       // fp8 x with fp8_block128: [T, H/128]
-  const uint8_t* w13;         // [E, 2I, H]
+  const uint8_t* w13;         // [E, 2I, H] (rows: W13GateRow / W13UpDelta of w13_interleaved)
+  bool w13_interleaved;
   const float* w13_scale;     // fp8_tensor [E]; block128 [E, 2I/128, H/128]
   const uint8_t* w2;          // [E, H, I]
   const float* w2_scale;      // fp8_tensor [E]; block128 [E, H/128, I/128]
@@ -467,8 +468,9 @@ __global__ void __launch_bounds__(kUpThreads) MoeStreamGateUpKernel(const __grid
       if (base < n_e) {
         j.e = e;
         j.first = (u % blocks) * 8;
-        j.lo = p.w13 + (static_cast<int64_t>(e) * 2 * I + j.first) * H * kA;
-        j.hi = j.lo + I * H * kA;
+        // 8 columns never straddle a 64-block: gate and up are two 8-row runs in either layout
+        j.lo = p.w13 + (static_cast<int64_t>(e) * 2 * I + W13GateRow(j.first, p.w13_interleaved)) * H * kA;
+        j.hi = j.lo + W13UpDelta(I, p.w13_interleaved) * H * kA;
         j.row_bytes = H * kA;
         j.g0 = g0;
         j.n = g1 - g0;  // may be 0 (H of one group split 4 ways): the job still joins the CTA's barriers
@@ -708,6 +710,7 @@ Status LaunchWgmmaGateUp(const StreamParams& p, cudaStream_t stream) {
   a.x = p.x;
   a.x_fp8 = C == Col::kFp8;
   a.w13 = p.w13;
+  a.w13_interleaved = p.w13_interleaved;
   a.w13_scale = p.w13_scale;
   a.a13_scale = p.a13_scale;
   a.a2_scale = p.a2_scale;
@@ -745,6 +748,7 @@ Status RunStreamMoe(const FusedMoeArgs& a, const MoePlan& plan, cudaStream_t str
   sp.x = a.x.data;
   sp.x_scale = a.x_scale.present() ? a.x_scale.ptr<const float>() : nullptr;
   sp.w13 = static_cast<const uint8_t*>(a.w13.data);
+  sp.w13_interleaved = a.w13_interleaved;
   sp.w13_scale = a.w13_scale.present() ? a.w13_scale.ptr<const float>() : nullptr;
   sp.w2 = static_cast<const uint8_t*>(a.w2.data);
   sp.w2_scale = a.w2_scale.present() ? a.w2_scale.ptr<const float>() : nullptr;

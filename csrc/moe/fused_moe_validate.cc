@@ -43,6 +43,7 @@ constexpr const char* kPathWords[] = {"v1", "grouped", "stream", "auto"};
 constexpr const char* kReduceWords[] = {"dense", "sparse"};
 constexpr const char* kTiledMWords[] = {"16", "32"};
 constexpr const char* kGemmTileWords[] = {"128x256", "128x128", "64x256", "64x128"};
+constexpr const char* kActWords[] = {"kernel", "epilogue"};
 
 // 1 + the index of the variable's value in `words`, 0 when it is unset or empty, -1 for anything else.
 template <size_t N>
@@ -117,6 +118,18 @@ GroupedGemmTile GroupedGemmTileFromEnv() {
   return tile;
 }
 
+GroupedAct GroupedActFromEnv() {
+  static const GroupedAct act = [] {
+    switch (EnvWord("HPC_XLA_MOE_ACT", kActWords)) {
+      case 1: return GroupedAct::kKernel;
+      case 2: return GroupedAct::kEpilogue;
+      case -1: return GroupedAct::kInvalid;
+      default: return GroupedAct::kAuto;
+    }
+  }();
+  return act;
+}
+
 }  // namespace moe
 
 Status ValidateFusedMoe(const FusedMoeArgs& a) {
@@ -143,6 +156,16 @@ Status ValidateFusedMoe(const FusedMoeArgs& a) {
   if (hidden % 16 != 0 || inter % 16 != 0 || hidden == 0) {
     return c.Fail("H and I must be positive multiples of 16; got H=" + std::to_string(hidden) + ", I=" +
                   std::to_string(inter));
+  }
+
+  if (a.w13_interleaved) {
+    if (a.quant == MoeQuant::kFp8Block128) {
+      return c.Fail("w13_interleaved needs quant None or fp8_tensor (fp8_block128's 128-row weight scales would span "
+                    "gate and up rows); got fp8_block128");
+    }
+    if (inter % kW13InterleaveRows != 0) {
+      return c.Fail("w13_interleaved needs I (w13.shape[1] / 2) to be a multiple of 64; got " + std::to_string(inter));
+    }
   }
 
   const bool fp8_weights = a.w13.dtype == DType::kF8E4M3;
@@ -223,6 +246,13 @@ int FusedMoeTileM(int64_t tokens, int64_t top_k, int64_t experts, MoeQuant quant
   return moe::TileM(tokens, top_k, experts, quant);
 }
 
+bool FusedMoeActInEpilogue(int64_t tokens, int64_t top_k, int64_t experts, int64_t experts_global, MoeQuant quant,
+                           bool w13_interleaved) {
+  return moe::TileM(tokens, top_k, experts, quant) == moe::kGroupedTileM &&
+         moe::GroupedGemmActInEpilogue(quant, moe::GroupedCtaRows(tokens * top_k, experts, experts_global, quant),
+                                       w13_interleaved);
+}
+
 int FusedMoeGroupedCtaRows(int64_t tokens, int64_t top_k, int64_t experts, int64_t experts_global, MoeQuant quant) {
   return moe::GroupedCtaRows(tokens * top_k, experts, experts_global, quant);
 }
@@ -250,6 +280,7 @@ Status ValidateFusedMoeCuda(const FusedMoeArgs& a) {
   if (moe::MoeReduceFormFromEnv() < 0) return c.Fail(EnvWordRefusal("HPC_XLA_MOE_REDUCE", kReduceWords));
   if (moe::MoeTiledMFromEnv() < 0) return c.Fail(EnvWordRefusal("HPC_XLA_MOE_TILED_M", kTiledMWords));
   if (!moe::GroupedGemmTileFromEnv().valid) return c.Fail(EnvWordRefusal("HPC_XLA_MOE_GEMM_TILE", kGemmTileWords));
+  if (moe::GroupedActFromEnv() == moe::GroupedAct::kInvalid) return c.Fail(EnvWordRefusal("HPC_XLA_MOE_ACT", kActWords));
   const int64_t tokens = a.x.shape[0], hidden = a.x.shape[1], experts = a.w13.shape[0], inter = a.w13.shape[1] / 2;
   if (hidden % 64 != 0) return c.Fail("the CUDA path needs H (x.shape[1]) to be a multiple of 64; got " + std::to_string(hidden));
   if (inter % 64 != 0) {

@@ -9,6 +9,8 @@
 // a few dozen rows (GroupedGemmGroups::tile_m, from fused_moe_plan.h's GroupedCtaRows). GEMM1 (gate-up) and GEMM2
 // (down) share the kernel type (shapes are runtime).
 // Cluster 1x1x1: groups are as small as one M tile, where a cluster's second CTA would often idle.
+// w13 interleaved in blocks of 64 rows: GEMM1 (fp8_tensor | bf16, 128x256 / 128x128) writes silu(gate) * up itself
+// from its accumulators (moe_act_epilogue_sm90.h) instead of gate_up for the act kernel (GroupedGemmActInEpilogue).
 //
 // Why our own entry kernel instead of GemmUniversalAdapter: (1) CUTLASS 4.2's ptr-array kernels never call
 // griddepcontrol.wait, so launching them with PDL would let them read the setup kernel's arguments too early;
@@ -29,11 +31,13 @@
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
+#include <atomic>
 #include <string>
 
 #include "csrc/common/arch.h"
 #include "csrc/common/launch.cuh"
 #include "csrc/moe/grouped_gemm_sm90.h"
+#include "csrc/moe/moe_act_epilogue_sm90.h"
 #include "csrc/moe/moe_common.cuh"
 #include "cute/tensor.hpp"
 #include "cutlass/cutlass.h"
@@ -46,6 +50,9 @@
 
 namespace hpc::moe {
 namespace {
+
+// Gate-up launches whose epilogue computed the activation (FusedMoeActEpilogueLaunches: the tests' proof it ran).
+std::atomic<int64_t> g_act_epilogue_launches{0};
 
 using namespace cute;
 
@@ -86,19 +93,21 @@ struct GroupedKernel {
   using Kernel = cutlass::gemm::kernel::GemmUniversal<ProblemShape, Mainloop, Epilogue>;
 };
 
-using Bf16Kernel = GroupedKernel<cutlass::bfloat16_t, Shape<_128, _128, _64>,
-                                 cutlass::gemm::KernelPtrArrayTmaWarpSpecializedCooperative, false>::Kernel;
-using Fp8TensorKernel = GroupedKernel<cutlass::float_e4m3_t, Shape<_128, _128, _128>,
-                                      cutlass::gemm::KernelPtrArrayTmaWarpSpecializedCooperativeFP8FastAccum,
-                                      false>::Kernel;
+using Bf16Grouped = GroupedKernel<cutlass::bfloat16_t, Shape<_128, _128, _64>,
+                                  cutlass::gemm::KernelPtrArrayTmaWarpSpecializedCooperative, false>;
+using Fp8TensorGrouped = GroupedKernel<cutlass::float_e4m3_t, Shape<_128, _128, _128>,
+                                       cutlass::gemm::KernelPtrArrayTmaWarpSpecializedCooperativeFP8FastAccum, false>;
 // 128x256 CTA tiles (the default for bf16 / fp8_tensor): twice the B reuse per A tile. Measured on the H200 against
 // 128x128 at every grouped-path shape of the benchmark (T >= 4096 for Qwen3 / Hy3, >= 1024 for Mixtral): 1.03-1.25x,
 // Mixtral bf16 1.34-1.53x (bench/NOTES.md, fused_moe v5). HPC_XLA_MOE_GEMM_TILE=128x128 brings the old tile back.
-using Bf16WideKernel = GroupedKernel<cutlass::bfloat16_t, Shape<_128, _256, _64>,
-                                     cutlass::gemm::KernelPtrArrayTmaWarpSpecializedCooperative, false>::Kernel;
-using Fp8TensorWideKernel = GroupedKernel<cutlass::float_e4m3_t, Shape<_128, _256, _128>,
-                                          cutlass::gemm::KernelPtrArrayTmaWarpSpecializedCooperativeFP8FastAccum,
-                                          false>::Kernel;
+using Bf16WideGrouped = GroupedKernel<cutlass::bfloat16_t, Shape<_128, _256, _64>,
+                                      cutlass::gemm::KernelPtrArrayTmaWarpSpecializedCooperative, false>;
+using Fp8TensorWideGrouped = GroupedKernel<cutlass::float_e4m3_t, Shape<_128, _256, _128>,
+                                           cutlass::gemm::KernelPtrArrayTmaWarpSpecializedCooperativeFP8FastAccum, false>;
+using Bf16Kernel = Bf16Grouped::Kernel;
+using Fp8TensorKernel = Fp8TensorGrouped::Kernel;
+using Bf16WideKernel = Bf16WideGrouped::Kernel;
+using Fp8TensorWideKernel = Fp8TensorWideGrouped::Kernel;
 using Fp8BlockKernel = GroupedKernel<cutlass::float_e4m3_t, Shape<_128, _128, _128>,
                                      cutlass::gemm::KernelPtrArrayTmaWarpSpecializedCooperativeFP8BlockScaledAccum,
                                      true>::Kernel;
@@ -114,6 +123,18 @@ using Fp8TensorNarrow128Kernel = GroupedKernel<cutlass::float_e4m3_t, Shape<_64,
 using Fp8BlockNarrowKernel = GroupedKernel<cutlass::float_e4m3_t, Shape<_64, _128, _128>,
                                            cutlass::gemm::KernelPtrArrayTmaWarpSpecializedPingpongFP8BlockScaledAccum,
                                            true>::Kernel;
+
+// The same kernels with the activation in the epilogue (moe_act_epilogue_sm90.h; w13 interleaved, gate-up only): the builder's mainloop unchanged (same stages: the carve-out for the TMA epilogue's smem stays unused), only
+// the epilogue differs.
+template <class G, MoeQuant Q>
+using ActEpilogueKernelOf = cutlass::gemm::kernel::GemmUniversal<ProblemShape, typename G::Mainloop, MoeActEpilogue<Q>>;
+using Fp8TensorWideActKernel = ActEpilogueKernelOf<Fp8TensorWideGrouped, MoeQuant::kFp8Tensor>;
+using Fp8TensorActKernel = ActEpilogueKernelOf<Fp8TensorGrouped, MoeQuant::kFp8Tensor>;
+using Bf16WideActKernel = ActEpilogueKernelOf<Bf16WideGrouped, MoeQuant::kNone>;
+using Bf16ActKernel = ActEpilogueKernelOf<Bf16Grouped, MoeQuant::kNone>;
+template <class Kernel>
+constexpr bool kActEpilogue = std::is_same_v<typename Kernel::CollectiveEpilogue, MoeActEpilogue<MoeQuant::kFp8Tensor>> ||
+                              std::is_same_v<typename Kernel::CollectiveEpilogue, MoeActEpilogue<MoeQuant::kNone>>;
 
 // The CUTLASS kernel body behind a PDL wait (see the top of the file). No static shared memory here: the
 // kernel's SharedStorage must start at the dynamic shared-memory base (TMA swizzle alignment).
@@ -211,7 +232,9 @@ __device__ void WriteGroupArgs(const GroupedGemmProblem& p, int e, int rows, int
   w.shape[e] = Shape3{rows, n, k};
   w.a[e] = static_cast<const char*>(p.a) + static_cast<int64_t>(first) * k * elem_bytes;
   w.b[e] = static_cast<const char*>(p.b) + static_cast<int64_t>(e) * n * k * elem_bytes;
-  w.d[e] = static_cast<ElementD*>(p.d) + static_cast<int64_t>(first) * n;
+  // act epilogue: d is the intermediate [rows, n / 2] in A's element type (e4m3 | bf16); else gate_up / down bf16
+  w.d[e] = p.act_epilogue ? static_cast<void*>(static_cast<char*>(p.d) + static_cast<int64_t>(first) * (n / 2) * elem_bytes)
+                          : static_cast<void*>(static_cast<ElementD*>(p.d) + static_cast<int64_t>(first) * n);
   StrideA sa{};
   get<0>(sa) = k;
   w.stride_a[e] = sa;
@@ -257,17 +280,24 @@ typename Kernel::Arguments MakeArguments(const GroupedGemmGroups& g, const Group
     args.mainloop = {reinterpret_cast<const ElementAB**>(w.a), w.stride_a, reinterpret_cast<const ElementAB**>(w.b),
                      w.stride_b};
   }
-  auto& fusion = args.epilogue.thread;
-  fusion.beta = 0.f;
-  if (g.quant == MoeQuant::kFp8Tensor) {
-    fusion.alpha_ptr = w.alpha;                // alpha[group]: batch stride 1
-    fusion.dAlpha = {cute::_0{}, cute::_0{}, 1};
+  if constexpr (kActEpilogue<Kernel>) {
+    args.epilogue.alpha = g.quant == MoeQuant::kFp8Tensor ? w.alpha : nullptr;
+    args.epilogue.out = w.d;  // the setup kernel's per-group rows of the intermediate
+    args.epilogue.out_scale = p.act_scale;
+    args.epilogue.ld = p.n / 2;
   } else {
-    fusion.alpha = 1.f;
+    auto& fusion = args.epilogue.thread;
+    fusion.beta = 0.f;
+    if (g.quant == MoeQuant::kFp8Tensor) {
+      fusion.alpha_ptr = w.alpha;                // alpha[group]: batch stride 1
+      fusion.dAlpha = {cute::_0{}, cute::_0{}, 1};
+    } else {
+      fusion.alpha = 1.f;
+    }
+    args.epilogue.ptr_C = nullptr;
+    args.epilogue.ptr_D = reinterpret_cast<ElementD**>(w.d);
+    args.epilogue.dD = w.stride_d;
   }
-  args.epilogue.ptr_C = nullptr;
-  args.epilogue.ptr_D = reinterpret_cast<ElementD**>(w.d);
-  args.epilogue.dD = w.stride_d;
   args.hw_info.device_id = g.device;
   args.hw_info.sm_count = sms;
   return args;
@@ -337,9 +367,23 @@ Status LaunchGroupedGemmSetup(const GroupedGemmGroups& g, const GroupedGemmProbl
 }
 
 Status LaunchGroupedGemm(const GroupedGemmGroups& g, const GroupedGemmProblem& p, cudaStream_t stream) {
+  if (p.act_epilogue && (g.quant == MoeQuant::kFp8Block128 || (g.quant == MoeQuant::kFp8Tensor && !p.act_scale))) {
+    return Status::Internal("fused_moe grouped GEMM: activation epilogue requested for fp8_block128 or without a2");
+  }
   const GroupedGemmTile env = GroupedGemmTileFromEnv();  // invalid never gets here: ValidateFusedMoeCuda
   const bool narrow = env.m != 0 ? env.m == 64 : g.tile_m == 64;
   const bool wide = env.n != 128;  // N 256 unless the knob says 128
+  if (p.act_epilogue) {  // the caller checked GroupedGemmActInEpilogue: 128-row tiles
+    if (narrow) return Status::Internal("fused_moe grouped GEMM: no activation epilogue for 64-row tiles");
+    Status launched;
+    if (g.quant == MoeQuant::kNone) {
+      launched = wide ? RunKernel<Bf16WideActKernel>(g, p, stream) : RunKernel<Bf16ActKernel>(g, p, stream);
+    } else {
+      launched = wide ? RunKernel<Fp8TensorWideActKernel>(g, p, stream) : RunKernel<Fp8TensorActKernel>(g, p, stream);
+    }
+    if (launched.ok()) g_act_epilogue_launches.fetch_add(1, std::memory_order_relaxed);
+    return launched;
+  }
   switch (g.quant) {
     case MoeQuant::kNone:
       if (narrow) return RunKernel<Bf16NarrowKernel>(g, p, stream);
@@ -357,3 +401,7 @@ Status LaunchGroupedGemm(const GroupedGemmGroups& g, const GroupedGemmProblem& p
 }
 
 }  // namespace hpc::moe
+
+namespace hpc {
+int64_t FusedMoeActEpilogueLaunches() { return moe::g_act_epilogue_launches.load(std::memory_order_relaxed); }
+}  // namespace hpc

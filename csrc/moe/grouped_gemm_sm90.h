@@ -36,6 +36,11 @@ struct GroupedGemmProblem {
   void* d = nullptr;                 // [rows, N] bf16
   int64_t n = 0, k = 0;
   void* args = nullptr;              // device scratch, kGroupedGemmArgsBytesPerExpert * E bytes, 256-aligned
+  // Gate-up with the activation in its epilogue (GroupedGemmActInEpilogue; moe_act_epilogue_sm90.h): b is w13
+  // interleaved in blocks of 64 rows (gate 64, up 64, ...) and the epilogue writes silu(gate) * up straight into
+  // d = the intermediate [rows, N / 2] (e4m3 with act_scale = a2 | bf16) instead of gate_up [rows, N] bf16.
+  bool act_epilogue = false;
+  const float* act_scale = nullptr;
 };
 
 // What both grouped GEMMs of one layer share.
@@ -61,6 +66,21 @@ struct GroupedGemmTile {
   bool valid = true;
 };
 GroupedGemmTile GroupedGemmTileFromEnv();
+
+// HPC_XLA_MOE_ACT (read once; an A/B switch): where silu(gate) * up runs when w13 is interleaved. Unset or
+// "epilogue": the gate-up GEMM's epilogue wherever that kernel exists (GroupedGemmActInEpilogue); "kernel": always
+// the act kernel (reading the interleaved gate_up). Anything else -> kInvalid. fused_moe_validate.cc.
+enum class GroupedAct { kAuto, kKernel, kEpilogue, kInvalid };
+GroupedAct GroupedActFromEnv();
+
+// Whether the gate-up GEMM computes the activation in its epilogue: w13 interleaved, the act not forced into the
+// kernel, and a configuration that has that kernel (fp8_tensor or bf16 on the 128-row cooperative tiles, 128x256 /
+// 128x128; fp8_block128 never interleaves). tile_m: GroupedGemmGroups::tile_m.
+inline bool GroupedGemmActInEpilogue(MoeQuant quant, int tile_m, bool w13_interleaved) {
+  if (!w13_interleaved || GroupedActFromEnv() == GroupedAct::kKernel || quant == MoeQuant::kFp8Block128) return false;
+  const GroupedGemmTile env = GroupedGemmTileFromEnv();
+  return (env.m != 0 ? env.m : tile_m) == 128;
+}
 
 // The grouped GEMM itself (persistent grid of one CTA per SM). Waits for all earlier kernels of the stream
 // (PDL wait before its first global read), so the setup kernel and the producers of A must precede it.

@@ -79,6 +79,9 @@ struct GemmParams {
   int splits;                // K splits per (tile, N block): 1, or the gate-up's MoeUpSplits
   int split_k_tiles;         // 128-byte K tiles per split (the last split may have fewer)
   int pairs;                 // T*k: the partial's rows
+  // gate-up: w13's layout (W13GateRow / W13UpDelta) as the loader uses it: gate row = col + (n0 & w13_n0_mask), up row
+  // = gate row + w13_up_delta. vLLM's: mask 0, delta I; interleaved: mask ~0, delta 64. Down: 0, 0 (unused).
+  int w13_n0_mask, w13_up_delta;
 };
 
 // One work item: M tile, its first output column, its K range in 128-byte tiles, its split.
@@ -95,6 +98,7 @@ struct GemmShape {
   // rows (the wgmma M) against the tile's BM tokens (the wgmma N), both read as e4m3 straight from the ring.
   static constexpr bool kWgmma = Q == MoeQuant::kFp8Tensor;
   static constexpr int kBN = kGateUp ? (kBlock ? 128 : 64) : 128;  // output columns per CTA
+  static_assert(!kGateUp || kBlock || kBN == kW13InterleaveRows, "an interleaved w13's gate-up N block is one 64-block");
   static constexpr int kNB = kGateUp ? 2 * kBN : kBN;               // weight rows per CTA
   static constexpr int kWarpsM = BM >= 64 ? 2 : 1;
   static constexpr int kWarpsN = 8 / kWarpsM;
@@ -240,7 +244,10 @@ __global__ void __launch_bounds__(kGemmThreads, (GemmShape<KIND, Q, BM>::kMinBlo
       int col, wrow;
       if constexpr (S::kGateUp) {
         col = it.n0 + (r / 16) * 8 + r % 8;
-        wrow = ((r / 8) % 2 ? p.n : 0) + col;  // 8 gate rows, then the 8 matching up rows
+        // 8 gate rows, then the 8 matching up rows. Interleaved w13 (never block128, so kBN = 64 and n0 starts a
+        // 64-block): W13GateRow(col) = col + n0, and the up row is 64 further (W13UpDelta)
+        // (from the parameters' constant bank: the fp8_tensor BM = 64 kernel sits at its 128-register bound)
+        wrow = col + (it.n0 & p.w13_n0_mask) + ((r / 8) % 2 ? p.w13_up_delta : 0);
       } else {
         col = it.n0 + r;
         wrow = col;

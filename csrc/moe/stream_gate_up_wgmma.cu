@@ -29,6 +29,7 @@
 #include "csrc/common/launch.cuh"
 #include "csrc/common/mma.cuh"
 #include "csrc/common/numeric.h"
+#include "csrc/moe/fused_moe.h"
 #include "csrc/moe/moe_common.cuh"
 #include "csrc/moe/stream_gate_up_wgmma.h"
 #include "csrc/moe/wgmma_sm90.cuh"
@@ -91,15 +92,18 @@ __global__ void __launch_bounds__(kThreads) GateUpWgmmaKernel(const __grid_const
   uint8_t* b_ptr = a_ptr + n * kAGroupBytes;
 
   // A: 512 chunks of 16 bytes per group, 4 per thread; a thread's rows share r % 8, so its chunks keep one swizzle.
-  const uint8_t* gate = a.w13 + (static_cast<int64_t>(e) * 2 * I + cb * kUnitCols) * H + g0 * kGroupK;
+  // a unit's 32 columns lie inside one 64-block, so its gate rows and its up rows are two contiguous runs
+  const uint8_t* gate = a.w13 + (static_cast<int64_t>(e) * 2 * I + W13GateRow(cb * kUnitCols, a.w13_interleaved)) * H +
+                        g0 * kGroupK;
+  const int64_t up_delta = W13UpDelta(I, a.w13_interleaved);
   const int r0 = tid / 8, c = tid % 8;
 #pragma unroll
   for (int s = 0; s < kMaxGroups; ++s) {
     if (s < n) {
 #pragma unroll
       for (int i = 0; i < 4; ++i) {
-        const int r = r0 + 16 * i;  // rows 0-31 gate, 32-63 up (I rows further on)
-        const uint8_t* src = gate + (r < 32 ? r : I + r - 32) * H + s * kGroupK + c * 16;
+        const int r = r0 + 16 * i;  // rows 0-31 gate, 32-63 up (up_delta rows further on)
+        const uint8_t* src = gate + (r < 32 ? r : up_delta + r - 32) * H + s * kGroupK + c * 16;
         CpAsync16(a_base + s * kAGroupBytes + Sw128(r, c), src, true);
       }
     }

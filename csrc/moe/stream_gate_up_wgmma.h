@@ -14,7 +14,8 @@ namespace hpc::moe {
 struct WgmmaGateUpArgs {
   const void* x;             // [T, H] bf16, or e4m3 when x_fp8 (scaled by a13_scale either way)
   bool x_fp8;
-  const uint8_t* w13;        // [E, 2I, H] e4m3
+  const uint8_t* w13;        // [E, 2I, H] e4m3, rows in vLLM's or the interleaved layout (w13_interleaved)
+  bool w13_interleaved;
   const float* w13_scale;    // [E]
   const float* a13_scale;    // [1]: x's static scale
   const float* a2_scale;     // [1]: the intermediate's static scale

@@ -78,8 +78,10 @@ Status FusedMoeCpu(const FusedMoeArgs& a) {
       const int64_t e = ids[t * top_k + j] - a.expert_offset;
       if (e < 0 || e >= experts) continue;  // another rank's expert (EP)
       const float w = a.topk_weights.ptr<const float>()[t * top_k + j];
-      for (int64_t n = 0; n < 2 * inter; ++n) {
-        const int64_t row = (e * 2 * inter + n) * hidden;
+      for (int64_t n = 0; n < 2 * inter; ++n) {  // n: gate column n, or up column n - I; its w13 row by the layout
+        const int64_t w13_row = n < inter ? W13GateRow(n, a.w13_interleaved)
+                                          : W13GateRow(n - inter, a.w13_interleaved) + W13UpDelta(inter, a.w13_interleaved);
+        const int64_t row = (e * 2 * inter + w13_row) * hidden;
         float acc = 0.f;
         if (block) {
           for (int64_t kb = 0; kb < kb_h; ++kb) {

@@ -17,6 +17,11 @@ JSONs, else vLLM's default. bf16, fp8_tensor and fp8_block128; EP shapes through
 is compared with ours (relative error printed, not asserted). Without the folder its columns show '-'. Its
 Triton kernels are compiled up front in parallel processes into Triton's disk cache (HPC_TRITON_PRECOMPILE=0: off).
 
+Ours reads w13 as a deployment would load it: for bf16 and fp8_tensor (I a multiple of 64) prepared once by
+hpc_xla.moe_layout.interleave_w13 and called with w13_interleaved=True (the grouped path's gate-up epilogue then
+computes the activation; each record says w13_interleaved and act_in_epilogue); HPC_BENCH_MOE_INTERLEAVE=0 keeps
+vLLM's layout (A/B). The peers always read vLLM's layout.
+
 Columns: µs per call, TB/s on the weight bytes of the experts actually hit, TFLOP/s (2*pairs*3*H*I over local
 pairs), speedup = torch µs / ours, vs triton = triton µs / ours (> 1: we are faster), tri err = |triton - ours| /
 |ours| on the first input set. The plot (<out>.png) shows µs against T per shape for ours, torch and triton.
@@ -36,6 +41,7 @@ import hpc_xla.torch as ht
 from hpc_xla import _options
 from hpc_xla._ext import ext
 from hpc_xla.bench import report, timing
+from hpc_xla.moe_layout import ACT_EPILOGUE_BLOCK, interleave_w13
 from hpc_xla.torch.moe import fused_moe_workspace_size
 
 TOKENS = (1, 4, 16, 64, 256, 1024, 4096, 16384)  # the issue's list (the whole suite ran in ~90 s, session 21)
@@ -114,11 +120,22 @@ def _local_hits(inp, offset, e_local):
     return int(torch.unique(local[mask]).numel()), int(mask.sum())
 
 
+def _interleave(quant, i):
+    """Whether ours gets w13 prepared in the interleaved layout (fused_moe's w13_interleaved): where the op takes it
+    (quant None / fp8_tensor, I a multiple of 64), as a deployment would load it, unless HPC_BENCH_MOE_INTERLEAVE=0
+    (A/B against vLLM's layout). The peers always read vLLM's layout."""
+    return (os.environ.get("HPC_BENCH_MOE_INTERLEAVE", "1") != "0" and quant in (None, "fp8_tensor")
+            and i % ACT_EPILOGUE_BLOCK == 0)
+
+
 def _ours(w, inp, quant, offset, e_global, workspace):
+    interleaved = "w13_ours" in w
+    w13 = w["w13_ours"] if interleaved else w["w13"]
+
     def call():
-        ht.fused_moe(inp["x"], w["w13"], w["w2"], inp["weights"], inp["ids"], quant=quant, w13_scale=w["w13_scale"],
+        ht.fused_moe(inp["x"], w13, w["w2"], inp["weights"], inp["ids"], quant=quant, w13_scale=w["w13_scale"],
                      w2_scale=w["w2_scale"], a13_scale=w["a13_scale"], a2_scale=w["a2_scale"], expert_offset=offset,
-                     num_experts_global=e_global, out=inp["out"], workspace=workspace)
+                     num_experts_global=e_global, w13_interleaved=interleaved, out=inp["out"], workspace=workspace)
     return call
 
 
@@ -427,6 +444,9 @@ def run(args):
     ceilings = _ceilings(shapes)
     for name, e_local, e_global, offset, h, i, top_k, quant in shapes:
         w = _weights(e_local, h, i, quant, _generator(name, quant))
+        interleaved = _interleave(quant, i)
+        if interleaved:  # ours reads the prepared layout; the peers keep vLLM's
+            w["w13_ours"] = interleave_w13(w["w13"]).contiguous()
         emap = _expert_map(e_local, e_global, offset)
         tuned = None
         if peer is not None:
@@ -460,6 +480,8 @@ def run(args):
             tile_m = ext().fused_moe_tile_m(tokens, top_k, e_local, _options.moe_quant_code(quant))
             grouped_rows = ext().fused_moe_grouped_cta_rows(tokens, top_k, e_local, e_global,
                                                             _options.moe_quant_code(quant)) if tile_m == 128 else None
+            act_in_epilogue = bool(ext().fused_moe_act_in_epilogue(tokens, top_k, e_local, e_global,
+                                                                   _options.moe_quant_code(quant), interleaved))
             roof = _roofline(ceilings, quant, hit_bytes, flops, ours)
             tbps, tflops = roof["tbps"], roof["tflops"]
             rec = dict(shape=name, quant=quant or "bf16", experts=[e_local, e_global], hidden=h, inter=i,
@@ -474,7 +496,9 @@ def run(args):
                                                                               quant),
                        triton_config_tuned=tuned, rotating_sets=sets_n,
                        tile_m=tile_m, grouped_cta_rows=grouped_rows, **roof,
-                       path=os.environ.get("HPC_XLA_MOE_PATH", "auto"))
+                       path=os.environ.get("HPC_XLA_MOE_PATH", "auto"),
+                       act=os.environ.get("HPC_XLA_MOE_ACT", "auto"), w13_interleaved=interleaved,
+                       act_in_epilogue=act_in_epilogue)
             records.append(rec)
             rows.append([name, quant or "bf16", tokens, "%.1f" % ours, "%.2f" % tbps, "%.1f" % tflops,
                          _fmt(roof["pct_mem"], "%.0f%%"), _fmt(roof["pct_tc"], "%.0f%%"),

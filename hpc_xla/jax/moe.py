@@ -39,7 +39,7 @@ def moe_route(router_logits, top_k, *, scoring="softmax", renormalize=True, num_
 
 def fused_moe(x, w13, w2, topk_weights=None, topk_ids=None, *, quant=None, w13_scale=None, w2_scale=None,
               a13_scale=None, a2_scale=None, x_scale=None, expert_offset=0, num_experts_global=None,
-              activation="silu", shared_output=None, router_logits=None, **route_kwargs):
+              w13_interleaved=False, activation="silu", shared_output=None, router_logits=None, **route_kwargs):
     """One MoE layer: y[t] = sum_j w[t,j] * W2_e(silu(W1g_e x) * (W1u_e x)) over the local experts
     (expert_offset <= id < expert_offset + E; other ids contribute 0, negative ones too -- vLLM's -1 for an expert of
     another rank or a padded slot), + shared_output; bfloat16 [T, H].
@@ -58,10 +58,16 @@ def fused_moe(x, w13, w2, topk_weights=None, topk_ids=None, *, quant=None, w13_s
         T*k / num_experts_global (64-row tiles for fp8 up to 64 rows), which the local shapes overstate E_global/E
         times. expert_offset may also be a traced int scalar, as under shard_map, where every rank runs the same
         program: `expert_offset=jax.lax.axis_index("ep") * E` (then num_experts_global is required).
+      w13_interleaved: w13's gate and up rows come interleaved in blocks of 64 -- rows [128q, 128q + 64) = gate rows
+        [64q, 64q + 64), rows [128q + 64, 128q + 128) = the matching up rows -- the layout
+        `hpc_xla.moe_layout.interleave_w13(w13)` makes once, at weight loading. Same result as the plain layout
+        (bitwise on the CPU path); on CUDA it lets the grouped path compute silu(gate) * up in its gate-up GEMM's
+        epilogue. quant None or fp8_tensor (w13_scale [E] unchanged; not fp8_block128), I a multiple of 64.
     """
     _args.arrays("fused_moe", x=x, w13=w13, w2=w2)
     _args.nonempty_dims("fused_moe", **{"H (x.shape[-1])": x.shape[-1] if x.ndim else 0})
     _options.check_activation(activation)
+    w13_interleaved = _options.w13_interleaved_flag(w13_interleaved, quant, w13.shape)
     if _options.routing_inputs(topk_weights, topk_ids, router_logits, route_kwargs):
         top_k = route_kwargs.pop("top_k")
         topk_weights, topk_ids = moe_route(router_logits, top_k, **route_kwargs)
@@ -81,7 +87,8 @@ def fused_moe(x, w13, w2, topk_weights=None, topk_ids=None, *, quant=None, w13_s
                 _ffi.optional(op, "w2_scale", w2_scale), _ffi.f32_scalar(op, "a13_scale", a13_scale),
                 _ffi.f32_scalar(op, "a2_scale", a2_scale), topk_weights, topk_ids,
                 _ffi.optional(op, "shared_output", shared_output), quant=np.int32(_options.moe_quant_code(quant)),
-                expert_offset=np.int64(expert_offset), num_experts_global=np.int64(num_experts_global or 0))
+                expert_offset=np.int64(expert_offset), num_experts_global=np.int64(num_experts_global or 0),
+                w13_interleaved=w13_interleaved)
     return out
 
 

@@ -268,20 +268,24 @@ def _moe_op(present, static):
 
 def fused_moe(x, w13, w2, topk_weights=None, topk_ids=None, *, quant=None, x_scale=None, w13_scale=None,
               w2_scale=None, a13_scale=None, a2_scale=None, shared_output=None, expert_offset=0,
-              num_experts_global=None, activation="silu", router_logits=None, **route_kwargs):
+              num_experts_global=None, w13_interleaved=False, activation="silu", router_logits=None, **route_kwargs):
     """hpc_xla.jax.fused_moe, partitioned over EXPERTS under jax.jit: when w13 / w2 (and their scales) are sharded
     on their expert dim, every device runs its experts (offset = its index on that axis x E_local) and the partial
     outputs are summed over the axis (in float32, then bfloat16: not bitwise the one-device op). Tokens, routing and
     shared_output are replicated; routing (router_logits) runs before, replicated. Same arguments otherwise; an
-    integer expert_offset adds to the device's (experts held above this level)."""
+    integer expert_offset adds to the device's (experts held above this level). w13_interleaved: as in
+    hpc_xla.jax.fused_moe (interleave_w13 works per expert, so an expert-sharded interleaved w13 is each device's
+    experts interleaved)."""
     if _options.routing_inputs(topk_weights, topk_ids, router_logits, route_kwargs):  # hpc_xla.jax.fused_moe's rule
         top_k = route_kwargs.pop("top_k")
         topk_weights, topk_ids = moe_route(router_logits, top_k, **route_kwargs)
     if not isinstance(expert_offset, int):
         raise ValueError("hpc_xla.jax.partitioned.fused_moe: expert_offset must be an int (the device's share is "
                          "added here); got %r" % (expert_offset,))
+    w13_interleaved = _options.w13_interleaved_flag(w13_interleaved, quant, w13.shape)
     experts_global = num_experts_global if num_experts_global is not None else int(w13.shape[0]) + expert_offset
     optional = (x_scale, w13_scale, w2_scale, _scalar(a13_scale), _scalar(a2_scale), shared_output)
-    static = dict(quant=quant, activation=activation, expert_offset=expert_offset, num_experts_global=experts_global)
+    static = dict(quant=quant, activation=activation, expert_offset=expert_offset, num_experts_global=experts_global,
+                  w13_interleaved=w13_interleaved)
     op = _moe_op(tuple(x is not None for x in optional), tuple(sorted(static.items())))
     return op(x, w13, w2, topk_weights, topk_ids, *[x for x in optional if x is not None])

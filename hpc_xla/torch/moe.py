@@ -41,15 +41,16 @@ def moe_route(router_logits, top_k, *, scoring="softmax", renormalize=True, num_
 
 
 def _fused_impl(x, x_scale, w13, w2, w13_scale, w2_scale, a13_scale, a2_scale, topk_weights, topk_ids, shared_output,
-                out, workspace, quant, expert_offset, num_experts_global):
+                out, workspace, quant, expert_offset, num_experts_global, w13_interleaved):
     ext().fused_moe(x, x_scale, w13, w2, w13_scale, w2_scale, a13_scale, a2_scale, topk_weights, topk_ids,
-                    shared_output, out, workspace, quant, expert_offset, num_experts_global)
+                    shared_output, out, workspace, quant, expert_offset, num_experts_global, w13_interleaved)
 
 
 fused_moe_op = define(
     "fused_moe(Tensor x, Tensor? x_scale, Tensor w13, Tensor w2, Tensor? w13_scale, Tensor? w2_scale, "
     "Tensor? a13_scale, Tensor? a2_scale, Tensor topk_weights, Tensor topk_ids, Tensor? shared_output, "
-    "Tensor(a!) out, Tensor(b!) workspace, int quant, int expert_offset, int num_experts_global) -> ()",
+    "Tensor(a!) out, Tensor(b!) workspace, int quant, int expert_offset, int num_experts_global, "
+    "bool w13_interleaved) -> ()",
     _fused_impl, _fake)
 
 
@@ -79,15 +80,19 @@ def _call_workspace_bytes(tokens, top_k, num_experts, hidden, inter, quant_code)
 
 def fused_moe(x, w13, w2, topk_weights=None, topk_ids=None, *, quant=None, w13_scale=None, w2_scale=None,
               a13_scale=None, a2_scale=None, x_scale=None, expert_offset=0, num_experts_global=None,
-              activation="silu", shared_output=None, router_logits=None, out=None, workspace=None, **route_kwargs):
+              w13_interleaved=False, activation="silu", shared_output=None, router_logits=None, out=None,
+              workspace=None, **route_kwargs):
     """One MoE layer (see hpc_xla.jax.fused_moe). `out`: optional preallocated [T, H] bfloat16. `workspace`:
     optional uint8 scratch of >= fused_moe_workspace_size(...) bytes for CUDA tensors (else allocated here
-    with torch.empty on x's device: the caching allocator, fine under CUDA-graph capture); unused on CPU."""
+    with torch.empty on x's device: the caching allocator, fine under CUDA-graph capture); unused on CPU.
+    `w13_interleaved=True`: w13 holds gate / up rows interleaved in blocks of 64, as
+    `hpc_xla.moe_layout.interleave_w13(w13)` makes them once at weight loading (quant None or fp8_tensor)."""
     _args.tensors("fused_moe", x=x, w13=w13, w2=w2)
     _args.optional_tensors("fused_moe", w13_scale=w13_scale, w2_scale=w2_scale, a13_scale=a13_scale,
                            a2_scale=a2_scale, x_scale=x_scale, shared_output=shared_output, out=out,
                            workspace=workspace)
     _options.check_activation(activation)
+    w13_interleaved = _options.w13_interleaved_flag(w13_interleaved, quant, w13.shape)
     expert_offset, num_experts_global = _options.expert_counts(expert_offset, num_experts_global)
     if _options.routing_inputs(topk_weights, topk_ids, router_logits, route_kwargs):
         top_k = route_kwargs.pop("top_k")
@@ -105,5 +110,6 @@ def fused_moe(x, w13, w2, topk_weights=None, topk_ids=None, *, quant=None, w13_s
                                          _options.moe_quant_code(quant))
         workspace = torch.empty(size, dtype=torch.uint8, device=x.device)
     fused_moe_op(x, x_scale, w13, w2, w13_scale, w2_scale, a13_scale, a2_scale, topk_weights, topk_ids,
-                 shared_output, out, workspace, _options.moe_quant_code(quant), expert_offset, num_experts_global)
+                 shared_output, out, workspace, _options.moe_quant_code(quant), expert_offset, num_experts_global,
+                 w13_interleaved)
     return out
