@@ -222,27 +222,3 @@ for case in cases:
 print("OK", len(cases))
 """)
     assert "OK 6" in out, out
-
-
-def test_chunks_on_demand():
-    """A plan of more chunks than the resident grid (max_ctas above the device default: experiment 25) runs on the
-    resident grid, which takes the chunks through a ticket counter: against the fp64 reference on both frameworks
-    (bf16 and fp8 caches, q_len 2, a long sequence cut into hundreds of chunks, chunks past the plan's num_ctas),
-    and bitwise equal run to run -- which CTA runs a chunk must not matter, its partials are the chunk's own."""
-    out = _run_python("""
-import numpy as np
-from decode_harness import DecodeCase, make_inputs, check, run_torch, run_jax
-cases = [DecodeCase(seq_lens=(4096,) * 64, max_ctas=1024),
-         DecodeCase(seq_lens=(131072,) + (4096,) * 31, max_ctas=800),
-         DecodeCase(seq_lens=(700, 5, 0, 3000), kv_dtype="float8_e4m3fn", q_len=2, max_ctas=2048),
-         DecodeCase(seq_lens=(65,) * 3, max_ctas=600)]
-for case in cases:
-    inp = make_inputs(case)
-    for run in (run_torch, run_jax):
-        first = run(case, inp, "cuda")
-        check(case, inp, first)
-        for _ in range(2):
-            assert np.array_equal(first.view(np.uint16), run(case, inp, "cuda").view(np.uint16)), (case, run)
-print("OK", len(cases))
-""")
-    assert "OK 4" in out, out

@@ -51,7 +51,7 @@ int64_t DecodeWorkspaceFloats(int64_t batch, int num_kv_heads, int num_q_heads, 
   const int64_t dynamic_slots = 2 * static_cast<int64_t>(max_ctas);
   const int64_t static_slots = batch * num_kv_heads * StaticSplits(batch, num_kv_heads, max_ctas);
   const int64_t slots = dynamic_slots > static_slots ? dynamic_slots : static_slots;
-  return slots * rows * (head_dim + 1) + 4;  // O rows + one log-sum-exp per row; the chunk tickets (16 B)
+  return slots * rows * (head_dim + 1);  // O rows + one log-sum-exp per row
 }
 
 Status ValidateDecodePlan(const DecodePlanArgs& a) {
