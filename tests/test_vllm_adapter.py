@@ -691,6 +691,125 @@ def test_experts_refuse_batched_activations_and_a_models_own_reduction(monkeypat
                       MoEActivation.SILU, 8, None, None, None, None, None, None, False)
 
 
+def _routed(rng, experts, hidden, top_k, tokens):
+    """x, ids (distinct experts per token) and weights of a small routed batch."""
+    x = torch.tensor(rng.standard_normal((tokens, hidden)), dtype=torch.bfloat16)
+    ids = torch.tensor(np.stack([rng.choice(experts, top_k, replace=False) for _ in range(tokens)]), dtype=torch.int32)
+    return x, ids, torch.tensor(rng.random((tokens, top_k)), dtype=torch.float32)
+
+
+def _apply(experts, x, w13, w2, weights, ids):
+    """The experts' output (poisoned first) for one routed batch, no EP."""
+    from vllm.model_executor.layers.fused_moe.activation import MoEActivation
+
+    out = torch.full(x.shape, float("nan"), dtype=torch.bfloat16)
+    experts.apply(out, x, w13, w2, weights, ids, MoEActivation.SILU, experts.moe_config.num_experts, None, None, None,
+                  None, None, None, False)
+    return out
+
+
+def _moe_layer(w13, w2, **attrs):
+    """A module holding the expert weights as vLLM's layer does (Parameters replace_parameter writes into)."""
+    layer = torch.nn.Module()
+    layer.w13_weight = torch.nn.Parameter(w13.clone(), requires_grad=False)
+    layer.w2_weight = torch.nn.Parameter(w2.clone(), requires_grad=False)
+    for k, v in attrs.items():
+        setattr(layer, k, v)
+    return layer
+
+
+@pytest.mark.parametrize("inter", [128, 192, 96])
+def test_bf16_weight_conversion_interleaves_w13_for_hpc(inter):
+    """The plugin wraps vLLM's convert_to_unquantized_kernel_format where the unquantized method calls it: an "hpc"
+    layer's w13 comes back interleaved and tagged (I % 64 == 0; I = 96 keeps vLLM's layout, untagged), vLLM's
+    replace_parameter copies it into the layer's parameter in place (the storage CUDA graphs captured) with the
+    tag, the experts read it with w13_interleaved -- the same output as on vLLM's layout -- and a reload (vLLM's
+    layout loaded into the tagged parameter, converted again) interleaves it again. Other backends: unchanged."""
+    import dataclasses
+
+    from vllm.model_executor.layers.fused_moe import unquantized_fused_moe_method as method
+    from vllm.model_executor.layers.fused_moe.config import FUSED_MOE_UNQUANTIZED_CONFIG
+    from vllm.model_executor.layers.fused_moe.oracle.unquantized import UnquantizedMoeBackend
+    from vllm.model_executor.utils import replace_parameter
+
+    from hpc_xla.moe_layout import interleave_w13
+
+    rng = np.random.default_rng(3)
+    E, H, K, T = 4, 256, 2, 6
+    experts = experts_for(E, H, inter, K, 1, 0, FUSED_MOE_UNQUANTIZED_CONFIG)
+    hpc = dataclasses.replace(experts.moe_config, moe_backend="hpc")
+    w1, w2, _, _, w13_q, w2_q = moe_weights(rng, E, H, inter, None)
+    x, ids, weights = _routed(rng, E, H, K, T)
+
+    def run(w13):
+        return _apply(experts, x, w13, w2, weights, ids)
+
+    plain = run(w1)
+    want = reference.fused_moe(x.double().numpy(), w13_q, w2_q, weights.numpy(), ids.numpy(), quant=None)
+    assert reference.relative_error(plain.float().numpy(), want) < 1e-2
+    layer = _moe_layer(w1, w2)
+    storage = layer.w13_weight.data_ptr()
+    for _ in range(2):  # the first load, then a reload of vLLM's layout into the (tagged) parameter
+        layer.w13_weight.data.copy_(w1)
+        w13_new, w2_new = method.convert_to_unquantized_kernel_format(
+            UnquantizedMoeBackend.TRITON, moe_config=hpc, w13_weight=layer.w13_weight, w2_weight=layer.w2_weight,
+            layer=layer)
+        replace_parameter(layer, "w13_weight", w13_new)
+        replace_parameter(layer, "w2_weight", w2_new)
+        assert layer.w13_weight.data_ptr() == storage
+        interleaved = inter % 64 == 0
+        assert getattr(layer.w13_weight, "hpc_xla_interleaved", False) == interleaved
+        assert torch.equal(layer.w13_weight.data, interleave_w13(w1) if interleaved else w1)
+        assert torch.equal(run(layer.w13_weight).view(torch.int16), plain.view(torch.int16))
+    # another backend's conversion is vLLM's own
+    w13_triton, _ = method.convert_to_unquantized_kernel_format(
+        UnquantizedMoeBackend.TRITON, moe_config=experts.moe_config, w13_weight=w1, w2_weight=w2, layer=None)
+    assert torch.equal(w13_triton, w1) and not getattr(w13_triton, "hpc_xla_interleaved", False)
+
+
+@pytest.mark.parametrize("block", [False, True])
+def test_fp8_weight_conversion_interleaves_per_tensor_w13_for_hpc(block):
+    """The same through convert_to_fp8_moe_kernel_format (vLLM's Fp8MoEMethod calls it on load and reload): the HPC
+    backend's per-tensor layers get the interleaved, tagged w13 and the experts' output is bitwise the one on vLLM's
+    layout; 128x128 block layers (weight_block_size) keep vLLM's layout; other backends are untouched."""
+    from vllm.model_executor.layers.fused_moe.config import fp8_w8a8_moe_quant_config
+    from vllm.model_executor.layers.fused_moe.oracle.fp8 import Fp8MoeBackend
+    from vllm.model_executor.layers.quantization import fp8 as fp8_method
+    from vllm.model_executor.utils import replace_parameter
+
+    from hpc_xla.moe_layout import interleave_w13
+
+    quant = "fp8_block128" if block else "fp8_tensor"
+    rng = np.random.default_rng(4)
+    E, H, I, K, T = 4, 256, 256, 2, 5
+    w1, w2, w13_s, w2_s, _, _ = moe_weights(rng, E, H, I, quant)
+    qc = fp8_w8a8_moe_quant_config(w1_scale=torch.tensor(w13_s), w2_scale=torch.tensor(w2_s),
+                                   a1_scale=None if block else torch.tensor(0.02),
+                                   a2_scale=None if block else torch.tensor(0.004),
+                                   block_shape=[128, 128] if block else None)
+    experts = experts_for(E, H, I, K, 1, 0, qc)
+    layer = _moe_layer(w1, w2, **({"weight_block_size": [128, 128]} if block else {}))
+    x, ids, weights = _routed(rng, E, H, K, T)
+
+    def run(w13):
+        return _apply(experts, x, w13, w2, weights, ids)
+
+    plain = run(w1)
+    scales = torch.tensor(w13_s), torch.tensor(w2_s)
+    w13_new, _, _, _ = fp8_method.convert_to_fp8_moe_kernel_format(
+        fp8_backend=Fp8MoeBackend.HPC, layer=layer, w13=layer.w13_weight, w2=layer.w2_weight, w13_scale=scales[0],
+        w2_scale=scales[1], w13_input_scale=None, w2_input_scale=None)
+    replace_parameter(layer, "w13_weight", w13_new)
+    assert getattr(layer.w13_weight, "hpc_xla_interleaved", False) == (not block)
+    expected = w1 if block else interleave_w13(w1.view(torch.uint8)).view(torch.float8_e4m3fn)
+    assert torch.equal(layer.w13_weight.data.view(torch.uint8), expected.view(torch.uint8))
+    assert torch.equal(run(layer.w13_weight).view(torch.int16), plain.view(torch.int16))
+    other, _, _, _ = fp8_method.convert_to_fp8_moe_kernel_format(
+        fp8_backend=Fp8MoeBackend.TRITON, layer=layer, w13=w1, w2=w2, w13_scale=scales[0], w2_scale=scales[1],
+        w13_input_scale=None, w2_input_scale=None)
+    assert other is w1 and not getattr(other, "hpc_xla_interleaved", False)
+
+
 def test_experts_declare_what_vllm_selects_them_for():
     from vllm.model_executor.layers.quantization.utils.quant_utils import (kFp8Dynamic128Sym, kFp8DynamicTensorSym,
                                                                            kFp8Static128BlockSym, kFp8StaticTensorSym)

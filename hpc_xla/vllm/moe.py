@@ -9,6 +9,15 @@ activations (`expects_unquantized_inputs`) and hpc_xla quantizes them inside its
 is fused too, so vLLM's finalize does nothing. Expert parallelism: vLLM's global ids, with this rank's experts found
 from `expert_map` when there is one (any placement) or as the contiguous range [ep_rank * E_local,
 (ep_rank + 1) * E_local) when not.
+
+Weight layout: vLLM converts loaded expert weights to a backend's runtime format in one function per scheme
+(`convert_to_unquantized_kernel_format`, `convert_to_fp8_moe_kernel_format`), called on the first load and on every
+weight reload. The plugin wraps both: for the "hpc" backends, bf16 and fp8 per-tensor w13 with I % 64 == 0 leaves
+them interleaved (`hpc_xla.moe_layout.interleave_w13`), tagged `hpc_xla_interleaved` -- vLLM's replace_parameter
+copies the data into the layer's parameter (same storage: CUDA graphs stay valid) and carries the tag over -- and
+the experts pass `w13_interleaved` from that tag, so the grouped path computes silu(gate) * up in its gate-up GEMM's
+epilogue. Weights vLLM marks as already in runtime format (is_weights_pre_processed) skip the conversion and keep
+whatever layout and tag they were saved with.
 """
 
 import torch
@@ -115,7 +124,52 @@ class HpcXlaExperts(mk.FusedMoEExpertsModular):
             scales = dict(w13_scale=_per_expert(qc.w1_scale, w1, "w13"), w2_scale=_per_expert(qc.w2_scale, w2, "w2"),
                           a13_scale=qc.a1_scale.reshape(()).float(), a2_scale=qc.a2_scale.reshape(()).float())
         ht.fused_moe(hidden_states, w1, w2, topk_weights.float(), topk_ids.int(), quant=self.quant,
-                     expert_offset=offset, num_experts_global=experts, out=output, **scales)
+                     expert_offset=offset, num_experts_global=experts, out=output,
+                     w13_interleaved=bool(getattr(w1, "hpc_xla_interleaved", False)), **scales)
+
+
+def interleaved_for_hpc(w13):
+    """w13 [E, 2I, H] in vLLM's layout -> the interleaved copy fused_moe reads with w13_interleaved=True, tagged for
+    the experts; None where fused_moe keeps vLLM's layout (I not a multiple of 64)."""
+    from hpc_xla.moe_layout import ACT_EPILOGUE_BLOCK, interleave_w13
+
+    if w13.dim() != 3 or w13.shape[1] % (2 * ACT_EPILOGUE_BLOCK) != 0:
+        return None
+    out = interleave_w13(w13).contiguous()
+    out.hpc_xla_interleaved = True
+    return out
+
+
+def convert_unquantized(vllm_convert, unquantized_backend, moe_config, w13_weight, w2_weight, layer=None):
+    """Stands in for vLLM's convert_to_unquantized_kernel_format: "hpc" layers (run on the TRITON backend's terms,
+    see select_unquantized_backend) get the interleaved w13; the others vLLM's conversion."""
+    w13_new, w2_new = vllm_convert(unquantized_backend, moe_config=moe_config, w13_weight=w13_weight,
+                                   w2_weight=w2_weight, layer=layer)
+    if getattr(moe_config, "moe_backend", None) == "hpc":
+        w13_new = _maybe_interleaved(w13_new)
+    return w13_new, w2_new
+
+
+def convert_fp8(vllm_convert, fp8_backend, layer, w13, w2, w13_scale, w2_scale, w13_input_scale, w2_input_scale):
+    """Stands in for vLLM's convert_to_fp8_moe_kernel_format: the HPC backend's per-tensor layers get the interleaved
+    w13 (128x128 block weights keep vLLM's layout: their scales span 128 rows)."""
+    from vllm.model_executor.layers.fused_moe.oracle.fp8 import Fp8MoeBackend
+
+    w13, w2, w13_scale, w2_scale = vllm_convert(fp8_backend=fp8_backend, layer=layer, w13=w13, w2=w2,
+                                                w13_scale=w13_scale, w2_scale=w2_scale,
+                                                w13_input_scale=w13_input_scale, w2_input_scale=w2_input_scale)
+    if fp8_backend == Fp8MoeBackend.HPC and not hasattr(layer, "weight_block_size"):
+        w13 = _maybe_interleaved(w13)
+    return w13, w2, w13_scale, w2_scale
+
+
+def _maybe_interleaved(w13):
+    new = interleaved_for_hpc(w13)
+    if new is None:  # vLLM's layout: a stale tag from an earlier load must not survive on this tensor
+        if getattr(w13, "hpc_xla_interleaved", False):
+            w13.hpc_xla_interleaved = False
+        return w13
+    return new
 
 
 def unsupported_features(moe_config, quant_config=None):
