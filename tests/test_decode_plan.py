@@ -210,3 +210,20 @@ def test_piece_cost_knob(cost):
                         os.path.join(here, "test_decode_plan.py"), os.path.join(here, "test_decode.py"),
                         "-k", "not piece_cost_knob"], env=env, capture_output=True, text=True)
     assert r.returncode == 0 and " passed" in r.stdout, r.stdout[-3000:] + r.stderr[-2000:]
+
+
+@pytest.mark.parametrize("heads, q_len, cost", [((8, 1), 1, 4), ((64, 8), 1, 4), ((32, 8), 1, 2), ((32, 8), 2, 4),
+                                                ((8, 8), 4, 2), ((8, 8), 1, 2)])
+def test_piece_cost_follows_rows_per_piece(heads, q_len, cost):
+    """The planner's piece cost by the rows a piece carries (q_len x group): 4 tile-equivalents from 8 rows, 2 below
+    (the A/Bs in decode_plan.h) -- in the plan's header, which the GPU planner, the kernels and the CPU walk share."""
+    import torch
+
+    import hpc_xla.torch as ht
+
+    if os.environ.get("HPC_XLA_DECODE_PIECE_COST"):
+        pytest.skip("HPC_XLA_DECODE_PIECE_COST overrides the rule")
+    hq, hkv = heads
+    p = ht.decode_plan(torch.tensor([700, 0, 64], dtype=torch.int32), num_kv_heads=hkv, num_q_heads=hq,
+                       head_dim=128, page_size=16, q_len=q_len, max_ctas=5)
+    assert _decode.read_plan(p.plan.numpy())["piece_cost"] == cost

@@ -76,8 +76,9 @@ Status CheckPlanHeader(const int32_t* header, const DecodeConfig& config, int64_
 // The least work (tiles) the planner gives a CTA: kMinCapacityTiles, or HPC_XLA_DECODE_MIN_TILES (1..64) for
 // A/B runs. Read once; the GPU planner and BuildPlanHost use the same value.
 int DecodeMinCapacityTiles();
-// The planner's fixed cost per piece in tiles: attention::kPieceCostTiles, or HPC_XLA_DECODE_PIECE_COST=0..16 (A/B).
-int DecodePieceCostTiles();
+// The planner's fixed cost per piece in tiles for `config` (attention::PieceCostTiles: by the rows a piece
+// carries), or HPC_XLA_DECODE_PIECE_COST=0..16 for every config (A/B).
+int DecodePieceCostTiles(const DecodeConfig& config);
 
 
 void BuildPlanHost(const int32_t* seq_lens, int batch, const DecodeConfig& config, int max_ctas, int32_t* plan);

@@ -34,11 +34,13 @@ constexpr int kPlanHeaderInts = 16;
 constexpr int32_t kPlanMagic = 0x4C505848;  // "HXPL"
 constexpr int32_t kPlanVersion = 1;
 // Fixed cost of one piece in tile-equivalents (q load, pipeline ramp, epilogue/merge) and the least work a
-// CTA is given on top of it. Piece cost 4 (was 2; session 26 A/B of 0/1/2/3/4/6/8 on the H200, bench/NOTES.md):
-// 8/1/128 bf16 and fp8 rows 0.5-3 us faster (zipf 40.7 -> 38.3, 64x4K 43.8 -> 42.8), 64x512 +0.1-0.4, 64/8 within
-// noise; 6 and 8 lose on the small batches. Min tiles 1 (was 4): the small uniform batch (8/1/128, 64x512) ran
+// CTA is given on top of it. The epilogue and the merge scale with the rows a piece carries (q_len x group):
+// 4 tiles from 8 rows (session 26 A/B of 0/1/2/3/4/6/8 on the H200, bench/NOTES.md: 8/1/128 bf16 and fp8 rows
+// 0.5-3 us faster than 2 -- zipf 40.7 -> 38.3, 64x4K 43.8 -> 42.8 --, q_len 2 4-10%, 64x512 +0.1-0.4, 64/8
+// within noise; 6 and 8 lose on the small batches), 2 below (32/8/128, 4 rows: 2 beat 4 by ~1% on 64x4K and
+// zipf in both rounds, H200 and H100). Min tiles 1 (was 4): the small uniform batch (8/1/128, 64x512) ran
 // 29.2 -> 24.1 us with more, smaller CTAs and no other benchmark row moved (min-tiles A/B).
-constexpr int kPieceCostTiles = 4;
+HPC_PLAN_HD int PieceCostTiles(int rows_per_piece) { return rows_per_piece >= 8 ? 4 : 2; }
 constexpr int kMinCapacityTiles = 1;
 // Largest persistent grid (max_ctas) a plan may have: the combine kernel holds one weight per piece of a row in
 // shared memory (kMaxPieces in decode_kernel.cuh, asserted equal in decode_attention.cu).

@@ -215,12 +215,13 @@ Status CheckPlanHeader(const int32_t* header, const DecodeConfig& cfg, int64_t b
   return Status::Ok();
 }
 
-int DecodePieceCostTiles() {
-  static const int tiles = [] {
+int DecodePieceCostTiles(const DecodeConfig& config) {
+  static const int forced = [] {
     const int n = EnvInt("HPC_XLA_DECODE_PIECE_COST", -1);
-    return n >= 0 && n <= 16 ? n : attention::kPieceCostTiles;
+    return n >= 0 && n <= 16 ? n : -1;
   }();
-  return tiles;
+  const int group = config.num_kv_heads > 0 ? config.num_q_heads / config.num_kv_heads : 1;
+  return forced >= 0 ? forced : attention::PieceCostTiles(config.q_len * group);
 }
 
 int DecodeMinCapacityTiles() {

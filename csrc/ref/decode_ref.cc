@@ -172,7 +172,7 @@ Status CheckData(const DecodeAttentionArgs& a, const DecodeConfig& cfg) {
 
 void BuildPlanHost(const int32_t* seq_lens, int batch, const DecodeConfig& cfg, int max_ctas, int32_t* plan) {
   using namespace attention;
-  const int piece_cost = DecodePieceCostTiles();
+  const int piece_cost = DecodePieceCostTiles(cfg);
   int32_t* prefix = PlanPrefix(plan);
   prefix[0] = 0;
   for (int b = 0; b < batch; ++b) prefix[b + 1] = prefix[b] + UnitCost(seq_lens[b], piece_cost);
@@ -203,13 +203,13 @@ Status DecodePlanCpu(const DecodePlanArgs& a) {
       return ArgCheck("decode_plan").Fail("seq_lens[" + std::to_string(b) + "] = " +
                                           std::to_string(a.seq_lens.ptr<const int32_t>()[b]) + " is negative");
     }
-    cost += attention::UnitCost(a.seq_lens.ptr<const int32_t>()[b], DecodePieceCostTiles());
+    cost += attention::UnitCost(a.seq_lens.ptr<const int32_t>()[b], DecodePieceCostTiles(a.config));
   }
   // The planner's prefix and positions are int32 (the GPU planner's too): the batch's cost over all kv heads,
   // ~ total tokens / 64 * Hkv, must fit.
   if (cost * a.config.num_kv_heads > INT32_MAX) {
     return ArgCheck("decode_plan").Fail("the batch is too long to plan: sum over seq_lens of (64-token tiles + " +
-                                        std::to_string(DecodePieceCostTiles()) + ") * num_kv_heads = " +
+                                        std::to_string(DecodePieceCostTiles(a.config)) + ") * num_kv_heads = " +
                                         std::to_string(cost * a.config.num_kv_heads) + " must be < 2^31");
   }
   BuildPlanHost(a.seq_lens.ptr<const int32_t>(), batch, a.config, a.max_ctas, a.plan.ptr<int32_t>());
