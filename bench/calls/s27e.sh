@@ -1,11 +1,13 @@
 #!/usr/bin/env bash
-# session 27 call E (~5 min; carry .peer/exp/n and .peer/exp/e25): experiment 25, decode chunks handed out on demand
-# (8c92e4c, reverted on main; e25 = main 6b7cf81 + 8c92e4c). Tests on e25: the new test_chunks_on_demand (fp64
+# session 27 call E (~6 min; carry .peer/exp/n and .peer/exp/e25): experiment 25b, decode chunks handed out on demand
+# (a38f96c, reverted on main; e25 = main cea212b + a38f96c). HPC_XLA_DECODE_TICKET_RESET=last: the tickets reset by
+# the kernel's last CTA instead of a memset before it (keeps the PDL overlap; torch plans only). Tests on e25: the new test_chunks_on_demand (fp64
 # reference, both frameworks, run-to-run bitwise) + test_gpu_decode.py and test_decode.py's cuda cases (the default
 # path: one chunk per CTA, kernels recompiled with the ticket walk). Then n / e25 / e25 with 2 and 4 chunks per CTA
 # (HPC_BENCH_DECODE_CHUNKS) on 8/1/128 bf16 (2 rounds) and fp8, 64/8 bf16 (1 round).
 # Predicted: e25 with k = 2..4 -2..4 us on 64x4K, 1x128K+31x4K and zipf (8/1), +0..1 on 64x512; e25 at k = 1 equal to
-# n within noise. Refuted if no 8/1 row gains > 1 us at any k. If it wins: fix the D = 256 spills (NOTES) and land
+# n within noise; the self-reset form 0.5-1.5 us ahead of the memset form (the PDL overlap). Refuted if no 8/1 row
+# gains > 1 us at any k, either form. If it wins: fix the D = 256 spills (NOTES) and land
 # with the device default max_ctas = k x resident.
 . "$(dirname "$0")/prelude.sh"
 E=$PWD/.peer/exp/e25
@@ -16,7 +18,7 @@ wait; t
 grep -E "^FAILED|^E  " $R/e_*.log | head -12
 for f in $R/e_*.log; do echo "### $f"; tail -40 $f; done > $OUT/tests_e25.txt
 AB="env AB_WIDTH=100 AB_TIMEOUT=60 OUT=/tmp/abl tools/ab_bench.sh"
-V="n e25 e25:HPC_BENCH_DECODE_CHUNKS=2 e25:HPC_BENCH_DECODE_CHUNKS=4"
+V="n e25 e25:HPC_BENCH_DECODE_CHUNKS=2 e25:HPC_BENCH_DECODE_CHUNKS=4 e25:HPC_BENCH_DECODE_CHUNKS=2,HPC_XLA_DECODE_TICKET_RESET=last"
 $AB 2 "decode --heads 8/1/128 --q-len 1 --kv bf16" $V > $R/e_ab1.txt 2>&1; t; cp $R/e_ab1.txt $OUT/
 $AB 1 "decode --heads 8/1/128 --q-len 1 --kv fp8" $V > $R/e_ab2.txt 2>&1; t; cp $R/e_ab2.txt $OUT/
 [ $(( $(date +%s) - S )) -lt 420 ] && { $AB 1 "decode --heads 64/8/128 --q-len 1 --kv bf16" n e25:HPC_BENCH_DECODE_CHUNKS=2 > $R/e_ab3.txt 2>&1; t; cp $R/e_ab3.txt $OUT/; }
