@@ -278,7 +278,11 @@ def decode_layers_demo(device, reps, layers=3):
 
 def moe_layer_demo(device, reps):
     """One MoE layer with routing fused in (router logits -> moe_route -> fused_moe), bf16 and fp8_tensor,
-    through jax.jit and torch; checked against the float64 reference with the quantization emulated."""
+    through jax.jit and torch; checked against the float64 reference with the quantization emulated. w13 is
+    prepared once as a deployment loads it (hpc_xla.moe_layout.interleave_w13, w13_interleaved=True: the grouped
+    path then computes the activation in its gate-up GEMM's epilogue); the reference reads vLLM's layout."""
+    from hpc_xla.moe_layout import interleave_w13
+
     if device == "cuda":  # Qwen3-30B-A3B's expert shapes
         tokens, experts, hidden, inter, top_k = 256, 128, 2048, 768, 8
     else:
@@ -295,7 +299,8 @@ def moe_layer_demo(device, reps):
     import hpc_xla.torch as ht
 
     dev = jax.devices("gpu" if device == "cuda" else "cpu")[0]
-    print("\nMoE layer, routing fused in: T=%d, E=%d, H=%d, I=%d, top-%d" % (tokens, experts, hidden, inter, top_k))
+    print("\nMoE layer, routing fused in: T=%d, E=%d, H=%d, I=%d, top-%d (w13 interleaved once at load)"
+          % (tokens, experts, hidden, inter, top_k))
     print("%-18s %-24s %-14s %10s %10s %s" % ("variant", "rel. error vs float64", "jax == torch", "jax.jit us",
                                              "torch us", "check"))
     ok = True
@@ -308,10 +313,11 @@ def moe_layer_demo(device, reps):
         ref = reference.fused_moe(x, tensors["w13"], tensors["w2"], weights, ids, quant=quant,
                                   **{k: v for k, v in tensors.items() if k not in ("w13", "w2")})
         opts = {k: v for k, v in tensors.items() if k not in ("w13", "w2")}
+        tensors["w13"] = interleave_w13(tensors["w13"])  # what the ops read from here on (w13_interleaved=True)
 
         a = {k: jax.device_put(v, dev) for k, v in dict(x=x, logits=logits, **tensors).items()}
         f = jax.jit(lambda x_, lg, w13_, w2_, **o: hj.fused_moe(x_, w13_, w2_, router_logits=lg, top_k=top_k,
-                                                                quant=quant, **o))
+                                                                quant=quant, w13_interleaved=True, **o))
         run = lambda: f(a["x"], a["logits"], a["w13"], a["w2"], **{k: a[k] for k in opts})  # noqa: E731
         out_jax = np.asarray(run())
         jax_us = time_us(lambda: jax.block_until_ready(run()), lambda: None, reps)
@@ -320,7 +326,7 @@ def moe_layer_demo(device, reps):
 
         t = {k: to_torch(v, device) for k, v in dict(x=x, logits=logits, **tensors).items()}
         call = lambda: ht.fused_moe(t["x"], t["w13"], t["w2"], router_logits=t["logits"], top_k=top_k,  # noqa: E731
-                                    quant=quant, **{k: t[k] for k in opts})
+                                    quant=quant, w13_interleaved=True, **{k: t[k] for k in opts})
         out_torch = from_torch(call())
         torch_us = time_us(call, torch.cuda.synchronize if device == "cuda" else (lambda: None), reps)
 
