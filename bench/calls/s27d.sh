@@ -11,12 +11,13 @@
 N=$PWD/.peer/exp/n
 T="python3 -m pytest -q -p no:cacheprovider"
 CS="compute-sanitizer --target-processes all --error-exitcode 99"
-( cd $N && PYTHONPATH=$N:$N/tests timeout 300 $T tests/test_gpu_fused_moe.py -k "act_epilogue and 128x256" > $R/d_a.log 2>&1; echo "act 128x256 rc=$?: $(tail -n1 $R/d_a.log)" ) &
-( cd $N && PYTHONPATH=$N:$N/tests timeout 300 $T tests/test_gpu_fused_moe.py -k "act_epilogue and 128x128 or knobs_reject" > $R/d_b.log 2>&1; echo "act 128x128 + knobs rc=$?: $(tail -n1 $R/d_b.log)" ) &
-( cd $N && PYTHONPATH=$N:$N/tests timeout 300 $T tests/test_gpu_fused_moe.py tests/test_gpu_decode.py -k "interleaved or long_merge or grouped_vs_oracle or stream_path_vs" > $R/d_c.log 2>&1; echo "paths + decode rc=$?: $(tail -n1 $R/d_c.log)" ) &
-( cd $N && PYTHONPATH=$N:$N/tests timeout 300 $CS --tool memcheck $T tests/test_gpu_fused_moe.py -k "interleaved and (env0 or env3 or env6)" > $R/d_mc.log 2>&1; echo "memcheck rc=$?: $(grep -E 'ERROR SUMMARY' $R/d_mc.log | sort | uniq -c | head -3) $(tail -n1 $R/d_mc.log)" ) &
+in_background "act 128x256" d_a.log 300 $N $T tests/test_gpu_fused_moe.py -k "act_epilogue and 128x256"
+in_background "act 128x128 + knobs" d_b.log 300 $N $T tests/test_gpu_fused_moe.py -k "act_epilogue and 128x128 or knobs_reject"
+in_background "paths + decode" d_c.log 300 $N $T tests/test_gpu_fused_moe.py tests/test_gpu_decode.py \
+  -k "interleaved or long_merge or grouped_vs_oracle or stream_path_vs"
+in_background "memcheck" d_mc.log 300 $N $CS --tool memcheck $T tests/test_gpu_fused_moe.py -k "interleaved and (env0 or env3 or env6)"
 wait; t
-grep -E "^FAILED|^E  " $R/d_*.log | head -12
-for f in $R/d_*.log; do echo "### $f"; tail -60 $f; done > $OUT/tests_all.txt
+grep -E 'ERROR SUMMARY' $R/d_mc.log | sort | uniq -c | head -3
+collect d_
 env AB_WIDTH=100 AB_TIMEOUT=150 OUT=/tmp/abl tools/ab_bench.sh 1 "moe --shapes qwen3-30b-a3b,hy3-tp8,mixtral-8x7b/bf16 --tokens 1,16,256,1024,4096,16384" m n > $R/d_ab.txt 2>&1; t
 cp $R/d_ab.txt $OUT/; grep -a "│\|==" $R/d_ab.txt | cut -c1-70

@@ -12,11 +12,10 @@
 . "$(dirname "$0")/prelude.sh"
 E=$PWD/.peer/exp/e25
 PT="python3 -m pytest -q -p no:cacheprovider"
-( cd $E && PYTHONPATH=$E:$E/tests timeout 240 $PT tests/test_gpu_decode.py > $R/e_a.log 2>&1; echo "e25 test_gpu_decode rc=$?: $(tail -n1 $R/e_a.log)" ) &
-( cd $E && PYTHONPATH=$E:$E/tests timeout 240 $PT tests/test_decode.py -k cuda > $R/e_b.log 2>&1; echo "e25 test_decode cuda rc=$?: $(tail -n1 $R/e_b.log)" ) &
+in_background "e25 test_gpu_decode" e_a.log 240 $E $PT tests/test_gpu_decode.py
+in_background "e25 test_decode cuda" e_b.log 240 $E $PT tests/test_decode.py -k cuda
 wait; t
-grep -E "^FAILED|^E  " $R/e_*.log | head -12
-for f in $R/e_*.log; do echo "### $f"; tail -40 $f; done > $OUT/tests_e25.txt
+collect e_
 AB="env AB_WIDTH=100 AB_TIMEOUT=60 OUT=/tmp/abl tools/ab_bench.sh"
 V="n e25 e25:HPC_BENCH_DECODE_CHUNKS=2 e25:HPC_BENCH_DECODE_CHUNKS=4 e25:HPC_BENCH_DECODE_CHUNKS=2,HPC_XLA_DECODE_TICKET_RESET=last"
 $AB 2 "decode --heads 8/1/128 --q-len 1 --kv bf16" $V > $R/e_ab1.txt 2>&1; t; cp $R/e_ab1.txt $OUT/
