@@ -222,3 +222,56 @@ for case in cases:
 print("OK", len(cases))
 """)
     assert "OK 6" in out, out
+
+
+def test_chunks_on_demand():
+    """A plan of more chunks than the resident grid (max_ctas above the device default: experiment 25) runs on the
+    resident grid, which takes the chunks through a ticket counter: against the fp64 reference on both frameworks
+    (bf16 and fp8 caches, q_len 2, a long sequence cut into hundreds of chunks, chunks past the plan's num_ctas),
+    and bitwise equal run to run -- which CTA runs a chunk must not matter, its partials are the chunk's own."""
+    out = _run_python("""
+import numpy as np
+from decode_harness import DecodeCase, make_inputs, check, run_torch, run_jax
+cases = [DecodeCase(seq_lens=(4096,) * 64, max_ctas=1024),
+         DecodeCase(seq_lens=(131072,) + (4096,) * 31, max_ctas=800),
+         DecodeCase(seq_lens=(700, 5, 0, 3000), kv_dtype="float8_e4m3fn", q_len=2, max_ctas=2048),
+         DecodeCase(seq_lens=(65,) * 3, max_ctas=600)]
+for case in cases:
+    inp = make_inputs(case)
+    for run in (run_torch, run_jax):
+        first = run(case, inp, "cuda")
+        check(case, inp, first)
+        for _ in range(2):
+            assert np.array_equal(first.view(np.uint16), run(case, inp, "cuda").view(np.uint16)), (case, run)
+print("OK", len(cases))
+""")
+    assert "OK 4" in out, out
+
+
+def test_chunks_on_demand_self_reset():
+    """HPC_XLA_DECODE_TICKET_RESET=last (experiment 25's A/B: no memset, the kernel's last CTA resets the tickets for
+    the next call): one plan (its workspace zeroed once) serves repeated calls, each against the fp64 reference and
+    bitwise equal to the first -- a counter left behind by one call would drop chunks from the next."""
+    out = _run_python("""
+import numpy as np
+import hpc_xla.torch as ht
+from decode_harness import DecodeCase, make_inputs, check, run_torch
+plans, vllm_plan = {}, ht.decode_plan
+def plan_once(seq_lens, **kw):  # the same plan (and workspace) for every call of a case
+    key = (tuple(seq_lens.tolist()), tuple(sorted((k, str(v)) for k, v in kw.items())))
+    if key not in plans:
+        plans[key] = vllm_plan(seq_lens, **kw)
+        plans[key].workspace.zero_()
+    return plans[key]
+ht.decode_plan = plan_once
+cases = [DecodeCase(seq_lens=(4096,) * 64, max_ctas=1024),
+         DecodeCase(seq_lens=(700, 5, 0, 3000), kv_dtype="float8_e4m3fn", q_len=2, max_ctas=2048)]
+for case in cases:
+    inp = make_inputs(case)
+    first = run_torch(case, inp, "cuda")
+    check(case, inp, first)
+    for _ in range(4):
+        assert np.array_equal(first.view(np.uint16), run_torch(case, inp, "cuda").view(np.uint16)), case
+print("OK", len(cases), len(plans))
+""", HPC_XLA_DECODE_TICKET_RESET="last")
+    assert "OK 2 2" in out, out
