@@ -79,9 +79,6 @@ int DecodeMinCapacityTiles();
 // The planner's fixed cost per piece in tiles for `config` (attention::PieceCostTiles: by the rows a piece
 // carries), or HPC_XLA_DECODE_PIECE_COST=0..16 for every config (A/B).
 int DecodePieceCostTiles(const DecodeConfig& config);
-// HPC_XLA_DECODE_TICKET_RESET=last (experiment 25's A/B): the chunk tickets reset by the kernel's last CTA instead of
-// a memset before it -- valid only where the workspace keeps its contents between calls and was zeroed once.
-bool DecodeTicketSelfReset();
 
 
 void BuildPlanHost(const int32_t* seq_lens, int batch, const DecodeConfig& config, int max_ctas, int32_t* plan);

@@ -264,20 +264,6 @@ Status DecodeAttentionCuda(const DecodeAttentionArgs& a, cudaStream_t stream) {
     grid = batch * cfg.num_kv_heads * p.static_splits;
     combine_grid = batch * cfg.num_kv_heads;
   }
-  // A plan of more chunks than the grid holds at once (max_ctas > resident CTAs, experiment 25): the resident grid
-  // takes them on demand, through a ticket counter after the partials in the workspace, zeroed here. The D = 256
-  // kernels keep the plain walk (DecodeTakesTickets): their grid is max_ctas, in waves.
-  const int resident = per_sm * MultiprocessorCount(a.q.device_id);
-  if (p.dynamic && grid > resident && attention::DecodeTakesTickets(p.head_dim)) {
-    p.tickets = reinterpret_cast<int32_t*>(p.workspace + p.num_slots * p.rows * (p.head_dim + 1));
-    p.num_physical = resident;
-    grid = resident;
-    p.tickets_self_reset = DecodeTicketSelfReset();
-    if (!p.tickets_self_reset) {
-      HPC_RETURN_IF_ERROR(CudaStatus(cudaMemsetAsync(p.tickets, 0, 2 * sizeof(int32_t), stream),
-                                     "decode_attention: ticket reset"));
-    }
-  }
   using KernelFn = void (*)(DecodeParams);
   HPC_RETURN_IF_ERROR(Launch("decode_attention kernel launch", reinterpret_cast<KernelFn>(const_cast<void*>(kernel.fn)),
                              dim3(grid), dim3(attention::kDecodeThreads), kernel.smem, stream, p));
