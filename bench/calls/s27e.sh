@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# session 27 call E (~6 min; carry .peer/exp/n and .peer/exp/e25): experiment 25b, decode chunks handed out on demand
-# (a38f96c, reverted on main; e25 = main cea212b + a38f96c). HPC_XLA_DECODE_TICKET_RESET=last: the tickets reset by
+# session 27 call E (~8 min; carry .peer/exp/n and .peer/exp/e25): experiment 25c, decode chunks handed out on demand
+# (78b8629 = 25b a38f96c with the ticket walk for head_dim <= 128 only; reverted on main; e25 = main + 78b8629). HPC_XLA_DECODE_TICKET_RESET=last: the tickets reset by
 # the kernel's last CTA instead of a memset before it (keeps the PDL overlap; torch plans only). Tests on e25: the new test_chunks_on_demand (fp64
 # reference, both frameworks, run-to-run bitwise) + test_gpu_decode.py and test_decode.py's cuda cases (the default
 # path: one chunk per CTA, kernels recompiled with the ticket walk). Then n / e25 / e25 with 2 and 4 chunks per CTA
