@@ -1,14 +1,14 @@
 #!/usr/bin/env bash
-# session 27 call E (~8 min; carry .peer/exp/n and .peer/exp/e25): experiment 25c, decode chunks handed out on demand
-# (78b8629 = 25b a38f96c with the ticket walk for head_dim <= 128 only; reverted on main; e25 = main + 78b8629). HPC_XLA_DECODE_TICKET_RESET=last: the tickets reset by
-# the kernel's last CTA instead of a memset before it (keeps the PDL overlap; torch plans only). Tests on e25: the new test_chunks_on_demand (fp64
-# reference, both frameworks, run-to-run bitwise) + test_gpu_decode.py and test_decode.py's cuda cases (the default
-# path: one chunk per CTA, kernels recompiled with the ticket walk). Then n / e25 / e25 with 2 and 4 chunks per CTA
-# (HPC_BENCH_DECODE_CHUNKS) on 8/1/128 bf16 (2 rounds) and fp8, 64/8 bf16 (1 round).
-# Predicted: e25 with k = 2..4 -2..4 us on 64x4K, 1x128K+31x4K and zipf (8/1), +0..1 on 64x512; e25 at k = 1 equal to
-# n within noise; the self-reset form 0.5-1.5 us ahead of the memset form (the PDL overlap). Refuted if no 8/1 row
-# gains > 1 us at any k, either form. If it wins: fix the D = 256 spills (NOTES) and land
-# with the device default max_ctas = k x resident.
+# session 27 call E (~8 min; carry .peer/exp/n and .peer/exp/e25): experiment 25c, decode chunks handed out on
+# demand (78b8629 = 25b a38f96c with the ticket walk for head_dim <= 128 only; reverted on main; e25 = main + 78b8629).
+# HPC_XLA_DECODE_TICKET_RESET=last: the tickets reset by the kernel's last CTA instead of a memset before it (keeps
+# the PDL overlap; torch plans only). Tests on e25: test_chunks_on_demand(_self_reset) (fp64 reference, run-to-run
+# bitwise) + test_gpu_decode.py and test_decode.py's cuda cases (the default path: one chunk per CTA, kernels
+# recompiled with the ticket walk). Then n / e25 / e25 with 2 and 4 chunks per CTA (HPC_BENCH_DECODE_CHUNKS) / 2
+# self-reset on 8/1/128 bf16 (2 rounds) and fp8, 64/8 bf16 (1 round).
+# Predicted: k = 2..4 -2..4 us on 64x4K, 1x128K+31x4K and zipf (8/1), +0..1 on 64x512; e25 at k = 1 equal to n within
+# noise; self-reset 0.5-1.5 us ahead of the memset form (the PDL overlap). Refuted if no 8/1 row gains > 1 us at any
+# k, either form. If it wins: land with the device default max_ctas = k x resident for head_dim <= 128.
 . "$(dirname "$0")/prelude.sh"
 E=$PWD/.peer/exp/e25
 PT="python3 -m pytest -q -p no:cacheprovider"
