@@ -122,9 +122,8 @@ GroupedAct GroupedActFromEnv() {
   static const GroupedAct act = [] {
     switch (EnvWord("HPC_XLA_MOE_ACT", kActWords)) {
       case 1: return GroupedAct::kKernel;
-      case 2: return GroupedAct::kEpilogue;
       case -1: return GroupedAct::kInvalid;
-      default: return GroupedAct::kAuto;
+      default: return GroupedAct::kEpilogue;  // unset or "epilogue"
     }
   }();
   return act;

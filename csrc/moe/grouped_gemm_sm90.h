@@ -70,7 +70,7 @@ GroupedGemmTile GroupedGemmTileFromEnv();
 // HPC_XLA_MOE_ACT (read once; an A/B switch): where silu(gate) * up runs when w13 is interleaved. Unset or
 // "epilogue": the gate-up GEMM's epilogue wherever that kernel exists (GroupedGemmActInEpilogue); "kernel": always
 // the act kernel (reading the interleaved gate_up). Anything else -> kInvalid. fused_moe_validate.cc.
-enum class GroupedAct { kAuto, kKernel, kEpilogue, kInvalid };
+enum class GroupedAct { kEpilogue, kKernel, kInvalid };
 GroupedAct GroupedActFromEnv();
 
 // Whether the gate-up GEMM computes the activation in its epilogue: w13 interleaved, the act not forced into the
