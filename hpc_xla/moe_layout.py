@@ -14,6 +14,12 @@ span gate and up rows). I must be a multiple of 64.
 ACT_EPILOGUE_BLOCK = 64
 
 
+def interleavable(quant, inter):
+    """Whether fused_moe takes w13_interleaved for this quant and intermediate size I (the bench and the vLLM
+    adapter prepare the layout exactly there)."""
+    return quant in (None, "fp8_tensor") and inter % ACT_EPILOGUE_BLOCK == 0
+
+
 def _check(w13, name):
     if len(w13.shape) != 3 or w13.shape[1] % (2 * ACT_EPILOGUE_BLOCK) != 0:
         raise ValueError("%s must be [E, 2I, H] with I a multiple of %d; got shape %s" %

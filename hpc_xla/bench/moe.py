@@ -41,7 +41,7 @@ import hpc_xla.torch as ht
 from hpc_xla import _options
 from hpc_xla._ext import ext
 from hpc_xla.bench import report, timing
-from hpc_xla.moe_layout import ACT_EPILOGUE_BLOCK, interleave_w13
+from hpc_xla.moe_layout import interleavable, interleave_w13
 from hpc_xla.torch.moe import fused_moe_workspace_size
 
 TOKENS = (1, 4, 16, 64, 256, 1024, 4096, 16384)  # the issue's list (the whole suite ran in ~90 s, session 21)
@@ -124,8 +124,7 @@ def _interleave(quant, i):
     """Whether ours gets w13 prepared in the interleaved layout (fused_moe's w13_interleaved): where the op takes it
     (quant None / fp8_tensor, I a multiple of 64), as a deployment would load it, unless HPC_BENCH_MOE_INTERLEAVE=0
     (A/B against vLLM's layout). The peers always read vLLM's layout."""
-    return (os.environ.get("HPC_BENCH_MOE_INTERLEAVE", "1") != "0" and quant in (None, "fp8_tensor")
-            and i % ACT_EPILOGUE_BLOCK == 0)
+    return os.environ.get("HPC_BENCH_MOE_INTERLEAVE", "1") != "0" and interleavable(quant, i)
 
 
 def _ours(w, inp, quant, offset, e_global, workspace):

@@ -31,23 +31,16 @@ def register():
 
 def _register():
     from vllm.model_executor.layers import hpc as hpc_layers
-    from vllm.model_executor.layers.fused_moe import hpc_moe, unquantized_fused_moe_method
+    from vllm.model_executor.layers.fused_moe import hpc_moe
     from vllm.model_executor.layers.hpc import rope_norm as hpc_rope_norm
     from vllm.v1.attention.backends.registry import AttentionBackendEnum, register_backend
 
-    from hpc_xla.vllm.moe import HpcXlaExperts, convert_fp8, convert_unquantized, select_unquantized_backend
+    from hpc_xla.vllm.moe import HpcXlaExperts
     from hpc_xla.vllm.rope_norm import HpcXlaRopeNorm
 
     register_backend(AttentionBackendEnum.HPC_ATTN, ATTENTION_BACKEND)
     hpc_moe.HPCExperts = HpcXlaExperts
-    select = unquantized_fused_moe_method.select_unquantized_moe_backend
-    if not getattr(select, "hpc_xla", False):  # bf16 MoE layers: "hpc" -> ours, anything else -> vLLM's choice
-        def select_hpc_xla(moe_config, _vllm_select=select):
-            return select_unquantized_backend(moe_config, _vllm_select)
-
-        select_hpc_xla.hpc_xla = True
-        unquantized_fused_moe_method.select_unquantized_moe_backend = select_hpc_xla
-    _wrap_weight_conversions(convert_unquantized, convert_fp8)
+    _wrap_vllm_functions()  # bf16 backend selection, the weight conversions
     # models import the name from the package when they are built, normally after the plugins ran
     hpc_layers.HpcRopeNorm = hpc_rope_norm.HpcRopeNorm = HpcXlaRopeNorm
     for name in ("vllm.model_executor.models.hy_v3",):
@@ -55,23 +48,31 @@ def _register():
             sys.modules[name].HpcRopeNorm = HpcXlaRopeNorm
 
 
-# Where vLLM's quant methods find the two weight conversions (imported by name at module load, or from the oracle
-# modules at call time: both are rebound; a module imported later takes the oracle's, already ours).
-_UNQUANTIZED_CONVERT = ("vllm.model_executor.layers.fused_moe.oracle.unquantized",
-                        "vllm.model_executor.layers.fused_moe.unquantized_fused_moe_method")
-_FP8_CONVERT = ("vllm.model_executor.layers.fused_moe.oracle.fp8", "vllm.model_executor.layers.quantization.fp8",
-                "vllm.model_executor.layers.quantization.modelopt",
-                ("vllm.model_executor.layers.quantization.compressed_tensors.compressed_tensors_moe."
-                 "compressed_tensors_moe_w8a8_fp8"))
+# vLLM functions hpc_xla stands in for (hpc_xla.vllm.moe: ours(vllm_fn, *args) decides, vLLM's otherwise), each with
+# the modules that hold it: the defining one first, then those that imported it by name at module load (rebound if
+# already imported; one imported later takes the defining module's, already ours).
+_WRAPPED = (
+    ("select_unquantized_moe_backend", "select_unquantized_backend",  # bf16 MoE layers: "hpc" -> our experts
+     ("vllm.model_executor.layers.fused_moe.unquantized_fused_moe_method",)),
+    ("convert_to_unquantized_kernel_format", "convert_unquantized",  # the hpc backends' w13 layout
+     ("vllm.model_executor.layers.fused_moe.oracle.unquantized",
+      "vllm.model_executor.layers.fused_moe.unquantized_fused_moe_method")),
+    ("convert_to_fp8_moe_kernel_format", "convert_fp8",
+     ("vllm.model_executor.layers.fused_moe.oracle.fp8", "vllm.model_executor.layers.quantization.fp8",
+      "vllm.model_executor.layers.quantization.modelopt",
+      ("vllm.model_executor.layers.quantization.compressed_tensors.compressed_tensors_moe."
+       "compressed_tensors_moe_w8a8_fp8"))),
+)
 
 
-def _wrap_weight_conversions(convert_unquantized, convert_fp8):
-    """The hpc backends' w13 layout (hpc_xla.vllm.moe): vLLM's conversions wrapped where the quant methods call them.
-    Idempotent (a wrapped function is marked)."""
+def _wrap_vllm_functions():
+    """Rebinds each function of _WRAPPED to a wrapper calling ours with vLLM's. Idempotent (a wrapper is marked)."""
     import importlib
 
-    for modules, name, ours in ((_UNQUANTIZED_CONVERT, "convert_to_unquantized_kernel_format", convert_unquantized),
-                                (_FP8_CONVERT, "convert_to_fp8_moe_kernel_format", convert_fp8)):
+    from hpc_xla.vllm import moe
+
+    for name, ours_name, modules in _WRAPPED:
+        ours = getattr(moe, ours_name)
         source = importlib.import_module(modules[0])
         vllm_fn = getattr(source, name)
         if not getattr(vllm_fn, "hpc_xla", False):

@@ -128,13 +128,13 @@ class HpcXlaExperts(mk.FusedMoEExpertsModular):
                      w13_interleaved=bool(getattr(w1, "hpc_xla_interleaved", False)), **scales)
 
 
-def interleaved_for_hpc(w13):
+def _interleaved_for_hpc(w13, quant):
     """w13 [E, 2I, H] in vLLM's layout -> the interleaved copy fused_moe reads with w13_interleaved=True, tagged for
-    the experts; None where fused_moe keeps vLLM's layout (I not a multiple of 64)."""
-    from hpc_xla.moe_layout import ACT_EPILOGUE_BLOCK, interleave_w13
+    the experts; w13 itself where fused_moe keeps vLLM's layout (moe_layout.interleavable)."""
+    from hpc_xla.moe_layout import interleavable, interleave_w13
 
-    if w13.dim() != 3 or w13.shape[1] % (2 * ACT_EPILOGUE_BLOCK) != 0:
-        return None
+    if w13.dim() != 3 or w13.shape[1] % 2 or not interleavable(quant, w13.shape[1] // 2):
+        return w13
     out = interleave_w13(w13).contiguous()
     out.hpc_xla_interleaved = True
     return out
@@ -146,7 +146,7 @@ def convert_unquantized(vllm_convert, unquantized_backend, moe_config, w13_weigh
     w13_new, w2_new = vllm_convert(unquantized_backend, moe_config=moe_config, w13_weight=w13_weight,
                                    w2_weight=w2_weight, layer=layer)
     if getattr(moe_config, "moe_backend", None) == "hpc":
-        w13_new = _maybe_interleaved(w13_new)
+        w13_new = _interleaved_for_hpc(w13_new, None)
     return w13_new, w2_new
 
 
@@ -159,17 +159,8 @@ def convert_fp8(vllm_convert, fp8_backend, layer, w13, w2, w13_scale, w2_scale, 
                                                 w13_scale=w13_scale, w2_scale=w2_scale,
                                                 w13_input_scale=w13_input_scale, w2_input_scale=w2_input_scale)
     if fp8_backend == Fp8MoeBackend.HPC and not hasattr(layer, "weight_block_size"):
-        w13 = _maybe_interleaved(w13)
+        w13 = _interleaved_for_hpc(w13, "fp8_tensor")
     return w13, w2, w13_scale, w2_scale
-
-
-def _maybe_interleaved(w13):
-    new = interleaved_for_hpc(w13)
-    if new is None:  # vLLM's layout: a stale tag from an earlier load must not survive on this tensor
-        if getattr(w13, "hpc_xla_interleaved", False):
-            w13.hpc_xla_interleaved = False
-        return w13
-    return new
 
 
 def unsupported_features(moe_config, quant_config=None):
@@ -191,7 +182,7 @@ def _per_expert(scale, weight, name):
     return scale.reshape(weight.shape[0]).float()
 
 
-def select_unquantized_backend(moe_config, vllm_select):
+def select_unquantized_backend(vllm_select, moe_config):
     """Stands in for vLLM's select_unquantized_moe_backend (bf16 MoE layers): "hpc" -> these experts on the TRITON
     backend's terms (vLLM's w13 [E, 2I, H] / w2 [E, H, I] layout as loaded, no padding, modular prepare/finalize);
     any other choice -> vLLM's own selection."""
