@@ -582,7 +582,7 @@ def _run_paths(runs, args, tmp_path):
     for dst, proc in started:
         r = _finish_child(proc)
         assert r.returncode == 0, r.stdout + r.stderr
-        results.append((np.load(dst).view(BF16), int(r.stdout.split("TILE")[1].split()[0])))
+        results.append((np.load(dst).view(BF16), _printed(r, "TILE")))
     return results
 
 
@@ -640,6 +640,22 @@ def test_grouped_other_tiles_agree(tokens, quant, tmp_path):
         assert err < _tol(p), "v1 vs grouped %s relative error %g" % (tile, err)
 
 
+def _printed(r, name):
+    """The integer a _PATH_CHILD printed after NAME (TILE, ACT, EPILOGUES)."""
+    return int(r.stdout.split(name)[1].split()[0])
+
+
+def _run_layouts(case, runs, tmp_path):
+    """_PATH_CHILD on `case` once per (extra env, w13 layout: "" or "interleaved") of `runs`, all at once; returns
+    (outputs, finished children), in order."""
+    started = [_start_child(_PATH_CHILD % (case,), [str(tmp_path / ("out_%d.npy" % i)), layout], **env)
+               for i, (env, layout) in enumerate(runs)]
+    done = [_finish_child(proc) for proc in started]
+    for r in done:
+        assert r.returncode == 0, r.stdout + r.stderr
+    return [np.load(str(tmp_path / ("out_%d.npy" % i))).view(BF16) for i in range(len(runs))], done
+
+
 # make_problem's (tokens, experts, H, I, k, quant, offset, extra, shared, seed, x_fp8)
 ACT_CASES = [
     (5, 4, 256, 256, 2, "fp8_tensor", 1, 2, True, 51, False),     # groups of 0-3 rows: the M predicate
@@ -664,21 +680,17 @@ def test_grouped_act_epilogue_equals_kernel(case, tile, tmp_path):
     pointer bug (or that a wgmma column's sum depends on its tile column: the one assumption). The epilogue runs
     twice: a row written past an expert's M lands, in bounds, on the next expert's rows, which memcheck cannot
     see, and on which of the two writes wins depends on timing."""
-    env = {"HPC_XLA_MOE_GEMM_TILE": tile}
+    env = {"HPC_XLA_MOE_PATH": "grouped", "HPC_XLA_MOE_GEMM_TILE": tile}
     runs = [(dict(env), ""), (dict(env, HPC_XLA_MOE_ACT="kernel"), "interleaved"), (dict(env), "interleaved"),
             (dict(env, HPC_XLA_MOE_ACT="epilogue"), "interleaved")]
-    started = [_start_child(_PATH_CHILD % (case,), [str(tmp_path / ("out_%d.npy" % i)), layout],
-                            HPC_XLA_MOE_PATH="grouped", **r) for i, (r, layout) in enumerate(runs)]
-    done = [_finish_child(proc) for proc in started]
+    (plain, kernel, epi, epi2), done = _run_layouts(case, runs, tmp_path)
     for r in done:
-        assert r.returncode == 0, r.stdout + r.stderr
-        assert int(r.stdout.split("TILE")[1].split()[0]) == GROUPED_TILE, r.stdout
+        assert _printed(r, "TILE") == GROUPED_TILE, r.stdout
     # the epilogue really ran where predicted (a silent fallback to the act kernel would still be right, but it
     # would not be what this tests): predicted by the host rule and counted at the launch
-    assert [int(r.stdout.split("ACT")[1].split()[0]) for r in done] == [0, 0, 1, 1], [r.stdout for r in done]
-    launches = [int(r.stdout.split("EPILOGUES")[1].split()[0]) for r in done]
+    assert [_printed(r, "ACT") for r in done] == [0, 0, 1, 1], [r.stdout for r in done]
+    launches = [_printed(r, "EPILOGUES") for r in done]
     assert launches[:2] == [0, 0] and min(launches[2:]) >= 1, [r.stdout for r in done]
-    plain, kernel, epi, epi2 = (np.load(str(tmp_path / ("out_%d.npy" % i))).view(BF16) for i in range(4))
     for other in (kernel, epi, epi2):
         assert np.array_equal(plain.view(np.uint16), other.view(np.uint16))
     if case[0] <= 800:
@@ -707,15 +719,11 @@ def test_interleaved_w13_equals_plain_on_every_path(env, case, tmp_path):
     """The stream (mma.sync / wgmma gate-up), tiled (16 / 32 rows, K splits) and grouped 64-row paths read an
     interleaved w13 through W13GateRow / W13UpDelta: bitwise equal to the same path on vLLM's layout (the same
     products in the same order, only the rows' addresses move), and within the oracle's tolerance."""
-    started = [_start_child(_PATH_CHILD % (case,), [str(tmp_path / ("out_%d.npy" % i)), layout], **env)
-               for i, layout in enumerate(["", "interleaved"])]
-    done = [_finish_child(proc) for proc in started]
+    (plain, inter), done = _run_layouts(case, [(env, ""), (env, "interleaved")], tmp_path)
     for r in done:
-        assert r.returncode == 0, r.stdout + r.stderr
-        assert int(r.stdout.split("ACT")[1].split()[0]) == 0, r.stdout  # not the epilogue: the path under test
-    tiles = {int(r.stdout.split("TILE")[1].split()[0]) for r in done}
+        assert _printed(r, "ACT") == 0, r.stdout  # not the epilogue: the path under test
+    tiles = {_printed(r, "TILE") for r in done}
     assert len(tiles) == 1 and (tiles.pop() < GROUPED_TILE) == (env["HPC_XLA_MOE_PATH"] != "grouped"), done[0].stdout
-    plain, inter = (np.load(str(tmp_path / ("out_%d.npy" % i))).view(BF16) for i in range(2))
     assert np.array_equal(plain.view(np.uint16), inter.view(np.uint16))
     p = make_problem(*case[:5], quant=case[5], expert_offset=case[6], extra_experts=case[7], shared=case[8],
                      seed=case[9])
