@@ -635,9 +635,7 @@ def test_bf16_layers_select_hpc_xla_through_vllms_unquantized_path(monkeypatch):
 
     kernel = make_unquantized_moe_kernel(FUSED_MOE_UNQUANTIZED_CONFIG, config, backend, experts_cls)
     w1, w2, _, _, w13_q, w2_q = moe_weights(rng, E, H, I, None)
-    x = torch.tensor(rng.standard_normal((T, H)), dtype=torch.bfloat16)
-    ids = torch.tensor(np.stack([rng.choice(E, K, replace=False) for _ in range(T)]), dtype=torch.int32)
-    weights = torch.tensor(rng.random((T, K)), dtype=torch.float32)
+    x, ids, weights = _routed(rng, E, H, K, T)
     out = kernel.apply(hidden_states=x, w1=w1, w2=w2, topk_weights=weights, topk_ids=ids,
                        activation=MoEActivation.SILU, global_num_experts=E, expert_map=None,
                        apply_router_weight_on_input=False)
