@@ -808,6 +808,51 @@ def test_fp8_weight_conversion_interleaves_per_tensor_w13_for_hpc(block):
     assert other is w1 and not getattr(other, "hpc_xla_interleaved", False)
 
 
+@pytest.mark.parametrize("quant", [None, "fp8_tensor", "fp8_block128"])
+def test_experts_built_for_pre_processed_weights_read_the_converted_layout(quant):
+    """vLLM's IPC weight cache hands over w13 as the daemon's conversion left it (interleaved for hpc layers where
+    interleavable) but without our tag, and builds the experts under weights_already_processed -- as
+    make_fp8_moe_kernel does here. Those experts read the untagged interleaved w13 bitwise like vLLM's layout;
+    experts built outside that mode still take an untagged w13 as vLLM's layout; block128 is never interleaved."""
+    from vllm.model_executor.layers.fused_moe.config import FUSED_MOE_UNQUANTIZED_CONFIG, fp8_w8a8_moe_quant_config
+    from vllm.model_executor.layers.fused_moe.oracle.fp8 import Fp8MoeBackend, make_fp8_moe_kernel
+    from vllm.model_executor.utils import weights_already_processed
+
+    from hpc_xla.moe_layout import interleavable, interleave_w13
+    from hpc_xla.vllm.moe import HpcXlaExperts
+
+    block = quant == "fp8_block128"
+    rng = np.random.default_rng(5)
+    E, H, I, K, T = 4, 256, 128, 2, 5
+    w1, w2, w13_s, w2_s, _, _ = moe_weights(rng, E, H, I, quant)
+    if quant is None:
+        qc = FUSED_MOE_UNQUANTIZED_CONFIG
+    else:
+        qc = fp8_w8a8_moe_quant_config(w1_scale=torch.tensor(w13_s), w2_scale=torch.tensor(w2_s),
+                                       a1_scale=None if block else torch.tensor(0.02),
+                                       a2_scale=None if block else torch.tensor(0.004),
+                                       block_shape=[128, 128] if block else None)
+    loaded = experts_for(E, H, I, K, 1, 0, qc)
+    assert not loaded.weights_pre_processed
+    x, ids, weights = _routed(rng, E, H, K, T)
+    plain = _apply(loaded, x, w1, w2, weights, ids)
+    with weights_already_processed():
+        if quant == "fp8_tensor":  # vLLM's own kernel builder, as Fp8MoEMethod._init_moe_kernel calls it
+            cached = make_fp8_moe_kernel(qc, loaded.moe_config, HpcXlaExperts, Fp8MoeBackend.HPC).fused_experts
+        else:
+            cached = experts_for(E, H, I, K, 1, 0, qc)
+    assert cached.weights_pre_processed and isinstance(cached, HpcXlaExperts)
+    as_held = w1 if quant is None else w1.view(torch.uint8)
+    daemon_w13 = interleave_w13(as_held) if interleavable(quant, I) else as_held  # what the daemon's conversion left
+    daemon_w13 = daemon_w13 if quant is None else daemon_w13.view(torch.float8_e4m3fn)
+    assert not getattr(daemon_w13, "hpc_xla_interleaved", False)
+    out = _apply(cached, x, daemon_w13, w2, weights, ids)
+    assert torch.equal(out.view(torch.int16), plain.view(torch.int16))
+    if interleavable(quant, I):  # the same untagged tensor to experts built at load time: vLLM's layout, so wrong
+        assert not torch.equal(_apply(loaded, x, daemon_w13, w2, weights, ids).view(torch.int16),
+                               plain.view(torch.int16))
+
+
 def test_experts_declare_what_vllm_selects_them_for():
     from vllm.model_executor.layers.quantization.utils.quant_utils import (kFp8Dynamic128Sym, kFp8DynamicTensorSym,
                                                                            kFp8Static128BlockSym, kFp8StaticTensorSym)

@@ -16,8 +16,11 @@ weight reload. The plugin wraps both: for the "hpc" backends, bf16 and fp8 per-t
 them interleaved (`hpc_xla.moe_layout.interleave_w13`), tagged `hpc_xla_interleaved` -- vLLM's replace_parameter
 copies the data into the layer's parameter (same storage: CUDA graphs stay valid) and carries the tag over -- and
 the experts pass `w13_interleaved` from that tag, so the grouped path computes silu(gate) * up in its gate-up GEMM's
-epilogue. Weights vLLM marks as already in runtime format (is_weights_pre_processed) skip the conversion and keep
-whatever layout and tag they were saved with.
+epilogue. Weights vLLM marks as already in runtime format (is_weights_pre_processed: the weight cache's IPC loader,
+whose daemon ran the conversion under the same `moe_backend`, part of its cache key) skip the conversion, and the
+tag does not cross the IPC boundary: experts built in that mode (vLLM builds them inside it, `_init_moe_kernel`) take
+w13 as interleaved wherever the conversion would have interleaved it (`interleavable`), which is the layout the
+daemon's conversion left.
 """
 
 import torch
@@ -27,6 +30,7 @@ from vllm.model_executor.layers.fused_moe.activation import MoEActivation
 from vllm.model_executor.layers.fused_moe.topk_weight_and_reduce import TopKWeightAndReduceNoOP
 from vllm.model_executor.layers.quantization.utils.quant_utils import (kFp8Dynamic128Sym, kFp8Static128BlockSym,
                                                                        kFp8StaticTensorSym)
+from vllm.model_executor.utils import is_weights_pre_processed
 from vllm.platforms import current_platform
 
 SCHEMES = ((kFp8StaticTensorSym, kFp8StaticTensorSym), (kFp8Static128BlockSym, kFp8Dynamic128Sym), (None, None))
@@ -52,6 +56,9 @@ class HpcXlaExperts(mk.FusedMoEExpertsModular):
             self.quant = None
         else:
             self.quant = "fp8_block128" if quant_config.is_block_quantized else "fp8_tensor"
+        # Built under vLLM's weights_already_processed (the IPC weight cache): w13 is in the runtime format the
+        # daemon's conversion made, without our tag (see the module docstring).
+        self.weights_pre_processed = is_weights_pre_processed()
 
     @property
     def expects_unquantized_inputs(self):
@@ -125,7 +132,16 @@ class HpcXlaExperts(mk.FusedMoEExpertsModular):
                           a13_scale=qc.a1_scale.reshape(()).float(), a2_scale=qc.a2_scale.reshape(()).float())
         ht.fused_moe(hidden_states, w1, w2, topk_weights.float(), topk_ids.int(), quant=self.quant,
                      expert_offset=offset, num_experts_global=experts, out=output,
-                     w13_interleaved=bool(getattr(w1, "hpc_xla_interleaved", False)), **scales)
+                     w13_interleaved=self._w13_interleaved(w1), **scales)
+
+    def _w13_interleaved(self, w1):
+        """Whether w1 holds w13 in fused_moe's interleaved layout: tagged by our conversion, or pre-processed weights
+        of a shape that conversion interleaves."""
+        from hpc_xla.moe_layout import interleavable
+
+        if getattr(w1, "hpc_xla_interleaved", False):
+            return True
+        return self.weights_pre_processed and w1.dim() == 3 and interleavable(self.quant, w1.shape[1] // 2)
 
 
 def _interleaved_for_hpc(w13, quant):
