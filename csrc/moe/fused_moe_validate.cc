@@ -44,6 +44,7 @@ constexpr const char* kReduceWords[] = {"dense", "sparse"};
 constexpr const char* kTiledMWords[] = {"16", "32"};
 constexpr const char* kGemmTileWords[] = {"128x256", "128x128", "64x256", "64x128"};
 constexpr const char* kActWords[] = {"kernel", "epilogue"};
+constexpr const char* kDownStoreWords[] = {"tma", "scatter"};
 
 // 1 + the index of the variable's value in `words`, 0 when it is unset or empty, -1 for anything else.
 template <size_t N>
@@ -127,6 +128,17 @@ GroupedAct GroupedActFromEnv() {
     }
   }();
   return act;
+}
+
+GroupedDownStore GroupedDownStoreFromEnv() {
+  static const GroupedDownStore store = [] {
+    switch (EnvWord("HPC_XLA_MOE_DOWN_STORE", kDownStoreWords)) {
+      case 2: return GroupedDownStore::kScatter;
+      case -1: return GroupedDownStore::kInvalid;
+      default: return GroupedDownStore::kTma;  // unset or "tma"
+    }
+  }();
+  return store;
 }
 
 }  // namespace moe
@@ -280,6 +292,9 @@ Status ValidateFusedMoeCuda(const FusedMoeArgs& a) {
   if (moe::MoeTiledMFromEnv() < 0) return c.Fail(EnvWordRefusal("HPC_XLA_MOE_TILED_M", kTiledMWords));
   if (!moe::GroupedGemmTileFromEnv().valid) return c.Fail(EnvWordRefusal("HPC_XLA_MOE_GEMM_TILE", kGemmTileWords));
   if (moe::GroupedActFromEnv() == moe::GroupedAct::kInvalid) return c.Fail(EnvWordRefusal("HPC_XLA_MOE_ACT", kActWords));
+  if (moe::GroupedDownStoreFromEnv() == moe::GroupedDownStore::kInvalid) {
+    return c.Fail(EnvWordRefusal("HPC_XLA_MOE_DOWN_STORE", kDownStoreWords));
+  }
   const int64_t tokens = a.x.shape[0], hidden = a.x.shape[1], experts = a.w13.shape[0], inter = a.w13.shape[1] / 2;
   if (hidden % 64 != 0) return c.Fail("the CUDA path needs H (x.shape[1]) to be a multiple of 64; got " + std::to_string(hidden));
   if (inter % 64 != 0) {

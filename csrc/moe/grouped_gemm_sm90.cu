@@ -11,6 +11,8 @@
 // Cluster 1x1x1: groups are as small as one M tile, where a cluster's second CTA would often idle.
 // w13 interleaved in blocks of 64 rows: GEMM1 (fp8_tensor | bf16, 128x256 / 128x128) writes silu(gate) * up itself
 // from its accumulators (moe_act_epilogue_sm90.h) instead of gate_up for the act kernel (GroupedGemmActInEpilogue).
+// HPC_XLA_MOE_DOWN_STORE=scatter: GEMM2 on 128-row tiles stores each row at its pair's index from registers
+// (moe_down_epilogue_sm90.h; GroupedGemmDownScatter), so the reduce reads a token's rows contiguously.
 //
 // Why our own entry kernel instead of GemmUniversalAdapter: (1) CUTLASS 4.2's ptr-array kernels never call
 // griddepcontrol.wait, so launching them with PDL would let them read the setup kernel's arguments too early;
@@ -38,6 +40,7 @@
 #include "csrc/common/launch.cuh"
 #include "csrc/moe/grouped_gemm_sm90.h"
 #include "csrc/moe/moe_act_epilogue_sm90.h"
+#include "csrc/moe/moe_down_epilogue_sm90.h"
 #include "csrc/moe/moe_common.cuh"
 #include "cute/tensor.hpp"
 #include "cutlass/cutlass.h"
@@ -51,8 +54,10 @@
 namespace hpc::moe {
 namespace {
 
-// Gate-up launches whose epilogue computed the activation (FusedMoeActEpilogueLaunches: the tests' proof it ran).
+// Gate-up launches whose epilogue computed the activation, down launches that stored by pair
+// (FusedMoeActEpilogueLaunches, FusedMoeDownScatterLaunches: the tests' proof that they ran).
 std::atomic<int64_t> g_act_epilogue_launches{0};
+std::atomic<int64_t> g_down_scatter_launches{0};
 
 using namespace cute;
 
@@ -108,9 +113,10 @@ using Bf16Kernel = Bf16Grouped::Kernel;
 using Fp8TensorKernel = Fp8TensorGrouped::Kernel;
 using Bf16WideKernel = Bf16WideGrouped::Kernel;
 using Fp8TensorWideKernel = Fp8TensorWideGrouped::Kernel;
-using Fp8BlockKernel = GroupedKernel<cutlass::float_e4m3_t, Shape<_128, _128, _128>,
-                                     cutlass::gemm::KernelPtrArrayTmaWarpSpecializedCooperativeFP8BlockScaledAccum,
-                                     true>::Kernel;
+using Fp8BlockGrouped = GroupedKernel<cutlass::float_e4m3_t, Shape<_128, _128, _128>,
+                                      cutlass::gemm::KernelPtrArrayTmaWarpSpecializedCooperativeFP8BlockScaledAccum,
+                                      true>;
+using Fp8BlockKernel = Fp8BlockGrouped::Kernel;
 // 64-row tiles (ping-pong) for groups of a few dozen rows: a 128-row tile would run mostly past the expert's rows.
 using Bf16NarrowKernel = GroupedKernel<cutlass::bfloat16_t, Shape<_64, _256, _64>,
                                        cutlass::gemm::KernelPtrArrayTmaWarpSpecializedPingpong, false>::Kernel;
@@ -135,6 +141,21 @@ using Bf16ActKernel = ActEpilogueKernelOf<Bf16Grouped, MoeQuant::kNone>;
 template <class Kernel>
 constexpr bool kActEpilogue = std::is_same_v<typename Kernel::CollectiveEpilogue, MoeActEpilogue<MoeQuant::kFp8Tensor>> ||
                               std::is_same_v<typename Kernel::CollectiveEpilogue, MoeActEpilogue<MoeQuant::kNone>>;
+
+// The down GEMMs storing by pair (moe_down_epilogue_sm90.h): the same mainloops, the register epilogue.
+template <class G>
+using DownScatterKernelOf = cutlass::gemm::kernel::GemmUniversal<ProblemShape, typename G::Mainloop, MoeDownScatterEpilogue>;
+using Fp8TensorWideDownKernel = DownScatterKernelOf<Fp8TensorWideGrouped>;
+using Fp8TensorDownKernel = DownScatterKernelOf<Fp8TensorGrouped>;
+using Bf16WideDownKernel = DownScatterKernelOf<Bf16WideGrouped>;
+using Bf16DownKernel = DownScatterKernelOf<Bf16Grouped>;
+using Fp8BlockDownKernel = DownScatterKernelOf<Fp8BlockGrouped>;
+template <class Kernel>
+constexpr bool kDownScatter = std::is_same_v<typename Kernel::CollectiveEpilogue, MoeDownScatterEpilogue>;
+// Kernels on CUTLASS's blockwise-scaled mainloop (its arguments carry the scale factors).
+template <class Kernel>
+constexpr bool kBlockScaled = std::is_same_v<Kernel, Fp8BlockKernel> || std::is_same_v<Kernel, Fp8BlockNarrowKernel> ||
+                              std::is_same_v<Kernel, Fp8BlockDownKernel>;
 
 // The CUTLASS kernel body behind a PDL wait (see the top of the file). No static shared memory here: the
 // kernel's SharedStorage must start at the dynamic shared-memory base (TMA swizzle alignment).
@@ -273,7 +294,7 @@ typename Kernel::Arguments MakeArguments(const GroupedGemmGroups& g, const Group
   typename Kernel::Arguments args{};
   args.mode = cutlass::gemm::GemmUniversalMode::kGrouped;
   args.problem_shape = ProblemShape{g.experts, w.shape, nullptr};  // sizes only on the device
-  if constexpr (std::is_same_v<Kernel, Fp8BlockKernel> || std::is_same_v<Kernel, Fp8BlockNarrowKernel>) {
+  if constexpr (kBlockScaled<Kernel>) {
     args.mainloop = {reinterpret_cast<const ElementAB**>(w.a), w.stride_a, reinterpret_cast<const ElementAB**>(w.b),
                      w.stride_b, w.sfa, w.layout_sfa, w.sfb, w.layout_sfb};
   } else {
@@ -285,6 +306,12 @@ typename Kernel::Arguments MakeArguments(const GroupedGemmGroups& g, const Group
     args.epilogue.out = w.d;  // the setup kernel's per-group rows of the intermediate
     args.epilogue.out_scale = p.act_scale;
     args.epilogue.ld = p.n / 2;
+  } else if constexpr (kDownScatter<Kernel>) {
+    args.epilogue.alpha = g.quant == MoeQuant::kFp8Tensor ? w.alpha : nullptr;
+    args.epilogue.expert_first = g.expert_first;
+    args.epilogue.sorted_pairs = p.sorted_pairs;
+    args.epilogue.down = static_cast<__nv_bfloat16*>(p.d);  // the whole [T * k, N]: rows by pair, not by group
+    args.epilogue.ld = p.n;
   } else {
     auto& fusion = args.epilogue.thread;
     fusion.beta = 0.f;
@@ -384,6 +411,21 @@ Status LaunchGroupedGemm(const GroupedGemmGroups& g, const GroupedGemmProblem& p
     if (launched.ok()) g_act_epilogue_launches.fetch_add(1, std::memory_order_relaxed);
     return launched;
   }
+  if (p.down_scatter) {  // the caller checked GroupedGemmDownScatter: 128-row tiles
+    if (narrow || p.act_epilogue || p.sorted_pairs == nullptr) {
+      return Status::Internal("fused_moe grouped GEMM: the pair-order store needs 128-row tiles and sorted_pairs");
+    }
+    Status launched;
+    if (g.quant == MoeQuant::kNone) {
+      launched = wide ? RunKernel<Bf16WideDownKernel>(g, p, stream) : RunKernel<Bf16DownKernel>(g, p, stream);
+    } else if (g.quant == MoeQuant::kFp8Tensor) {
+      launched = wide ? RunKernel<Fp8TensorWideDownKernel>(g, p, stream) : RunKernel<Fp8TensorDownKernel>(g, p, stream);
+    } else {
+      launched = RunKernel<Fp8BlockDownKernel>(g, p, stream);
+    }
+    if (launched.ok()) g_down_scatter_launches.fetch_add(1, std::memory_order_relaxed);
+    return launched;
+  }
   switch (g.quant) {
     case MoeQuant::kNone:
       if (narrow) return RunKernel<Bf16NarrowKernel>(g, p, stream);
@@ -404,4 +446,5 @@ Status LaunchGroupedGemm(const GroupedGemmGroups& g, const GroupedGemmProblem& p
 
 namespace hpc {
 int64_t FusedMoeActEpilogueLaunches() { return moe::g_act_epilogue_launches.load(std::memory_order_relaxed); }
+int64_t FusedMoeDownScatterLaunches() { return moe::g_down_scatter_launches.load(std::memory_order_relaxed); }
 }  // namespace hpc

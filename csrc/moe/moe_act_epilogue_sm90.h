@@ -25,8 +25,8 @@
 // rows past the group's M (the next expert's rows follow unpadded) and columns past N (Hy3's I = 192: half of the
 // second 256-wide tile) masked. A quad transpose to 8-byte stores is a later step, if the stores show up.
 //
-// The class has DefaultEpilogueArray's interface (cutlass/epilogue/collective/default_epilogue_array.hpp) and runs
-// inside CUTLASS's Sm90TmaWarpSpecializedAdapter, like the builder's PtrArrayNoSmemWarpSpecialized epilogue.
+// The class is a register-only epilogue (moe_register_epilogue_sm90.h: DefaultEpilogueArray's interface inside
+// CUTLASS's Sm90TmaWarpSpecializedAdapter).
 #pragma once
 
 #include <cuda_bf16.h>
@@ -37,67 +37,33 @@
 #include "csrc/common/numeric.h"
 #include "csrc/moe/fused_moe.h"
 #include "csrc/moe/moe_common.cuh"
-#include "cute/tensor.hpp"
-#include "cutlass/cutlass.h"
-#include "cutlass/detail/layout.hpp"
-#include "cutlass/epilogue/collective/detail.hpp"
-#include "cutlass/epilogue/dispatch_policy.hpp"
+#include "csrc/moe/moe_register_epilogue_sm90.h"
 
 namespace hpc::moe {
 
 // Column block of the interleaved w13 (gate rows then up rows, 64 each).
 constexpr int kActEpilogueBlock = 64;
 
+struct MoeActEpilogueArgs {
+  const float* alpha = nullptr;      // [groups] fp8_tensor: a13 * w13_scale[e] (the setup kernel's); bf16: null (1)
+  void** out = nullptr;              // [groups] the group's first row of the intermediate [P, I]
+  const float* out_scale = nullptr;  // fp8_tensor: a2 (static activation scale of the down GEMM's input)
+  int64_t ld = 0;                    // row pitch of the intermediate in elements (I)
+};
+
 template <MoeQuant kQuant>
-class MoeActEpilogueArray {
+class MoeActEpilogueArray : public MoeRegisterEpilogueBase<MoeActEpilogueArgs> {
   static_assert(kQuant == MoeQuant::kFp8Tensor || kQuant == MoeQuant::kNone,
                 "fp8_block128 keeps the act kernel (its per-128 amax spans two 128x128 CTAs)");
+  using Base = MoeRegisterEpilogueBase<MoeActEpilogueArgs>;
 
  public:
-  using EpilogueSchedule = cutlass::epilogue::PtrArrayNoSmemWarpSpecialized;
-  using DispatchPolicy = EpilogueSchedule;
-  // Only what the kernel names: C is never read; D is described by Arguments below (StrideD unused, rank 3).
-  using ElementC = void;
-  using ElementD = cutlass::bfloat16_t;
-  using StrideC = cutlass::detail::TagToStrideC_t<cutlass::layout::RowMajor*>;
-  using StrideD = StrideC;
-  using InternalStrideC = cute::remove_pointer_t<StrideC>;
-  using InternalStrideD = cute::remove_pointer_t<StrideD>;
-  using GmemTiledCopyC = void;
-  using GmemTiledCopyD = void;
+  using Base::Base;
 
-  struct SharedStorage {};
-  using TensorMapStorage = SharedStorage;
-
-  struct Arguments {
-    const float* alpha = nullptr;      // [groups] fp8_tensor: a13 * w13_scale[e] (the setup kernel's); bf16: null (1)
-    void** out = nullptr;              // [groups] the group's first row of the intermediate [P, I]
-    const float* out_scale = nullptr;  // fp8_tensor: a2 (static activation scale of the down GEMM's input)
-    int64_t ld = 0;                    // row pitch of the intermediate in elements (I)
-  };
-  using Params = Arguments;
-
-  template <class ProblemShape>
-  static constexpr Params to_underlying_arguments(ProblemShape const&, Arguments const& args, void*) {
-    return args;
-  }
-  template <class ProblemShape>
-  static size_t get_workspace_size(ProblemShape const&, Arguments const&, int) {
-    return 0;
-  }
-  template <class ProblemShape>
-  static cutlass::Status initialize_workspace(ProblemShape const&, Arguments const&, void*, cudaStream_t,
-                                              cutlass::CudaHostAdapter* = nullptr) {
-    return cutlass::Status::kSuccess;
-  }
   template <class ProblemShape>
   static bool can_implement(ProblemShape const&, Arguments const& args) {
     return args.out != nullptr && args.ld > 0 && (kQuant != MoeQuant::kFp8Tensor || (args.alpha && args.out_scale));
   }
-
-  CUTLASS_HOST_DEVICE explicit MoeActEpilogueArray(Params const& params) : params_(params) {}
-
-  CUTLASS_DEVICE bool is_source_needed() { return false; }
 
   template <class ProblemShapeMNKL, class BlockShapeMNK, class BlockCoordMNKL, class FrgEngine, class FrgLayout,
             class TiledMma, class ResidueMNK>
@@ -107,11 +73,7 @@ class MoeActEpilogueArray {
     using namespace cute;
     constexpr int kTileN = size<1>(BlockShapeMNK{});
     static_assert(kTileN == 128 || kTileN == 256, "tiles of whole 128-column blocks (64 gate + 64 up)");
-    // ((2, 2, N/8), 1, 1): one 64xN GMMA atom per consumer warpgroup, 2 rows x N/4 columns per thread
-    static_assert(rank(FrgLayout{}) == 3 && size<1>(FrgLayout{}) == 1 && size<2>(FrgLayout{}) == 1,
-                  "one GMMA atom per warpgroup and tile");
-    static_assert(std::is_same_v<decltype(shape<0>(FrgLayout{})), Shape<_2, _2, Int<kTileN / 8>>>,
-                  "the sm90 GMMA accumulator fragment (v0, v1, v2): column v0 + 8 v2, row 8 v1");
+    CheckFragment<kTileN, FrgLayout>();
     constexpr int kPartner = 4 * kActEpilogueBlock / 8;  // flat index of column n + 64: v2 + 8
 
     const int m_max = get<0>(problem_shape_mnkl), n_max = get<1>(problem_shape_mnkl);
@@ -120,10 +82,7 @@ class MoeActEpilogueArray {
     const float mul = kQuant == MoeQuant::kFp8Tensor ? QuantMultiplier(*params_.out_scale) : 1.f;
     char* out = static_cast<char*>(params_.out[l_coord]);
 
-    // (m, n) of every accumulator of this thread, in the group's problem coordinates (as DefaultEpilogueArray)
-    Tensor coords = local_tile(make_identity_tensor(make_shape(m_max, n_max)), take<0, 2>(blk_shape_mnk),
-                               make_coord(m_coord, n_coord));
-    Tensor thr_coords = tiled_mma.get_thread_slice(thread_idx).partition_C(coords);
+    Tensor thr_coords = ThreadCoords(m_max, n_max, blk_shape_mnk, m_coord, n_coord, tiled_mma, thread_idx);
     static_assert(decltype(size(thr_coords))::value == decltype(size(acc))::value, "one coordinate per accumulator");
 
     CUTLASS_PRAGMA_UNROLL
@@ -153,9 +112,6 @@ class MoeActEpilogueArray {
       }
     }
   }
-
- private:
-  Params params_;
 };
 
 template <MoeQuant kQuant>
