@@ -737,6 +737,27 @@ def test_grouped_down_scatter_equals_tma_store(case, layout, tile, tmp_path):
         _check_oracle(p, scatter)
 
 
+@pytest.mark.parametrize("args", [
+    (1, 8, 2048, 768, 8, "fp8_tensor", 0, 0, True, 81),    # Qwen3-30B's shape at T=1 (one expert's w2: 1.5 MB)
+    (3, 6, 512, 192, 2, "fp8_tensor", 1, 3, False, 82),   # EP with remote and repeated slots, three tokens
+    (1, 4, 256, 128, 4, "fp8_tensor", 0, 0, False, 83, True),  # fp8 x
+])
+def test_w2_prefetch_leaves_results_unchanged(args, tmp_path):
+    """HPC_XLA_MOE_W2_PREFETCH=bulk | lines (experiment 27): the wgmma gate-up CTAs prefetch the down kernel's w2
+    into L2 once their own copies land. A prefetch moves no data the kernels read, so the stream path's output is
+    bitwise the one without; memcheck of these runs (s28b.sh) shows the prefetched ranges stay inside w2."""
+    env = {"HPC_XLA_MOE_UP_WGMMA": "1"}
+    (off, tile), (bulk, _), (lines, _) = _run_paths(
+        [("stream", env), ("stream", dict(env, HPC_XLA_MOE_W2_PREFETCH="bulk")),
+         ("stream", dict(env, HPC_XLA_MOE_W2_PREFETCH="lines"))], args, tmp_path)
+    assert tile == STREAM_TILE
+    assert np.array_equal(off.view(np.uint16), bulk.view(np.uint16))
+    assert np.array_equal(off.view(np.uint16), lines.view(np.uint16))
+    p = make_problem(*args[:5], quant=args[5], expert_offset=args[6], extra_experts=args[7], shared=args[8],
+                     seed=args[9], x_fp8=len(args) > 10 and args[10])
+    _check_oracle(p, bulk)
+
+
 # (path env, make_problem's args): every path that reads w13 other than the epilogue, on I = 192 (three 64-blocks:
 # the interleaved layout's odd case) or 256
 INTERLEAVED_PATH_CASES = [
@@ -872,6 +893,7 @@ except ValueError as e:
     ("HPC_XLA_MOE_REDUCE", "fast", "HPC_XLA_MOE_REDUCE must be 'dense', 'sparse' or unset; got 'fast'"),
     ("HPC_XLA_MOE_ACT", "fused", "HPC_XLA_MOE_ACT must be 'kernel', 'epilogue' or unset; got 'fused'"),
     ("HPC_XLA_MOE_DOWN_STORE", "smem", "HPC_XLA_MOE_DOWN_STORE must be 'tma', 'scatter' or unset; got 'smem'"),
+    ("HPC_XLA_MOE_W2_PREFETCH", "1", "HPC_XLA_MOE_W2_PREFETCH must be 'bulk', 'lines' or unset; got '1'"),
 ])
 def test_moe_knobs_reject_unknown_values(knob, value, message):
     r = _run_child(_KNOB_CHILD, **{knob: value})

@@ -8,6 +8,7 @@
 #include "csrc/moe/fused_moe.h"
 #include "csrc/moe/fused_moe_plan.h"
 #include "csrc/moe/grouped_gemm_sm90.h"
+#include "csrc/moe/stream_gate_up_wgmma.h"
 
 namespace hpc {
 namespace {
@@ -45,6 +46,7 @@ constexpr const char* kTiledMWords[] = {"16", "32"};
 constexpr const char* kGemmTileWords[] = {"128x256", "128x128", "64x256", "64x128"};
 constexpr const char* kActWords[] = {"kernel", "epilogue"};
 constexpr const char* kDownStoreWords[] = {"tma", "scatter"};
+constexpr const char* kW2PrefetchWords[] = {"bulk", "lines"};
 
 // 1 + the index of the variable's value in `words`, 0 when it is unset or empty, -1 for anything else.
 template <size_t N>
@@ -139,6 +141,14 @@ GroupedDownStore GroupedDownStoreFromEnv() {
     }
   }();
   return store;
+}
+
+W2Prefetch W2PrefetchFromEnv() {
+  static const W2Prefetch prefetch = [] {
+    const int w = EnvWord("HPC_XLA_MOE_W2_PREFETCH", kW2PrefetchWords);  // 0 unset, 1 bulk, 2 lines, -1 else
+    return w < 0 ? W2Prefetch::kInvalid : static_cast<W2Prefetch>(w);
+  }();
+  return prefetch;
 }
 
 }  // namespace moe
@@ -294,6 +304,9 @@ Status ValidateFusedMoeCuda(const FusedMoeArgs& a) {
   if (moe::GroupedActFromEnv() == moe::GroupedAct::kInvalid) return c.Fail(EnvWordRefusal("HPC_XLA_MOE_ACT", kActWords));
   if (moe::GroupedDownStoreFromEnv() == moe::GroupedDownStore::kInvalid) {
     return c.Fail(EnvWordRefusal("HPC_XLA_MOE_DOWN_STORE", kDownStoreWords));
+  }
+  if (moe::W2PrefetchFromEnv() == moe::W2Prefetch::kInvalid) {
+    return c.Fail(EnvWordRefusal("HPC_XLA_MOE_W2_PREFETCH", kW2PrefetchWords));
   }
   const int64_t tokens = a.x.shape[0], hidden = a.x.shape[1], experts = a.w13.shape[0], inter = a.w13.shape[1] / 2;
   if (hidden % 64 != 0) return c.Fail("the CUDA path needs H (x.shape[1]) to be a multiple of 64; got " + std::to_string(hidden));
