@@ -566,7 +566,8 @@ np.save(sys.argv[1], run_cuda(p).view(np.uint16))
 from hpc_xla._ext import ext
 shape = (args[0], args[4], args[1], p["num_experts_global"], {None: 0, "fp8_tensor": 1, "fp8_block128": 2}[args[5]])
 print("TILE", _tile_m(p), "ACT", int(ext().fused_moe_act_in_epilogue(*shape, interleaved)), "EPILOGUES",
-      ext().fused_moe_act_epilogue_launches(), "SCATTERS", ext().fused_moe_down_scatter_launches())
+      ext().fused_moe_act_epilogue_launches(), "SCATTERS", ext().fused_moe_down_scatter_launches(), "GATHERS",
+      ext().fused_moe_gather_by_tokens_launches())
 """
 
 
@@ -641,7 +642,7 @@ def test_grouped_other_tiles_agree(tokens, quant, tmp_path):
 
 
 def _printed(r, name):
-    """The integer a _PATH_CHILD printed after NAME (TILE, ACT, EPILOGUES, SCATTERS)."""
+    """The integer a _PATH_CHILD printed after NAME (TILE, ACT, EPILOGUES, SCATTERS, GATHERS)."""
     return int(r.stdout.split(name)[1].split()[0])
 
 
@@ -735,6 +736,33 @@ def test_grouped_down_scatter_equals_tma_store(case, layout, tile, tmp_path):
         p = make_problem(*case[:5], quant=case[5], expert_offset=case[6], extra_experts=case[7], shared=case[8],
                          seed=case[9], x_fp8=case[10])
         _check_oracle(p, scatter)
+
+
+# make_problem's (tokens, experts, H, I, k, quant, offset, extra, shared, seed, x_fp8)
+GATHER_CASES = [
+    (800, 4, 256, 256, 2, "fp8_tensor", 0, 0, True, 91, False),    # bf16 x quantized once per token (both forms)
+    (800, 4, 256, 256, 2, "fp8_tensor", 0, 0, False, 92, True),    # fp8 x: a copy
+    (600, 4, 384, 128, 4, "fp8_tensor", 3, 4, True, 93, False),    # EP 4 of 11: the row form quantizes per row
+    (700, 4, 256, 384, 2, None, 1, 2, True, 94, False),            # bf16: a copy, remote slots
+    (400, 4, 256, 256, 4, "fp8_block128", 1, 2, True, 95, False),  # block128: per-128 scales into every row
+    (400, 4, 256, 256, 4, "fp8_block128", 0, 0, False, 96, True),  # fp8 x with its block scales: copied per row
+    (5, 4, 256, 128, 2, "fp8_tensor", 1, 2, False, 97, False),     # tiny groups, tokens with no local slot
+]
+
+
+@pytest.mark.parametrize("case", GATHER_CASES)
+def test_grouped_gather_by_tokens_equals_rows(case, tmp_path):
+    """HPC_XLA_MOE_GATHER=tokens (experiment 28): a warp per (token, segment) converts the token's row once and stores
+    it into each local row of the token, with no quant kernel before it. Against the row form (a warp per sorted row,
+    after the quant kernel or quantizing per row): bitwise equal layer output -- the same rounding of the same values
+    into the same rows. The launch counter proves the token form ran."""
+    env = {"HPC_XLA_MOE_PATH": "grouped"}
+    (rows, tokens), done = _run_layouts(case, [(dict(env), ""), (dict(env, HPC_XLA_MOE_GATHER="tokens"), "")], tmp_path)
+    assert [_printed(r, "GATHERS") > 0 for r in done] == [False, True], [r.stdout for r in done]
+    assert np.array_equal(rows.view(np.uint16), tokens.view(np.uint16))
+    p = make_problem(*case[:5], quant=case[5], expert_offset=case[6], extra_experts=case[7], shared=case[8],
+                     seed=case[9], x_fp8=case[10])
+    _check_oracle(p, tokens)
 
 
 @pytest.mark.parametrize("args", [
@@ -894,6 +922,7 @@ except ValueError as e:
     ("HPC_XLA_MOE_ACT", "fused", "HPC_XLA_MOE_ACT must be 'kernel', 'epilogue' or unset; got 'fused'"),
     ("HPC_XLA_MOE_DOWN_STORE", "smem", "HPC_XLA_MOE_DOWN_STORE must be 'tma', 'scatter' or unset; got 'smem'"),
     ("HPC_XLA_MOE_W2_PREFETCH", "1", "HPC_XLA_MOE_W2_PREFETCH must be 'bulk', 'lines' or unset; got '1'"),
+    ("HPC_XLA_MOE_GATHER", "pairs", "HPC_XLA_MOE_GATHER must be 'rows', 'tokens' or unset; got 'pairs'"),
 ])
 def test_moe_knobs_reject_unknown_values(knob, value, message):
     r = _run_child(_KNOB_CHILD, **{knob: value})

@@ -104,6 +104,8 @@ void BindMoe(nb::module_& m) {
         "Gate-up GEMM launches in this process whose epilogue computed the activation (interleaved w13).");
   m.def("fused_moe_down_scatter_launches", &FusedMoeDownScatterLaunches,
         "Down GEMM launches in this process that stored their rows by pair (HPC_XLA_MOE_DOWN_STORE=scatter).");
+  m.def("fused_moe_gather_by_tokens_launches", &FusedMoeGatherByTokensLaunches,
+        "Grouped-path gathers in this process that ran by tokens (HPC_XLA_MOE_GATHER=tokens).");
   m.def("moe_route", &MoeRouteBinding, nb::arg("router_logits"), nb::arg("correction_bias").none(),
         nb::arg("topk_weights"), nb::arg("topk_ids"), nb::arg("top_k"), nb::arg("scoring"), nb::arg("renormalize"),
         nb::arg("num_groups"), nb::arg("topk_groups"), nb::arg("routed_scaling"), nb::arg("stream") = -1);

@@ -67,8 +67,8 @@ __device__ __forceinline__ void StoreGlobal16(void* dst, const uint4& v) {
   StoreGlobal16(dst, w);
 }
 
-// Eight floats times `mul` (QuantMultiplier of the scale), saturated to e4m3 and stored as 8 bytes.
-__device__ __forceinline__ void StoreE4M3x8Scaled(uint8_t* dst, const float (&x)[8], float mul) {
+// Eight floats times `mul` (QuantMultiplier of the scale), saturated to e4m3: 8 bytes as two words.
+__device__ __forceinline__ uint2 PackE4M3x8Scaled(const float (&x)[8], float mul) {
   uint32_t words[2] = {0u, 0u};
 #pragma unroll
   for (int i = 0; i < 4; ++i) {
@@ -76,7 +76,16 @@ __device__ __forceinline__ void StoreE4M3x8Scaled(uint8_t* dst, const float (&x)
     const uint32_t two = __nv_cvt_float2_to_fp8x2(pair, __NV_SATFINITE, __NV_E4M3);
     words[i / 2] |= two << (16 * (i % 2));
   }
-  asm volatile("st.global.v2.u32 [%0], {%1, %2};\n" ::"l"(dst), "r"(words[0]), "r"(words[1]) : "memory");
+  return make_uint2(words[0], words[1]);
+}
+
+__device__ __forceinline__ void StoreGlobal8(void* dst, const uint2& v) {
+  asm volatile("st.global.v2.u32 [%0], {%1, %2};\n" ::"l"(dst), "r"(v.x), "r"(v.y) : "memory");
+}
+
+// Eight floats times `mul` (QuantMultiplier of the scale), saturated to e4m3 and stored as 8 bytes.
+__device__ __forceinline__ void StoreE4M3x8Scaled(uint8_t* dst, const float (&x)[8], float mul) {
+  StoreGlobal8(dst, PackE4M3x8Scaled(x, mul));
 }
 
 // Eight floats divided by `scale` (0 -> zeros), saturated to e4m3 and stored as 8 bytes.

@@ -340,11 +340,12 @@ Status FusedMoeCuda(const FusedMoeArgs& a, cudaStream_t stream) {
   HPC_RETURN_IF_ERROR(Launch("fused_moe align launch", MoeAlignKernel, dim3(align_ctas), dim3(kAlignThreads),
                              align_smem, stream, ap));
 
-  // 2. activation quant (fp8 with bf16 x), once per token -- unless the grouped path quantizes per row in its gather
+  // 2. activation quant (fp8 with bf16 x), once per token -- unless the grouped path quantizes in its gather (per
+  // row, or per token with HPC_XLA_MOE_GATHER=tokens)
   const uint8_t* a_x = static_cast<const uint8_t*>(a.x.data);
   const float* a_x_scale = block ? a.x_scale.ptr<const float>() : nullptr;
-  const bool quant_in_gather =
-      plan.grouped && moe::GroupedQuantizeInGather(tokens, plan.pairs, experts, global);
+  const bool quant_in_gather = plan.grouped && (moe::GroupedGatherByTokens(top_k) ||
+                                                moe::GroupedQuantizeInGather(tokens, plan.pairs, experts, global));
   if (fp8 && a.x.dtype == DType::kBF16 && !quant_in_gather) {
     QuantParams qp = {};
     qp.x = a.x.ptr<const __nv_bfloat16>();

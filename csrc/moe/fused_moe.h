@@ -75,6 +75,8 @@ bool FusedMoeActInEpilogue(int64_t tokens, int64_t top_k, int64_t experts, int64
 int64_t FusedMoeActEpilogueLaunches();
 // Down GEMM launches in this process that stored their rows by pair (HPC_XLA_MOE_DOWN_STORE=scatter).
 int64_t FusedMoeDownScatterLaunches();
+// Grouped-path gathers in this process that ran by tokens (HPC_XLA_MOE_GATHER=tokens).
+int64_t FusedMoeGatherByTokensLaunches();
 // What one call with `tokens` tokens needs (the CUDA path checks the workspace against it).
 int64_t FusedMoeWorkspaceBytes(int64_t tokens, int64_t top_k, int64_t experts, int64_t hidden, int64_t inter,
                                MoeQuant quant);

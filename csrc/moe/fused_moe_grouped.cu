@@ -20,6 +20,7 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cstdint>
 
 #include "csrc/common/arch.h"
@@ -38,6 +39,9 @@ namespace {
 // kernels spent most of their instructions on it), and every lane issues its segment's 16-byte loads before its
 // stores. Segments rather than whole rows per warp: with few rows (expert parallelism, T <= 1024) a warp walking a
 // 7 KB row pass by pass was latency-bound (DeepSeek-V3 EP8 T=256 +17 us, H200, session 20).
+// Gathers by tokens in this process (FusedMoeGatherByTokensLaunches: the tests' proof that the form ran).
+std::atomic<int64_t> g_gather_by_tokens_launches{0};
+
 constexpr int kRowThreads = 256;
 constexpr int kRowWarps = kRowThreads / 32;
 constexpr int kRowCtasPerSm = 5;
@@ -93,12 +97,38 @@ struct GatherParams {
   int scales_per_row;           // H / 128
   int top_k;
   GatherMode mode;
+  const int32_t* pair_row;      // by tokens: [T*k] local row of each pair, -1 for another rank's expert (align's)
+  int tokens;                   // by tokens: T
 };
 
 constexpr int kGatherUnroll = 4;
 constexpr int kGatherSegmentVecs = 32 * kGatherUnroll;  // 16-byte source vectors of a row one warp moves per unit
 __host__ __device__ inline int GatherSegments(const GatherParams& p) {
   return (p.vecs + kGatherSegmentVecs - 1) / kGatherSegmentVecs;
+}
+
+// A warp's segment of token t's source row: this lane's vectors v0 + 32 i, through L2 (the quant kernel's output).
+__device__ __forceinline__ void LoadSegment(const GatherParams& p, int64_t t, int v0, uint4 (&val)[kGatherUnroll]) {
+  const uint4* src = reinterpret_cast<const uint4*>(p.src + t * p.src_row_bytes);
+#pragma unroll
+  for (int i = 0; i < kGatherUnroll; ++i) {
+    if (v0 + 32 * i < p.vecs) val[i] = __ldcg(src + v0 + 32 * i);
+  }
+}
+
+// kCopy: the segment's vectors into sorted row r, and token t's block scales (if any) once per row, from segment 0.
+__device__ __forceinline__ void CopySegment(const GatherParams& p, int64_t r, int64_t t, int segment, int v0, int lane,
+                                            const uint4 (&val)[kGatherUnroll]) {
+  uint8_t* dst = p.rows + r * p.dst_row_bytes;
+#pragma unroll
+  for (int i = 0; i < kGatherUnroll; ++i) {
+    if (v0 + 32 * i < p.vecs) StoreGlobal16(dst + static_cast<int64_t>(v0 + 32 * i) * 16, val[i]);
+  }
+  if (p.rows_scale != nullptr && segment == 0) {
+    for (int c = lane; c < p.scales_per_row; c += 32) {
+      p.rows_scale[r * p.scales_per_row + c] = __ldcg(p.src_scale + t * p.scales_per_row + c);
+    }
+  }
 }
 
 template <GatherMode kMode>
@@ -116,25 +146,12 @@ __global__ void __launch_bounds__(kRowThreads, kRowCtasPerSm) MoeGatherKernel(co
     const int r = u / segments, segment = u - r * segments;
     const int64_t token = pair / p.top_k;
     pair = u + stride < units ? __ldcg(p.sorted_pairs + (u + stride) / segments) : 0;  // the next unit's, early
-    const uint4* src = reinterpret_cast<const uint4*>(p.src + token * p.src_row_bytes);
     uint8_t* dst = p.rows + static_cast<int64_t>(r) * p.dst_row_bytes;
     const int v0 = segment * kGatherSegmentVecs + lane;
     uint4 val[kGatherUnroll];
-#pragma unroll
-    for (int i = 0; i < kGatherUnroll; ++i) {
-      if (v0 + 32 * i < p.vecs) val[i] = __ldcg(src + v0 + 32 * i);
-    }
+    LoadSegment(p, token, v0, val);
     if constexpr (kMode == GatherMode::kCopy) {
-#pragma unroll
-      for (int i = 0; i < kGatherUnroll; ++i) {
-        if (v0 + 32 * i < p.vecs) StoreGlobal16(dst + static_cast<int64_t>(v0 + 32 * i) * 16, val[i]);
-      }
-      if (p.rows_scale != nullptr && segment == 0) {
-        for (int c = lane; c < p.scales_per_row; c += 32) {
-          p.rows_scale[static_cast<int64_t>(r) * p.scales_per_row + c] =
-              __ldcg(p.src_scale + token * p.scales_per_row + c);
-        }
-      }
+      CopySegment(p, r, token, segment, v0, lane, val);
     } else {
       // kQuant*: vector v = 8 bf16 columns [8v, 8v + 8) -> 8 e4m3 bytes; a 16-lane group holds one 128-column block
 #pragma unroll
@@ -147,6 +164,67 @@ __global__ void __launch_bounds__(kRowThreads, kRowCtasPerSm) MoeGatherKernel(co
           StoreBlock128(valid, r, 8 * static_cast<int64_t>(v), x, dst + 8 * v, p.rows_scale, p.scales_per_row);
         } else if (valid) {
           StoreE4M3x8Scaled(dst + 8 * v, x, mul);
+        }
+      }
+    }
+  }
+}
+
+// The same rows by tokens (experiment 28, HPC_XLA_MOE_GATHER=tokens; GroupedGatherByTokens): a warp per (token,
+// segment of kGatherSegmentVecs source vectors) loads the token's vectors once, converts them once (kQuant*: 8 e4m3
+// bytes per vector, the quant kernel's rounding), then stores them into each of the token's local rows (pair_row,
+// slots in order). Why: the row form re-reads a token's row for each of its k rows, and for bf16 x with fp8 it needs
+// the quant kernel's x_q pass first (Qwen3 fp8 T=4096: quant 5.5 + gather 20.5 us; Hy3-TP8: 11 + 47 us for 32 MB read
+// and 134 MB written); here x is read once and only the rows are written. Every lane runs the block128 16-lane max
+// (full-mask shuffles), valid or not, as in StoreBlock128.
+template <GatherMode kMode>
+__global__ void __launch_bounds__(kRowThreads, kRowCtasPerSm)
+    MoeGatherTokensKernel(const __grid_constant__ GatherParams p) {
+  PdlWait();  // pair_row is align's
+  PdlLaunchDependents();
+  const int lane = threadIdx.x % 32;
+  const int64_t stride = static_cast<int64_t>(gridDim.x) * kRowWarps;
+  const int segments = GatherSegments(p);
+  const int64_t units = static_cast<int64_t>(p.tokens) * segments;
+  const float mul = kMode == GatherMode::kQuantTensor ? QuantMultiplier(*p.static_scale) : 1.f;
+  for (int64_t u = static_cast<int64_t>(blockIdx.x) * kRowWarps + threadIdx.x / 32; u < units; u += stride) {
+    const int64_t t = u / segments;
+    const int segment = static_cast<int>(u - t * segments);
+    const int32_t slot_row = lane < p.top_k ? __ldcg(p.pair_row + t * p.top_k + lane) : -1;  // lane j: slot j's row
+    const int v0 = segment * kGatherSegmentVecs + lane;
+    uint4 val[kGatherUnroll];
+    LoadSegment(p, t, v0, val);
+    // Each of the token's local rows gets the segment: slots in order; vector by vector for the quantized forms
+    // (one vector's 8 bytes and scale live at a time: 48 registers, no spill under the 5-CTA bound).
+    auto row_of = [&](int j) { return __shfl_sync(0xffffffffu, slot_row, j); };  // warp-uniform
+    if constexpr (kMode == GatherMode::kCopy) {
+      for (int j = 0; j < p.top_k; ++j) {
+        const int32_t r = row_of(j);
+        if (r >= 0) CopySegment(p, r, t, segment, v0, lane, val);
+      }
+    } else {
+#pragma unroll
+      for (int i = 0; i < kGatherUnroll; ++i) {
+        const int v = v0 + 32 * i;
+        const bool valid = v < p.vecs;
+        float x[8] = {0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f};
+        if (valid) UnpackVec8<__nv_bfloat16>(val[i], x);
+        float scale = 0.f, m = mul;
+        if constexpr (kMode == GatherMode::kQuantBlock) {
+          float amax = 0.f;
+#pragma unroll
+          for (int e = 0; e < 8; ++e) amax = fmaxf(amax, fabsf(x[e]));
+          scale = GroupMax<16>(amax) / kFp8E4M3Max;
+          m = QuantMultiplier(scale);
+        }
+        const uint2 packed = PackE4M3x8Scaled(x, m);
+        for (int j = 0; j < p.top_k; ++j) {
+          const int32_t r = row_of(j);
+          if (r < 0 || !valid) continue;
+          StoreGlobal8(p.rows + static_cast<int64_t>(r) * p.dst_row_bytes + 8 * static_cast<int64_t>(v), packed);
+          if (kMode == GatherMode::kQuantBlock && (8 * v) % kMoeBlock == 0) {
+            p.rows_scale[static_cast<int64_t>(r) * p.scales_per_row + 8 * v / kMoeBlock] = scale;
+          }
         }
       }
     }
@@ -297,11 +375,22 @@ Status RunGroupedMoe(const FusedMoeArgs& a, const MoePlan& plan, const uint8_t* 
   gp.scales_per_row = static_cast<int>(hidden / kMoeBlock);
   gp.top_k = static_cast<int>(top_k);
   gp.mode = !quantize ? GatherMode::kCopy : (block ? GatherMode::kQuantBlock : GatherMode::kQuantTensor);
-  auto* gather = gp.mode == GatherMode::kCopy          ? &MoeGatherKernel<GatherMode::kCopy>
-                 : gp.mode == GatherMode::kQuantTensor ? &MoeGatherKernel<GatherMode::kQuantTensor>
-                                                       : &MoeGatherKernel<GatherMode::kQuantBlock>;
-  HPC_RETURN_IF_ERROR(Launch("fused_moe gather launch", gather, RowGrid(plan.max_rows, GatherSegments(gp), sms),
-                             dim3(kRowThreads), 0, stream, gp));
+  gp.pair_row = reinterpret_cast<const int32_t*>(ws + plan.pair_row);
+  gp.tokens = static_cast<int>(tokens);
+  if (GroupedGatherByTokens(top_k)) {  // fused_moe.cu skipped the quant kernel for the same predicate
+    auto* gather = gp.mode == GatherMode::kCopy          ? &MoeGatherTokensKernel<GatherMode::kCopy>
+                   : gp.mode == GatherMode::kQuantTensor ? &MoeGatherTokensKernel<GatherMode::kQuantTensor>
+                                                         : &MoeGatherTokensKernel<GatherMode::kQuantBlock>;
+    HPC_RETURN_IF_ERROR(Launch("fused_moe gather (tokens) launch", gather, RowGrid(tokens, GatherSegments(gp), sms),
+                               dim3(kRowThreads), 0, stream, gp));
+    g_gather_by_tokens_launches.fetch_add(1, std::memory_order_relaxed);
+  } else {
+    auto* gather = gp.mode == GatherMode::kCopy          ? &MoeGatherKernel<GatherMode::kCopy>
+                   : gp.mode == GatherMode::kQuantTensor ? &MoeGatherKernel<GatherMode::kQuantTensor>
+                                                         : &MoeGatherKernel<GatherMode::kQuantBlock>;
+    HPC_RETURN_IF_ERROR(Launch("fused_moe gather launch", gather, RowGrid(plan.max_rows, GatherSegments(gp), sms),
+                               dim3(kRowThreads), 0, stream, gp));
+  }
 
   HPC_RETURN_IF_ERROR(LaunchGroupedGemm(groups, gate_up, stream));
 
@@ -336,3 +425,7 @@ Status RunGroupedMoe(const FusedMoeArgs& a, const MoePlan& plan, const uint8_t* 
 }
 
 }  // namespace hpc::moe
+
+namespace hpc {
+int64_t FusedMoeGatherByTokensLaunches() { return moe::g_gather_by_tokens_launches.load(std::memory_order_relaxed); }
+}  // namespace hpc

@@ -143,6 +143,18 @@ inline bool GroupedQuantizeInGather(int64_t tokens, int64_t pairs, int64_t exper
   return pairs * experts < 3 * tokens * std::max<int64_t>(experts_global, experts);
 }
 
+// HPC_XLA_MOE_GATHER (read once; an A/B switch, experiment 28): how the grouped path fills its sorted rows. Unset or
+// "rows": a warp per (sorted row, segment) copies (or quantizes) its token's row, after the quant kernel where
+// GroupedQuantizeInGather says once per token; "tokens": a warp per (token, segment) reads the token's row once,
+// quantizes it once (fp8 with bf16 x) and stores it into each of its local rows (align's pair_row), so neither the
+// quant kernel nor the x_q round trip runs. Anything else -> kInvalid (fused_moe_validate.cc).
+enum class GroupedGather { kRows, kTokens, kInvalid };
+GroupedGather GroupedGatherFromEnv();
+// The token form where asked for and a token's slots fit one warp's lanes (top_k <= 32).
+inline bool GroupedGatherByTokens(int64_t top_k) {
+  return GroupedGatherFromEnv() == GroupedGather::kTokens && top_k <= 32;
+}
+
 inline int GroupedCtaRows(int64_t pairs, int64_t experts, int64_t experts_global, MoeQuant quant) {
   const int64_t e = std::max<int64_t>(experts_global > 0 ? experts_global : experts, 1);
   const int64_t rows = (pairs + e - 1) / e;

@@ -47,6 +47,7 @@ constexpr const char* kGemmTileWords[] = {"128x256", "128x128", "64x256", "64x12
 constexpr const char* kActWords[] = {"kernel", "epilogue"};
 constexpr const char* kDownStoreWords[] = {"tma", "scatter"};
 constexpr const char* kW2PrefetchWords[] = {"bulk", "lines"};
+constexpr const char* kGatherWords[] = {"rows", "tokens"};
 
 // 1 + the index of the variable's value in `words`, 0 when it is unset or empty, -1 for anything else.
 template <size_t N>
@@ -149,6 +150,17 @@ W2Prefetch W2PrefetchFromEnv() {
     return w < 0 ? W2Prefetch::kInvalid : static_cast<W2Prefetch>(w);
   }();
   return prefetch;
+}
+
+GroupedGather GroupedGatherFromEnv() {
+  static const GroupedGather gather = [] {
+    switch (EnvWord("HPC_XLA_MOE_GATHER", kGatherWords)) {
+      case 2: return GroupedGather::kTokens;
+      case -1: return GroupedGather::kInvalid;
+      default: return GroupedGather::kRows;  // unset or "rows"
+    }
+  }();
+  return gather;
 }
 
 }  // namespace moe
@@ -307,6 +319,9 @@ Status ValidateFusedMoeCuda(const FusedMoeArgs& a) {
   }
   if (moe::W2PrefetchFromEnv() == moe::W2Prefetch::kInvalid) {
     return c.Fail(EnvWordRefusal("HPC_XLA_MOE_W2_PREFETCH", kW2PrefetchWords));
+  }
+  if (moe::GroupedGatherFromEnv() == moe::GroupedGather::kInvalid) {
+    return c.Fail(EnvWordRefusal("HPC_XLA_MOE_GATHER", kGatherWords));
   }
   const int64_t tokens = a.x.shape[0], hidden = a.x.shape[1], experts = a.w13.shape[0], inter = a.w13.shape[1] / 2;
   if (hidden % 64 != 0) return c.Fail("the CUDA path needs H (x.shape[1]) to be a multiple of 64; got " + std::to_string(hidden));
