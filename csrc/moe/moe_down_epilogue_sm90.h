@@ -5,8 +5,9 @@
 // Why: the reduce runs at ~2x its bytes' floor (Qwen3 fp8 T=4096 ~65 us for 151 MB; Hy3-TP8 ~110 us for 301 MB;
 // experiments 9, 11, 24 ruled out latency and bytes in flight). Its reads are a token's k rows at sorted positions,
 // i.e. k scattered 2 KB column slices per CTA step; here they are one 8 x 2 KB stretch at a 4 KB pitch inside the
-// token's 32 KB, and consecutive tokens follow each other: a sequential stream. The GEMM's writes stay 512-byte row
-// segments (one per 256-column tile row) either way, only their row order changes. A register epilogue also has no
+// token's 32 KB, and consecutive tokens follow each other: a sequential stream. Each tile row still covers one
+// 512-byte stretch of its output row (256 columns), now filled by 4-byte stores (a warp instruction: 8 rows x 16
+// bytes) instead of the TMA's, and the rows land in pair order. A register epilogue also has no
 // TMA store descriptor, which the ptr-array kernel rewrites and fences in the consumer warps on every group change
 // (sm90_gemm_array_tma_warpspecialized_cooperative.hpp: almost every tile at Qwen3's ~16 tiles per expert).
 //

@@ -24,6 +24,7 @@
 #include <cuda_fp8.h>
 
 #include <algorithm>
+#include <atomic>
 
 #include "csrc/common/arch.h"
 #include "csrc/common/launch.cuh"
@@ -38,6 +39,9 @@ namespace hpc::moe {
 namespace {
 
 namespace cg = cooperative_groups;
+
+// Launches that prefetched w2 (FusedMoeW2PrefetchLaunches: the tests' proof that the prefetch ran).
+std::atomic<int64_t> g_w2_prefetch_launches{0};
 
 constexpr int kThreads = 128;       // one warpgroup
 constexpr int kUnitCols = 32;       // columns of I per unit: 32 gate + 32 up rows = the wgmma M of 64
@@ -243,8 +247,14 @@ Status LaunchStreamGateUpWgmma(const WgmmaGateUpArgs& a, cudaStream_t stream) {
   static_assert(kStreamGateUpWgmmaCtasPerSm * (kMaxSmem + 1024) <= 228 * 1024, "CTAs per SM (+1 KB reserved each)");
   HPC_RETURN_IF_ERROR(AllowSmem(reinterpret_cast<const void*>(kernel), kMaxSmem));
   const int64_t ctas = StreamGateUpWgmmaCtas(a.tokens, a.top_k, a.hidden, a.inter_size);
-  return LaunchCluster("fused_moe stream gate-up (wgmma) launch", kernel, dim3(static_cast<unsigned>(ctas)),
-                       dim3(kThreads), smem, static_cast<unsigned>(p.cluster), stream, p);
+  HPC_RETURN_IF_ERROR(LaunchCluster("fused_moe stream gate-up (wgmma) launch", kernel, dim3(static_cast<unsigned>(ctas)),
+                                    dim3(kThreads), smem, static_cast<unsigned>(p.cluster), stream, p));
+  if (a.w2_prefetch != 0) g_w2_prefetch_launches.fetch_add(1, std::memory_order_relaxed);
+  return Status::Ok();
 }
 
 }  // namespace hpc::moe
+
+namespace hpc {
+int64_t FusedMoeW2PrefetchLaunches() { return moe::g_w2_prefetch_launches.load(std::memory_order_relaxed); }
+}  // namespace hpc

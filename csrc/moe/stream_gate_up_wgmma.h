@@ -28,8 +28,9 @@ struct WgmmaGateUpArgs {
 };
 
 // HPC_XLA_MOE_W2_PREFETCH (read once; an A/B switch, experiment 27): unset -> kOff; "bulk" | "lines" -> the wgmma
-// gate-up CTAs prefetch the down kernel's w2 into L2 after their own weight copies land (where the hit experts' w2
-// fits a third of L2: W2PrefetchBytesFit); anything else -> kInvalid. fused_moe_validate.cc.
+// gate-up CTAs prefetch the down kernel's w2 into L2 after their own weight copies land (where pairs x H x I bytes
+// <= kW2PrefetchMaxBytes, counting remote and repeated slots: fused_moe_stream.cu); anything else -> kInvalid.
+// fused_moe_validate.cc.
 enum class W2Prefetch { kOff = 0, kBulk = 1, kLines = 2, kInvalid = -1 };
 W2Prefetch W2PrefetchFromEnv();
 // At most this many bytes of w2 (pairs x H x I) are prefetched: a third of Hopper's 50 MB L2, so the gate-up's own
