@@ -4,7 +4,8 @@
 # contiguous block. Run after s27d (whose tests cover n's defaults).
 # Tests on n: scatter vs the TMA-store epilogue bitwise (fp8_tensor / bf16 / block128, EP with the sparse reduce,
 # tiny and ragged groups, the act epilogue before it, several tiles per CTA; 128x256 and 128x128), the knob refusal;
-# memcheck on the grouped oracle cases with scatter forced. Then n vs n+scatter on the grouped shapes at T = 1024, 4096, 2 rounds (~4.5 min).
+# memcheck on the grouped oracle cases with scatter forced. Then n vs n+scatter on the grouped shapes at T = 1024, 4096, 2 rounds (~4.5 min), and
+# per-kernel profiles of Qwen3 fp8 / Hy3-TP8 T=4096 with each store (~1 min).
 # Predicted (session 28): the reduce ~2x its floor -> ~1.2x (Qwen3 fp8 T=4096 ~65 -> ~40 us, Hy3-TP8 ~110 -> ~75),
 # the down GEMM +-5%: layer Qwen3 fp8 T=4096 -15..25 us, Hy3-TP8 T=4096 -20..35, T=1024 -1..3%.
 # Refuted if no T=4096 row gains > 1%. If the GEMM got slower while the reduce gained: the 4-byte stores (a quad
@@ -23,4 +24,11 @@ collect a_
 env AB_WIDTH=100 AB_TIMEOUT=200 OUT=/tmp/abl tools/ab_bench.sh 2 \
   "moe --shapes qwen3-30b-a3b,hy3-tp8,hy3-ep8,dsv3-ep8 --tokens 1024,4096" \
   n n:HPC_XLA_MOE_DOWN_STORE=scatter > $R/a_ab.txt 2>&1; t
-cp $R/a_ab.txt $OUT/; grep -a "│\|==" $R/a_ab.txt | cut -c1-70
+# where the time moved (the reduce and the down GEMM, per kernel; "after predecessor" = duration + gap)
+for store in tma scatter; do
+  (cd $N && PYTHONPATH=$N HPC_XLA_MOE_DOWN_STORE=$store HPC_BENCH_PEERS=0 \
+    HPC_PROFILE_MOE=qwen3-30b-a3b/fp8_tensor:4096,hy3-tp8/fp8_tensor:4096 timeout 120 \
+    python3 $ROOT/tools/profile_kernels.py moe > $R/a_prof_$store.txt 2>&1); t
+done
+cp $R/a_ab.txt $R/a_prof_*.txt $OUT/; grep -a "│\|==" $R/a_ab.txt | cut -c1-70
+for store in tma scatter; do echo "## profile $store"; grep -aiE "reduce|GroupedGemm|gather|==" $R/a_prof_$store.txt | cut -c1-120; done

@@ -3,7 +3,8 @@
 # prefetch the down kernel's w2 into L2 once their own weight copies have landed (HPC_XLA_MOE_W2_PREFETCH=bulk: one
 # cp.async.bulk.prefetch.L2 per CTA; =lines: prefetch.global.L2 per 128-byte line). Session 11 prefetched at the
 # kernel's start and ran 2.2x slower; this form only follows each CTA's own copies.
-# Tests on n: bitwise equal output with either form (3 shapes), the knob refusal; memcheck on the prefetch test.
+# Tests on n: bitwise equal output with either form (3 shapes, launch counter), the knob refusal; memcheck on the
+# stream tests with the prefetch on.
 # Then n vs bulk vs lines at T=1 (default wgmma gate-up), and with HPC_XLA_MOE_UP_WGMMA=1 at T=2, 4 (2 rounds).
 # Predicted (session 28): Qwen3 fp8 T=1 19.2-19.6 -> 16.5-18 us, Hy3-TP8 T=1 15.4 -> 14-15 (the down kernel reads
 # w2 from L2: its ~7.6 us after the gate-up shrinks toward its fixed cost). Refuted if neither form gains >= 0.5 us on

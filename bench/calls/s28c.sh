@@ -4,7 +4,8 @@
 # into each of the token's local rows; no quant kernel, no x_q round trip. Run after s28a (same binary).
 # Tests on n: tokens vs rows bitwise (fp8_tensor with bf16 / fp8 x, EP, bf16, block128 with bf16 / fp8 x, tiny
 # groups), the knob refusal; memcheck on the grouped oracle cases with the token form forced. Then n vs n+tokens on
-# the grouped shapes at T = 1024, 4096, 2 rounds (~4.5 min).
+# the grouped shapes at T = 1024, 4096, 2 rounds (~4.5 min), and per-kernel profiles of
+# Qwen3 fp8 / Hy3-TP8 T=4096 with each form (~1 min).
 # Predicted (session 28): quant + gather Qwen3 fp8 T=4096 5.5 + 20.5 us -> ~19, Hy3-TP8 11 + 47 -> ~40: layer Qwen3
 # fp8 T=4096 -4..7 us, Hy3-TP8 -10..18, bf16 rows -2..5 (x read once instead of k times), EP rows (per-row quant
 # today) +-3. Refuted if no T=4096 row gains > 1%.
@@ -21,4 +22,10 @@ collect c_
 env AB_WIDTH=100 AB_TIMEOUT=200 OUT=/tmp/abl tools/ab_bench.sh 2 \
   "moe --shapes qwen3-30b-a3b,hy3-tp8,hy3-ep8,dsv3-ep8 --tokens 1024,4096" n n:HPC_XLA_MOE_GATHER=tokens \
   > $R/c_ab.txt 2>&1; t
-cp $R/c_ab.txt $OUT/; grep -a "│\|==" $R/c_ab.txt | cut -c1-70
+for gather in rows tokens; do  # where the time moved: quant + gather per kernel
+  (cd $N && PYTHONPATH=$N HPC_XLA_MOE_GATHER=$gather HPC_BENCH_PEERS=0 \
+    HPC_PROFILE_MOE=qwen3-30b-a3b/fp8_tensor:4096,hy3-tp8/fp8_tensor:4096 timeout 120 \
+    python3 $ROOT/tools/profile_kernels.py moe > $R/c_prof_$gather.txt 2>&1); t
+done
+cp $R/c_ab.txt $R/c_prof_*.txt $OUT/; grep -a "│\|==" $R/c_ab.txt | cut -c1-70
+for gather in rows tokens; do echo "## profile $gather"; grep -aiE "quant|gather|align|==" $R/c_prof_$gather.txt | cut -c1-120; done
