@@ -279,8 +279,10 @@ def decode_layers_demo(device, reps, layers=3):
 def moe_layer_demo(device, reps):
     """One MoE layer with routing fused in (router logits -> moe_route -> fused_moe), bf16 and fp8_tensor,
     through jax.jit and torch; checked against the float64 reference with the quantization emulated. w13 is
-    prepared once as a deployment loads it (hpc_xla.moe_layout.interleave_w13, w13_interleaved=True: the grouped
-    path then computes the activation in its gate-up GEMM's epilogue); the reference reads vLLM's layout."""
+    prepared once as a deployment loads it (hpc_xla.moe_layout.interleave_w13, w13_interleaved=True: where the
+    grouped path runs 128-row tiles -- from ~64 rows per expert, larger batches than these -- it computes the
+    activation in its gate-up GEMM's epilogue; here the tiled / 64-row paths read the same layout); the reference
+    reads vLLM's layout."""
     from hpc_xla.moe_layout import interleave_w13
 
     if device == "cuda":  # Qwen3-30B-A3B's expert shapes

@@ -415,6 +415,18 @@ def test_tiled_m_knob_sets_the_tile_and_keeps_the_workspace_bound(forced, expect
     assert [[int(v) for v in t] for t in tiles] == [expect, expect], out
 
 
+def test_tiled_m_knob_also_sets_a_forced_v1_tile():
+    """Under HPC_XLA_MOE_PATH=v1 (the tiled path at every T) the knob sets the tile too, where v1's own rule would
+    take 16 / 32 / 64 by rows per expert: the GPU tests that name a tile with both knobs get that tile."""
+    code = "from hpc_xla._ext import ext\nprint('TILES', *sorted({ext().fused_moe_tile_m(t, 8, 128, 0) " \
+           "for t in range(1, 2049)}))\n"
+    for forced in ("16", "32"):
+        out = _knob_child(code, HPC_XLA_MOE_PATH="v1", HPC_XLA_MOE_TILED_M=forced)
+        assert out.split("TILES")[1].split() == [forced], out
+    out = _knob_child(code, HPC_XLA_MOE_PATH="v1")
+    assert out.split("TILES")[1].split() == ["16", "32", "64"], out
+
+
 _SPLITS_CHILD = r"""
 from hpc_xla._ext import ext
 # Hy3-TP8 (192 experts, H=4096, I=192, top-8) at T=16, the tiled path: bf16 / fp8_tensor / fp8_block128

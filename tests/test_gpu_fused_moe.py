@@ -567,7 +567,8 @@ from hpc_xla._ext import ext
 shape = (args[0], args[4], args[1], p["num_experts_global"], {None: 0, "fp8_tensor": 1, "fp8_block128": 2}[args[5]])
 print("TILE", _tile_m(p), "ACT", int(ext().fused_moe_act_in_epilogue(*shape, interleaved)), "EPILOGUES",
       ext().fused_moe_act_epilogue_launches(), "SCATTERS", ext().fused_moe_down_scatter_launches(), "GATHERS",
-      ext().fused_moe_gather_by_tokens_launches(), "PREFETCHES", ext().fused_moe_w2_prefetch_launches())
+      ext().fused_moe_gather_by_tokens_launches(), "PREFETCHES", ext().fused_moe_w2_prefetch_launches(), "WGMMA",
+      ext().fused_moe_wgmma_gate_up_launches())
 """
 
 
@@ -642,7 +643,7 @@ def test_grouped_other_tiles_agree(tokens, quant, tmp_path):
 
 
 def _printed(r, name):
-    """The integer a _PATH_CHILD printed after NAME (TILE, ACT, EPILOGUES, SCATTERS, GATHERS, PREFETCHES)."""
+    """The integer a _PATH_CHILD printed after NAME (TILE, ACT, EPILOGUES, SCATTERS, GATHERS, PREFETCHES, WGMMA)."""
     return int(r.stdout.split(name)[1].split()[0])
 
 
@@ -795,31 +796,38 @@ def test_w2_prefetch_leaves_results_unchanged(args, tmp_path):
     _check_oracle(p, bulk)
 
 
-# (path env, make_problem's args): every path that reads w13 other than the epilogue, on I = 192 (three 64-blocks:
-# the interleaved layout's odd case) or 256
+# (path env, make_problem's args, the M tile it must run): every path that reads w13 other than the epilogue, on
+# I = 192 (three 64-blocks: the interleaved layout's odd case) or 256
 INTERLEAVED_PATH_CASES = [
-    ({"HPC_XLA_MOE_PATH": "stream", "HPC_XLA_MOE_UP_WGMMA": "0"}, (3, 4, 256, 192, 2, "fp8_tensor", 1, 2, True, 61)),
-    ({"HPC_XLA_MOE_PATH": "stream", "HPC_XLA_MOE_UP_WGMMA": "1"}, (1, 4, 256, 192, 2, "fp8_tensor", 0, 0, False, 62)),
-    ({"HPC_XLA_MOE_PATH": "stream"}, (4, 4, 256, 192, 2, None, 0, 0, True, 63)),
-    ({"HPC_XLA_MOE_PATH": "v1", "HPC_XLA_MOE_TILED_M": "16"}, (40, 4, 256, 192, 2, "fp8_tensor", 1, 2, False, 64)),
-    ({"HPC_XLA_MOE_PATH": "v1", "HPC_XLA_MOE_TILED_M": "32"}, (96, 4, 256, 192, 2, None, 0, 0, True, 65)),
-    ({"HPC_XLA_MOE_PATH": "v1", "HPC_XLA_MOE_UP_SPLITS": "2"}, (96, 4, 512, 256, 2, None, 0, 0, False, 66)),
+    ({"HPC_XLA_MOE_PATH": "stream", "HPC_XLA_MOE_UP_WGMMA": "0"}, (3, 4, 256, 192, 2, "fp8_tensor", 1, 2, True, 61),
+     STREAM_TILE),
+    ({"HPC_XLA_MOE_PATH": "stream", "HPC_XLA_MOE_UP_WGMMA": "1"}, (1, 4, 256, 192, 2, "fp8_tensor", 0, 0, False, 62),
+     STREAM_TILE),
+    ({"HPC_XLA_MOE_PATH": "stream"}, (4, 4, 256, 192, 2, None, 0, 0, True, 63), STREAM_TILE),
+    ({"HPC_XLA_MOE_PATH": "v1", "HPC_XLA_MOE_TILED_M": "16"}, (40, 4, 256, 192, 2, "fp8_tensor", 1, 2, False, 64), 16),
+    ({"HPC_XLA_MOE_PATH": "v1", "HPC_XLA_MOE_TILED_M": "32"}, (96, 4, 256, 192, 2, None, 0, 0, True, 65), 32),
+    ({"HPC_XLA_MOE_PATH": "v1", "HPC_XLA_MOE_UP_SPLITS": "2"}, (96, 4, 512, 256, 2, None, 0, 0, False, 66), 64),
     ({"HPC_XLA_MOE_PATH": "grouped", "HPC_XLA_MOE_GEMM_TILE": "64x256"}, (300, 4, 256, 192, 2, "fp8_tensor", 0, 0,
-                                                                        False, 67)),
-    ({"HPC_XLA_MOE_PATH": "grouped", "HPC_XLA_MOE_GEMM_TILE": "64x128"}, (300, 4, 256, 192, 2, None, 1, 2, True, 68)),
+                                                                        False, 67), GROUPED_TILE),
+    # bf16 runs its 64x256 kernel under either 64-row knob; fp8_tensor has its own 64x128 one
+    ({"HPC_XLA_MOE_PATH": "grouped", "HPC_XLA_MOE_GEMM_TILE": "64x128"}, (300, 4, 256, 192, 2, None, 1, 2, True, 68),
+     GROUPED_TILE),
+    ({"HPC_XLA_MOE_PATH": "grouped", "HPC_XLA_MOE_GEMM_TILE": "64x128"}, (300, 4, 256, 192, 2, "fp8_tensor", 1, 2,
+                                                                        True, 69), GROUPED_TILE),
 ]
 
 
-@pytest.mark.parametrize("env,case", INTERLEAVED_PATH_CASES)
-def test_interleaved_w13_equals_plain_on_every_path(env, case, tmp_path):
-    """The stream (mma.sync / wgmma gate-up), tiled (16 / 32 rows, K splits) and grouped 64-row paths read an
+@pytest.mark.parametrize("env,case,tile", INTERLEAVED_PATH_CASES)
+def test_interleaved_w13_equals_plain_on_every_path(env, case, tile, tmp_path):
+    """The stream (mma.sync / wgmma gate-up), tiled (16 / 32 / 64 rows, K splits) and grouped 64-row paths read an
     interleaved w13 through W13GateRow / W13UpDelta: bitwise equal to the same path on vLLM's layout (the same
-    products in the same order, only the rows' addresses move), and within the oracle's tolerance."""
+    products in the same order, only the rows' addresses move), and within the oracle's tolerance. Each case asserts
+    the tile it ran and, on the stream path, whether the gate-up ran on wgmma (launch counter)."""
     (plain, inter), done = _run_layouts(case, [(env, ""), (env, "interleaved")], tmp_path)
     for r in done:
         assert _printed(r, "ACT") == 0, r.stdout  # not the epilogue: the path under test
-    tiles = {_printed(r, "TILE") for r in done}
-    assert len(tiles) == 1 and (tiles.pop() < GROUPED_TILE) == (env["HPC_XLA_MOE_PATH"] != "grouped"), done[0].stdout
+        assert _printed(r, "TILE") == tile, r.stdout
+        assert (_printed(r, "WGMMA") > 0) == (env.get("HPC_XLA_MOE_UP_WGMMA") == "1"), r.stdout
     assert np.array_equal(plain.view(np.uint16), inter.view(np.uint16))
     p = make_problem(*case[:5], quant=case[5], expert_offset=case[6], extra_experts=case[7], shared=case[8],
                      seed=case[9])

@@ -77,7 +77,8 @@ int64_t FusedMoeActEpilogueLaunches();
 int64_t FusedMoeDownScatterLaunches();
 // Grouped-path gathers in this process that ran by tokens (HPC_XLA_MOE_GATHER=tokens).
 int64_t FusedMoeGatherByTokensLaunches();
-// Stream-path wgmma gate-up launches in this process that prefetched w2 into L2 (HPC_XLA_MOE_W2_PREFETCH).
+// Stream-path wgmma gate-up launches in this process, and those that prefetched w2 into L2 (HPC_XLA_MOE_W2_PREFETCH).
+int64_t FusedMoeWgmmaGateUpLaunches();
 int64_t FusedMoeW2PrefetchLaunches();
 // What one call with `tokens` tokens needs (the CUDA path checks the workspace against it).
 int64_t FusedMoeWorkspaceBytes(int64_t tokens, int64_t top_k, int64_t experts, int64_t hidden, int64_t inter,

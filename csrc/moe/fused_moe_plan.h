@@ -99,7 +99,7 @@ inline int64_t GroupedFromAvg(MoeQuant quant) {
 // mostly empty tile that read their weights again. Measured on the H200 (bench/NOTES.md session 25, 2 rounds, bf16):
 // avg 16 -- Mixtral T=64 766 -> 697 us, Qwen3 T=256 339 -> 328; avg 8 -- Mixtral T=32 665 -> 691, Qwen3 T=128 304
 // -> 319 (so 16 rows stay up to avg 8). HPC_XLA_MOE_TILED_M=16|32 forces the tiled path's M tile wherever the
-// default picks the tiled path (A/B runs).
+// tiled path runs -- picked by default or forced by HPC_XLA_MOE_PATH=v1 (A/B runs, and tests of a given tile).
 int MoeTiledMFromEnv();  // fused_moe_validate.cc: 0 unset, 16 or 32, -1 anything else (validated there)
 
 inline int TileM(int64_t tokens, int64_t top_k, int64_t experts, MoeQuant quant) {
@@ -110,7 +110,7 @@ inline int TileM(int64_t tokens, int64_t top_k, int64_t experts, MoeQuant quant)
   const int forced_m = MoeTiledMFromEnv();
   const int tiled = avg > GroupedFromAvg(quant) ? kGroupedTileM : forced_m > 0 ? forced_m : (avg <= 8 ? 16 : 32);
   switch (MoePathFromEnv()) {
-    case MoePathChoice::kV1: return v1;
+    case MoePathChoice::kV1: return forced_m > 0 ? forced_m : v1;
     case MoePathChoice::kGrouped: return kGroupedTileM;
     case MoePathChoice::kStream: return pairs <= kStreamMaxPairs ? kStreamTileM : tiled;
     default:

@@ -40,7 +40,9 @@ namespace {
 
 namespace cg = cooperative_groups;
 
-// Launches that prefetched w2 (FusedMoeW2PrefetchLaunches: the tests' proof that the prefetch ran).
+// Launches of this kernel, and those that prefetched w2 (FusedMoeWgmmaGateUpLaunches, FusedMoeW2PrefetchLaunches:
+// the tests' proof of which kernel ran).
+std::atomic<int64_t> g_launches{0};
 std::atomic<int64_t> g_w2_prefetch_launches{0};
 
 constexpr int kThreads = 128;       // one warpgroup
@@ -249,6 +251,7 @@ Status LaunchStreamGateUpWgmma(const WgmmaGateUpArgs& a, cudaStream_t stream) {
   const int64_t ctas = StreamGateUpWgmmaCtas(a.tokens, a.top_k, a.hidden, a.inter_size);
   HPC_RETURN_IF_ERROR(LaunchCluster("fused_moe stream gate-up (wgmma) launch", kernel, dim3(static_cast<unsigned>(ctas)),
                                     dim3(kThreads), smem, static_cast<unsigned>(p.cluster), stream, p));
+  g_launches.fetch_add(1, std::memory_order_relaxed);
   if (a.w2_prefetch != 0) g_w2_prefetch_launches.fetch_add(1, std::memory_order_relaxed);
   return Status::Ok();
 }
@@ -256,5 +259,6 @@ Status LaunchStreamGateUpWgmma(const WgmmaGateUpArgs& a, cudaStream_t stream) {
 }  // namespace hpc::moe
 
 namespace hpc {
+int64_t FusedMoeWgmmaGateUpLaunches() { return moe::g_launches.load(std::memory_order_relaxed); }
 int64_t FusedMoeW2PrefetchLaunches() { return moe::g_w2_prefetch_launches.load(std::memory_order_relaxed); }
 }  // namespace hpc

@@ -276,13 +276,13 @@ def fused_moe(x, w13, w2, topk_weights=None, topk_ids=None, *, quant=None, x_sca
     integer expert_offset adds to the device's (experts held above this level). w13_interleaved: as in
     hpc_xla.jax.fused_moe (interleave_w13 works per expert, so an expert-sharded interleaved w13 is each device's
     experts interleaved)."""
-    if _options.routing_inputs(topk_weights, topk_ids, router_logits, route_kwargs):  # hpc_xla.jax.fused_moe's rule
-        top_k = route_kwargs.pop("top_k")
-        topk_weights, topk_ids = moe_route(router_logits, top_k, **route_kwargs)
     if not isinstance(expert_offset, int):
         raise ValueError("hpc_xla.jax.partitioned.fused_moe: expert_offset must be an int (the device's share is "
                          "added here); got %r" % (expert_offset,))
-    w13_interleaved = _options.w13_interleaved_flag(w13_interleaved, quant, w13.shape)
+    w13_interleaved = _options.w13_interleaved_flag(w13_interleaved, quant, w13.shape)  # refused before routing runs
+    if _options.routing_inputs(topk_weights, topk_ids, router_logits, route_kwargs):  # hpc_xla.jax.fused_moe's rule
+        top_k = route_kwargs.pop("top_k")
+        topk_weights, topk_ids = moe_route(router_logits, top_k, **route_kwargs)
     experts_global = num_experts_global if num_experts_global is not None else int(w13.shape[0]) + expert_offset
     optional = (x_scale, w13_scale, w2_scale, _scalar(a13_scale), _scalar(a2_scale), shared_output)
     static = dict(quant=quant, activation=activation, expert_offset=expert_offset, num_experts_global=experts_global,
