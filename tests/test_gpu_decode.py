@@ -222,3 +222,73 @@ for case in cases:
 print("OK", len(cases))
 """)
     assert "OK 6" in out, out
+
+
+def test_chunks_on_demand():
+    """A plan of more chunks than the resident grid (max_ctas above the device default: experiment 25) runs on the
+    resident grid, which takes the chunks through a ticket counter: against the fp64 reference on both frameworks
+    (bf16 and fp8 caches, q_len 2, a long sequence cut into hundreds of chunks, chunks past the plan's num_ctas),
+    and bitwise equal run to run -- which CTA runs a chunk must not matter, its partials are the chunk's own. The
+    torch runs poison the workspace's partials (NaN) before every call, so a chunk that no CTA ran cannot pass on
+    an earlier call's partials."""
+    out = _run_python("""
+import numpy as np
+import torch
+import hpc_xla.torch as ht
+from decode_harness import DecodeCase, make_inputs, check, run_torch, run_jax
+plain_plan = ht.decode_plan
+def poisoned_plan(*args, **kw):  # the partials start as NaN; the tickets (first 4 floats) are the kernel's
+    plan = plain_plan(*args, **kw)
+    plan.workspace[4:].fill_(float("nan"))
+    return plan
+ht.decode_plan = poisoned_plan
+cases = [DecodeCase(seq_lens=(4096,) * 64, max_ctas=1024),
+         DecodeCase(seq_lens=(4096,) * 64, kv_dtype="float8_e4m3fn", max_ctas=1024),
+         DecodeCase(seq_lens=(131072,) + (4096,) * 31, max_ctas=800),
+         DecodeCase(seq_lens=(700, 5, 0, 3000), kv_dtype="float8_e4m3fn", q_len=2, max_ctas=2048),
+         DecodeCase(seq_lens=(65,) * 3, max_ctas=600)]
+for case in cases:
+    inp = make_inputs(case)
+    for run in (run_torch, run_jax):
+        first = run(case, inp, "cuda")
+        check(case, inp, first)
+        for _ in range(2):
+            assert np.array_equal(first.view(np.uint16), run(case, inp, "cuda").view(np.uint16)), (case, run)
+print("OK", len(cases))
+""")
+    assert "OK 5" in out, out
+
+
+def test_chunks_on_demand_self_reset():
+    """HPC_XLA_DECODE_TICKET_RESET=last (experiment 25's A/B: no memset, the kernel's last CTA resets the tickets for
+    the next call): one plan per case (decode_plan zeroes a new plan's tickets under the knob) serves repeated calls
+    with new q each time, each against the fp64 reference, with the partials poisoned (NaN) before every call and
+    the two counters checked to be back at 0 after it -- a counter left behind would drop chunks from the next call,
+    whose NaN partials the check would see. Cases with more chunks than the resident grid (bf16 and fp8)."""
+    out = _run_python("""
+import dataclasses
+import numpy as np
+import torch
+import hpc_xla.torch as ht
+from decode_harness import DecodeCase, make_inputs, check, run_torch
+plans, plain_plan = {}, ht.decode_plan
+def plan_once(seq_lens, **kw):  # the same plan (and workspace) for every call of a case, partials poisoned
+    key = (tuple(seq_lens.tolist()), tuple(sorted((k, str(v)) for k, v in kw.items())))
+    if key not in plans:
+        plans[key] = plain_plan(seq_lens, **kw)
+        assert plans[key].workspace[:2].view(torch.int32).tolist() == [0, 0]
+    plans[key].workspace[4:].fill_(float("nan"))
+    return plans[key]
+ht.decode_plan = plan_once
+cases = [DecodeCase(seq_lens=(4096,) * 64, max_ctas=1024),
+         DecodeCase(seq_lens=(4096,) * 64, kv_dtype="float8_e4m3fn", max_ctas=1024),
+         DecodeCase(seq_lens=(131072,) + (4096,) * 31, max_ctas=800)]
+for i, case in enumerate(cases):
+    for call in range(4):
+        inp = make_inputs(dataclasses.replace(case, seed=100 * i + call))  # new q, caches and lengths' data
+        check(case, inp, run_torch(case, inp, "cuda"))
+        counters = [p.workspace[:2].view(torch.int32).tolist() for p in plans.values()]
+        assert all(c == [0, 0] for c in counters), (case, call, counters)
+print("OK", len(cases), len(plans))
+""", HPC_XLA_DECODE_TICKET_RESET="last")
+    assert "OK 3 3" in out, out
