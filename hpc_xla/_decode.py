@@ -88,7 +88,7 @@ def workspace_floats(batch, num_kv_heads, num_q_heads, head_dim, q_len, max_ctas
     """fp32 elements of decode_attention's workspace for either schedule (decode_validate.cc DecodeWorkspaceFloats)."""
     rows = q_len * (num_q_heads // max(num_kv_heads, 1))
     slots = max(2 * max_ctas, batch * num_kv_heads * static_splits(batch, num_kv_heads, max_ctas))
-    return slots * rows * (head_dim + 1) + 4  # + the chunk ticket counter (16 bytes)
+    return slots * rows * (head_dim + 1)
 
 
 def canonical_dtype_name(dtype):

@@ -89,7 +89,6 @@ void DecodeAttentionBinding(nb::handle q, nb::handle q_scale, nb::handle k_cache
   a.q_len = q_len;
   a.schedule = static_cast<DecodeSchedule>(schedule);
   a.max_ctas = max_ctas;
-  a.workspace_keeps_tickets = true;  // torch plans keep their workspace (zeroed when made under the self-reset knob)
   RunOp(a.q, t, stream, &DecodeAttentionCuda, &DecodeAttentionCpu, a);
 }
 

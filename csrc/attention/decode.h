@@ -60,10 +60,6 @@ struct DecodeAttentionArgs {
   int q_len = 1;
   DecodeSchedule schedule = DecodeSchedule::kDynamic;
   int max_ctas = 0;        // static schedule: sizes the split count (dynamic: read from the plan)
-  // Experiment 25: the caller keeps this workspace between calls and zeroed its first 16 bytes once (torch plans
-  // under HPC_XLA_DECODE_TICKET_RESET=last), so the chunk tickets may be reset by the kernel's last CTA instead of a
-  // memset. The XLA FFI path never sets it (its workspace is fresh scratch per call).
-  bool workspace_keeps_tickets = false;
 };
 
 // Fixed splits per sequence of the static schedule: fills about one wave of max_ctas.
@@ -83,14 +79,6 @@ int DecodeMinCapacityTiles();
 // The planner's fixed cost per piece in tiles for `config` (attention::PieceCostTiles: by the rows a piece
 // carries), or HPC_XLA_DECODE_PIECE_COST=0..16 for every config (A/B).
 int DecodePieceCostTiles(const DecodeConfig& config);
-// HPC_XLA_DECODE_TICKET_RESET=last (experiment 25's A/B): the chunk tickets reset by the kernel's last CTA instead of
-// a memset before it -- only where the caller says the workspace keeps them (DecodeAttentionArgs::
-// workspace_keeps_tickets: torch plans, which zero a new plan's workspace under this knob).
-bool DecodeTicketSelfReset();
-// The workspace's first kDecodeTicketFloats floats hold the chunk tickets (experiment 25) on the GPU path; the
-// partials follow (16-byte aligned). At a fixed place, plans sharing one workspace share one pair of counters,
-// which each call leaves at zero.
-constexpr int kDecodeTicketFloats = 4;
 
 
 void BuildPlanHost(const int32_t* seq_lens, int batch, const DecodeConfig& config, int max_ctas, int32_t* plan);

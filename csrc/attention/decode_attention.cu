@@ -230,7 +230,7 @@ Status DecodeAttentionCuda(const DecodeAttentionArgs& a, cudaStream_t stream) {
   p.block_table_width = static_cast<int>(a.block_table.shape[1]);
   p.seq_lens = a.seq_lens.ptr<const int32_t>();
   p.plan = a.plan.present() ? a.plan.ptr<const int32_t>() : nullptr;
-  p.workspace = a.workspace.ptr<float>() + kDecodeTicketFloats;  // the tickets come first (kDecodeTicketFloats)
+  p.workspace = a.workspace.ptr<float>();
   p.out = a.out.data;
   p.out_stride_row = a.out.strides[0], p.out_stride_head = a.out.strides[1];
   p.k_scale = a.k_scale.present() ? a.k_scale.ptr<const float>() : nullptr;
@@ -263,20 +263,6 @@ Status DecodeAttentionCuda(const DecodeAttentionArgs& a, cudaStream_t stream) {
     p.num_slots = static_cast<int64_t>(batch) * cfg.num_kv_heads * p.static_splits;
     grid = batch * cfg.num_kv_heads * p.static_splits;
     combine_grid = batch * cfg.num_kv_heads;
-  }
-  // A plan of more chunks than the grid holds at once (max_ctas > resident CTAs, experiment 25): the resident grid
-  // takes them on demand, through a ticket counter at the workspace's start, zeroed here. The D = 256 kernels keep
-  // the plain walk (DecodeTakesTickets): their grid is max_ctas, in waves.
-  const int resident = per_sm * MultiprocessorCount(a.q.device_id);
-  if (p.dynamic && grid > resident && attention::DecodeTakesTickets(p.head_dim)) {
-    p.tickets = reinterpret_cast<int32_t*>(a.workspace.ptr<float>());
-    p.num_physical = resident;
-    grid = resident;
-    p.tickets_self_reset = a.workspace_keeps_tickets && DecodeTicketSelfReset();
-    if (!p.tickets_self_reset) {
-      HPC_RETURN_IF_ERROR(CudaStatus(cudaMemsetAsync(p.tickets, 0, 2 * sizeof(int32_t), stream),
-                                     "decode_attention: ticket reset"));
-    }
   }
   using KernelFn = void (*)(DecodeParams);
   HPC_RETURN_IF_ERROR(Launch("decode_attention kernel launch", reinterpret_cast<KernelFn>(const_cast<void*>(kernel.fn)),

@@ -55,36 +55,7 @@ struct DecodeParams {
   int batch, num_kv_heads, num_q_heads, group, q_len, rows, head_dim, page_shift, static_splits;
   DType q_dtype;
   bool dynamic, out_fp16;
-  // On-demand chunks (experiment 25): a plan of more chunks ("virtual CTAs") than the resident grid. CTA i runs
-  // chunk i, then chunks num_physical + atomicAdd(tickets, 1) until they run out: the faster SMs (session 27's
-  // trace: stream rates differ by up to 25% between SMs, the same SMs in every run) take more chunks. Each chunk
-  // keeps its own partial slots and merge tasks -- the plan, the combine and the bits are those of a grid of
-  // max_ctas CTAs. nullptr: one chunk per CTA (the grid is the plan's max_ctas). Zeroed before every launch.
-  int32_t* tickets;  // [0] the next ticket, [1] CTAs done (tickets_self_reset)
-  int num_physical;
-  // HPC_XLA_DECODE_TICKET_RESET=last (A/B of the memset's cost; needs a workspace zeroed once, torch plans only):
-  // no memset, the last CTA to finish puts both counters back to 0 for the next call.
-  bool tickets_self_reset;
 };
-
-// The end of one CTA with tickets_self_reset: counted, and the last one resets the counters. Thread 0 took all of
-// this CTA's tickets, so its program order puts them before its count.
-__device__ __forceinline__ void TicketsDone(const DecodeParams& p) {
-  if (p.tickets == nullptr || !p.tickets_self_reset || threadIdx.x != 0) return;
-  __threadfence();
-  if (atomicAdd(p.tickets + 1, 1) == p.num_physical - 1) {
-    __threadfence();  // acquire: every other CTA's tickets (taken before its count) are ordered before the reset
-    p.tickets[0] = 0;
-    p.tickets[1] = 0;
-    __threadfence();
-  }
-}
-
-// Whether the attention kernel for head_dim D takes plan chunks on demand (the host asks this before it sets tickets).
-constexpr bool DecodeTakesTickets(int head_dim) { return head_dim <= 128; }
-
-// Chunk ids handed from the copy stream (which takes them first, kStages - 1 tiles ahead) to the compute stream.
-constexpr int kChunkQueue = 8;
 
 template <int D, int MT, typename KV, typename CT>
 struct DecodeShape {
@@ -129,14 +100,12 @@ __device__ __forceinline__ int QChunk(int row, int chunk) {
   return row * D * 2 + ((chunk ^ (row & 7)) << 4);
 }
 
-// Tiles of the CTA's work, in order: the persistent CTA walks its plan pieces (chunk after chunk with tickets);
-// a static CTA has one piece.
+// Tiles of the CTA's work, in order: the persistent CTA walks its plan pieces; a static CTA has one piece.
 struct TileStream {
   PieceCursor cursor;
   Piece piece;
   int tile;
   bool valid;
-  int chunks;      // with tickets: chunks taken so far after the first
 
   __device__ __forceinline__ void Init(const DecodeParams& p) {
     if (p.dynamic) {
@@ -161,36 +130,9 @@ struct TileStream {
     tile = piece.tile_begin;
   }
   __device__ __forceinline__ bool Empty() const { return piece.tile_end <= piece.tile_begin; }
-  // The next chunk's pieces, if any: the leader's thread 0 takes a ticket and every thread of the CTA reads it
-  // back (all threads advance a stream together, so the barrier is uniform); the follower reads what the leader
-  // left in the queue, kStages - 1 tiles and at least one barrier earlier. Chunk ids past the plan's num_ctas end
-  // the stream (their ranges would be empty anyway).
-  template <bool kLeader>
-  __device__ __forceinline__ bool NextChunk(const DecodeParams& p, int* queue) {
-    const int slot = chunks++ % kChunkQueue;
-    if constexpr (kLeader) {
-      if (threadIdx.x == 0) queue[slot] = p.num_physical + atomicAdd(p.tickets, 1);
-      __syncthreads();
-    }
-    const int chunk = queue[slot];
-    if (chunk < 0 || chunk >= p.plan[kFieldNumCtas]) return false;  // < 0: counters that were never zeroed
-    cursor = CtaPieces(p.plan, p.batch, chunk);
-    return true;
-  }
-  // kLeader: the copy stream (takes the tickets); the compute stream follows through `queue` (shared memory).
-  // kTickets: the kernel takes chunks on demand (DecodeTakesTickets: head_dim <= 128 -- the ticket walk made the
-  // D = 256 kernels spill up to 0.9 KB; theirs is the plain walk, a plan above the resident grid runs in waves).
-  template <bool kLeader, bool kTickets>
-  __device__ __forceinline__ void Advance(const DecodeParams& p, int* queue) {
+  __device__ __forceinline__ void Advance(const DecodeParams& p) {
     if (++tile < piece.tile_end) return;
-    if (!p.dynamic) {
-      valid = false;
-    } else if constexpr (kTickets) {  // one NextPiece in the loop: each inlined copy costs registers
-      while (!(valid = NextPiece(cursor, p.seq_lens, &piece)) && p.tickets != nullptr && NextChunk<kLeader>(p, queue)) {
-      }
-    } else {
-      valid = NextPiece(cursor, p.seq_lens, &piece);
-    }
+    valid = p.dynamic ? NextPiece(cursor, p.seq_lens, &piece) : false;
     tile = piece.tile_begin;
   }
 };
@@ -653,13 +595,10 @@ __global__ void __launch_bounds__(kDecodeThreads) DecodeAttentionKernel(const __
   for (int half = 0; half < 2; ++half) pos.q_pos[half] = min(16 * wm + lane / 4 + 8 * half, p.rows - 1) / p.group;
   const uint32_t stages_addr = SmemAddr(stages), qsmem_addr = SmemAddr(qsmem);
 
-  __shared__ int chunk_queue[kChunkQueue];
   TileStream load, comp;
   load.Init(p);
-  load.chunks = 0;
   comp = load;
-  // (with tickets every CTA's first chunk has work: the plan's num_ctas >= its resident grid, see the host)
-  if (!comp.valid) return TicketsDone(p);
+  if (!comp.valid) return;
   // Copies run kStages - 1 tiles ahead of the compute; the block ids of the next `load` tile are fetched one
   // copy ahead of that. Page size 64 (one page per tile) takes the single-id path.
   auto run = [&](auto one_page) {
@@ -669,7 +608,7 @@ __global__ void __launch_bounds__(kDecodeThreads) DecodeAttentionKernel(const __
     auto copy_next = [&](int to_stage) {
       if (!load.valid || load.Empty()) return;
       LoadKvTile<S, kOnePage>(p, load.piece, load.tile, ids, stages_addr + to_stage * S::kStageBytes);
-      load.Advance<true, DecodeTakesTickets(D)>(p, chunk_queue);
+      load.Advance(p);
       if (load.valid && !load.Empty()) ids.Fetch(p, load.piece, load.tile);
     };
 #pragma unroll 1
@@ -707,7 +646,7 @@ __global__ void __launch_bounds__(kDecodeThreads) DecodeAttentionKernel(const __
         FinishPiece<D, MT, KV, CT>(p, done, st, ml_smem, obuf, lse_smem);
         new_piece = true;
       }
-      comp.Advance<false, DecodeTakesTickets(D)>(p, chunk_queue);
+      comp.Advance(p);
     }
   };
   if (p.page_shift >= 6) {
@@ -716,7 +655,6 @@ __global__ void __launch_bounds__(kDecodeThreads) DecodeAttentionKernel(const __
     run(std::false_type{});
   }
   CpAsyncWait<0>();
-  TicketsDone(p);
 }
 
 // Merges split pieces and zero-fills the rows of empty sequences. Dynamic: a CTA per CTA boundary i (per (i, row)

@@ -1,6 +1,5 @@
 #include <cmath>
 #include <cstdint>
-#include <cstdlib>
 #include <string>
 
 #include "csrc/attention/decode.h"
@@ -52,7 +51,7 @@ int64_t DecodeWorkspaceFloats(int64_t batch, int num_kv_heads, int num_q_heads, 
   const int64_t dynamic_slots = 2 * static_cast<int64_t>(max_ctas);
   const int64_t static_slots = batch * num_kv_heads * StaticSplits(batch, num_kv_heads, max_ctas);
   const int64_t slots = dynamic_slots > static_slots ? dynamic_slots : static_slots;
-  return slots * rows * (head_dim + 1) + 4;  // O rows + one log-sum-exp per row; the chunk tickets (16 B)
+  return slots * rows * (head_dim + 1);  // O rows + one log-sum-exp per row
 }
 
 Status ValidateDecodePlan(const DecodePlanArgs& a) {
@@ -214,14 +213,6 @@ Status CheckPlanHeader(const int32_t* header, const DecodeConfig& cfg, int64_t b
                   " (pass the whole plan tensor decode_plan filled, not a resized buffer)");
   }
   return Status::Ok();
-}
-
-bool DecodeTicketSelfReset() {
-  static const bool last = [] {
-    const char* v = std::getenv("HPC_XLA_DECODE_TICKET_RESET");
-    return v != nullptr && std::string(v) == "last";
-  }();
-  return last;
 }
 
 int DecodePieceCostTiles(const DecodeConfig& config) {

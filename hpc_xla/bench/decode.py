@@ -7,19 +7,14 @@ already built, what every further layer of the step costs. FlashInfer plans on t
 graph replay holds no planner: "layer vs FI" compares like with like."""
 
 import math
-import os
 
 import torch
 
 import hpc_xla.torch as ht
 from hpc_xla.bench import report, timing
-from hpc_xla.torch.attention import _max_ctas
 
 HEADS = ((8, 1, 128), (64, 8, 128), (32, 8, 128))
 PAGE = 64
-# HPC_BENCH_DECODE_CHUNKS=k (experiment 25): plans with k x the resident CTAs as chunks, which the resident grid
-# takes on demand (1: the default plan, one chunk per CTA)
-CHUNKS_PER_CTA = int(os.environ.get("HPC_BENCH_DECODE_CHUNKS", "1"))
 
 
 def workloads():
@@ -118,12 +113,7 @@ def run(args):
                                                                              sets, cgen)
                     kw = dict(num_kv_heads=hkv, num_q_heads=hq, head_dim=d, page_size=PAGE, q_len=q_len,
                               kv_dtype=kv_dtype, q_dtype=torch.bfloat16)
-                    if CHUNKS_PER_CTA > 1:  # experiment 25: plans of more chunks than CTAs, handed out on demand
-                        kw["max_ctas"] = CHUNKS_PER_CTA * _max_ctas(None, seq_lens.device, hkv, hq, d, q_len, PAGE,
-                                                                    kv_dtype, torch.bfloat16)
                     plan = ht.decode_plan(seq_lens, **kw)
-                    if os.environ.get("HPC_XLA_DECODE_TICKET_RESET") == "last":  # experiment 25: counters start at 0
-                        plan.workspace.zero_()
 
                     def dyn(s):
                         return lambda: (ht.decode_plan(seq_lens, out=plan, **kw),

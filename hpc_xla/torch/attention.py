@@ -9,7 +9,6 @@ at the max batch and replay with new seq_lens (padded sequences have length 0).
 """
 
 import dataclasses
-import os
 
 import torch
 
@@ -93,8 +92,6 @@ def decode_plan(seq_lens, *, num_kv_heads, num_q_heads, head_dim, page_size, q_l
                              "with >= %d elements; got %s %s (strides %s, address %% 16 = %d) on %s"
                              % (seq_lens.device, config.workspace_size, workspace.dtype, tuple(workspace.shape),
                                 tuple(workspace.stride()), workspace.data_ptr() % 16, workspace.device))
-        if os.environ.get("HPC_XLA_DECODE_TICKET_RESET") == "last":  # experiment 25: the tickets start at zero
-            workspace[:4].zero_()  # csrc kDecodeTicketFloats: then each call's last CTA leaves them at zero
         out = DecodePlan(torch.empty(config.plan_size, dtype=torch.int32, device=seq_lens.device), workspace, config)
     elif workspace is not None:
         raise ValueError("decode_plan: workspace applies to a new plan; a refilled plan (out=) keeps its own")
