@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
-# session 27 call E (~8 min; carry .peer/exp/n and .peer/exp/e25): experiment 25c, decode chunks handed out on
-# demand (78b8629 = 25b a38f96c with the ticket walk for head_dim <= 128 only; reverted on main; e25 = main + 78b8629).
+# session 27 call E (~8 min; carry .peer/exp/n and .peer/exp/e25): experiment 25d, decode chunks handed out on
+# demand (c12308b = 25c 78b8629 + session 28's review fixes: tickets at the workspace's start, self-reset only for
+# torch plans, poisoned-partials tests; reverted on main; e25 = main + c12308b, restaged in session 28).
 # HPC_XLA_DECODE_TICKET_RESET=last: the tickets reset by the kernel's last CTA instead of a memset before it (keeps
-# the PDL overlap; torch plans only). Tests on e25: test_chunks_on_demand(_self_reset) (fp64 reference, run-to-run
+# the PDL overlap; torch plans only, decode_plan zeroes a new plan's tickets). Tests on e25: test_chunks_on_demand(_self_reset) (fp64 reference, run-to-run
 # bitwise) + test_gpu_decode.py and test_decode.py's cuda cases (the default path: one chunk per CTA, kernels
 # recompiled with the ticket walk). Then n / e25 / e25 with 2 and 4 chunks per CTA (HPC_BENCH_DECODE_CHUNKS) / 2
 # self-reset on 8/1/128 bf16 (2 rounds) and fp8, 64/8 bf16 (1 round).
