@@ -68,6 +68,14 @@ std::string EnvWordRefusal(const char* name, const char* const (&words)[N]) {
   return s + " or unset; got '" + EnvText(name) + "'";
 }
 
+// An A/B knob's value: `unset` when the variable is unset or empty, values[i] for the i-th word, `invalid` else
+// (the validation reports it with EnvWordRefusal).
+template <class E, size_t N>
+E EnvChoice(const char* name, const char* const (&words)[N], E unset, const E (&values)[N], E invalid) {
+  const int w = EnvWord(name, words);
+  return w == 0 ? unset : (w < 0 ? invalid : values[w - 1]);
+}
+
 }  // namespace
 
 namespace moe {
@@ -123,43 +131,29 @@ GroupedGemmTile GroupedGemmTileFromEnv() {
 }
 
 GroupedAct GroupedActFromEnv() {
-  static const GroupedAct act = [] {
-    switch (EnvWord("HPC_XLA_MOE_ACT", kActWords)) {
-      case 1: return GroupedAct::kKernel;
-      case -1: return GroupedAct::kInvalid;
-      default: return GroupedAct::kEpilogue;  // unset or "epilogue"
-    }
-  }();
+  using A = GroupedAct;
+  static const A act = EnvChoice("HPC_XLA_MOE_ACT", kActWords, A::kEpilogue, {A::kKernel, A::kEpilogue}, A::kInvalid);
   return act;
 }
 
 GroupedDownStore GroupedDownStoreFromEnv() {
-  static const GroupedDownStore store = [] {
-    switch (EnvWord("HPC_XLA_MOE_DOWN_STORE", kDownStoreWords)) {
-      case 2: return GroupedDownStore::kScatter;
-      case -1: return GroupedDownStore::kInvalid;
-      default: return GroupedDownStore::kTma;  // unset or "tma"
-    }
-  }();
+  using D = GroupedDownStore;
+  static const D store =
+      EnvChoice("HPC_XLA_MOE_DOWN_STORE", kDownStoreWords, D::kTma, {D::kTma, D::kScatter}, D::kInvalid);
   return store;
 }
 
 W2Prefetch W2PrefetchFromEnv() {
-  static const W2Prefetch prefetch = [] {
-    const int w = EnvWord("HPC_XLA_MOE_W2_PREFETCH", kW2PrefetchWords);  // 0 unset, 1 bulk, 2 lines, -1 else
-    return w < 0 ? W2Prefetch::kInvalid : static_cast<W2Prefetch>(w);
-  }();
+  using W = W2Prefetch;
+  static const W prefetch =
+      EnvChoice("HPC_XLA_MOE_W2_PREFETCH", kW2PrefetchWords, W::kOff, {W::kBulk, W::kLines}, W::kInvalid);
   return prefetch;
 }
 
 GroupedGather GroupedGatherFromEnv() {
-  static const GroupedGather gather = [] {
-    switch (EnvWord("HPC_XLA_MOE_GATHER", kGatherWords)) {
-      case 2: return GroupedGather::kTokens;
-      case -1: return GroupedGather::kInvalid;
-      default: return GroupedGather::kRows;  // unset or "rows"
-    }
-  }();
+  using G = GroupedGather;
+  static const G gather =
+      EnvChoice("HPC_XLA_MOE_GATHER", kGatherWords, G::kRows, {G::kRows, G::kTokens}, G::kInvalid);
   return gather;
 }
 
