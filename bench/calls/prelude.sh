@@ -17,3 +17,14 @@ collect() {
   grep -E "^FAILED|^E  " "$R"/"$1"*.log | head -20
   for f in "$R"/"$1"*.log; do echo "### $f"; tail -60 "$f"; done > "$OUT/tests_all.txt"
 }
+# profile_moe DIR KNOB PREFIX VALUE...: tools/profile_kernels.py moe (Qwen3 fp8 / Hy3-TP8 at T=4096) from the staged
+# folder DIR once per VALUE of the knob, output to $R/PREFIX_VALUE.txt: which kernel an A/B's difference sits in.
+profile_moe() {
+  local dir=$1 knob=$2 prefix=$3
+  shift 3
+  for value in "$@"; do
+    (cd "$dir" && env PYTHONPATH="$dir" "$knob=$value" HPC_BENCH_PEERS=0 \
+      HPC_PROFILE_MOE=qwen3-30b-a3b/fp8_tensor:4096,hy3-tp8/fp8_tensor:4096 timeout 120 \
+      python3 "$ROOT/tools/profile_kernels.py" moe > "$R/${prefix}_$value.txt" 2>&1); t
+  done
+}

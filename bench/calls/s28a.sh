@@ -25,10 +25,6 @@ env AB_WIDTH=100 AB_TIMEOUT=200 OUT=/tmp/abl tools/ab_bench.sh 2 \
   "moe --shapes qwen3-30b-a3b,hy3-tp8,hy3-ep8,dsv3-ep8 --tokens 1024,4096" \
   n n:HPC_XLA_MOE_DOWN_STORE=scatter > $R/a_ab.txt 2>&1; t
 # where the time moved (the reduce and the down GEMM, per kernel; "after predecessor" = duration + gap)
-for store in tma scatter; do
-  (cd $N && PYTHONPATH=$N HPC_XLA_MOE_DOWN_STORE=$store HPC_BENCH_PEERS=0 \
-    HPC_PROFILE_MOE=qwen3-30b-a3b/fp8_tensor:4096,hy3-tp8/fp8_tensor:4096 timeout 120 \
-    python3 $ROOT/tools/profile_kernels.py moe > $R/a_prof_$store.txt 2>&1); t
-done
+profile_moe $N HPC_XLA_MOE_DOWN_STORE a_prof tma scatter
 cp $R/a_ab.txt $R/a_prof_*.txt $OUT/; grep -a "│\|==" $R/a_ab.txt | cut -c1-70
 for store in tma scatter; do echo "## profile $store"; grep -aiE "reduce|GroupedGemm|gather|==" $R/a_prof_$store.txt | cut -c1-120; done

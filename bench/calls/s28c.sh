@@ -22,10 +22,6 @@ collect c_
 env AB_WIDTH=100 AB_TIMEOUT=200 OUT=/tmp/abl tools/ab_bench.sh 2 \
   "moe --shapes qwen3-30b-a3b,hy3-tp8,hy3-ep8,dsv3-ep8 --tokens 1024,4096" n n:HPC_XLA_MOE_GATHER=tokens \
   > $R/c_ab.txt 2>&1; t
-for gather in rows tokens; do  # where the time moved: quant + gather per kernel
-  (cd $N && PYTHONPATH=$N HPC_XLA_MOE_GATHER=$gather HPC_BENCH_PEERS=0 \
-    HPC_PROFILE_MOE=qwen3-30b-a3b/fp8_tensor:4096,hy3-tp8/fp8_tensor:4096 timeout 120 \
-    python3 $ROOT/tools/profile_kernels.py moe > $R/c_prof_$gather.txt 2>&1); t
-done
+profile_moe $N HPC_XLA_MOE_GATHER c_prof rows tokens  # where the time moved: quant + gather per kernel
 cp $R/c_ab.txt $R/c_prof_*.txt $OUT/; grep -a "│\|==" $R/c_ab.txt | cut -c1-70
 for gather in rows tokens; do echo "## profile $gather"; grep -aiE "quant|gather|align|==" $R/c_prof_$gather.txt | cut -c1-120; done
