@@ -218,6 +218,55 @@ print("OK", len(cases), "ROWS", *launched)
         assert out.split("ROWS")[1].split() == [rows] * 5 + ["0", "0"], (rows, out)
 
 
+def test_fp8_scale_helpers_match_ieee_division_on_every_float():
+    """The paired kernel's per-row fp8 scale math (csrc/common/fp8_scale.cuh: amax / 448 and 1 / scale by double FMAs
+    from the hardware's approximate reciprocal, no division call) against the float division it replaces, on all
+    2^32 bit patterns, on this GPU."""
+    from hpc_xla._ext import ext
+
+    assert tuple(ext().fp8_scale_selfcheck(0)) == (0, 0)
+
+
+def test_fp8_q_scale_of_special_rows():
+    """fp8 q_scale where the row's math leaves the normal range, at 1, 2 and 4 rows per lane group (the 2- and 4-row
+    kernels take max |x| from the rows before the 1 / rms factor and reduce it with the sum of squares): an all-zero
+    row with eps = 0 (1 / rms = inf, the row NaN: scale 0 like the CPU path), a row whose sum of squares overflows
+    (1 / rms = 0: scale 0), a row holding inf, a row without q norm holding inf (scale inf), a bad position (NaN
+    row: scale 0, GPU only). Every other row's scale matches the CPU path to rounding."""
+    code = """
+import numpy as np
+from rope_norm_harness import Case, make_inputs, run_torch
+from hpc_xla._ext import ext
+for q_norm in (True, False):
+    case = Case(tokens=37, num_q_heads=8, num_kv_heads=1, page_size=8, num_blocks=6, cache_fp8=True, q_fp8=True,
+                eps=0.0, q_norm=q_norm)
+    inputs = make_inputs(case)
+    q = inputs["q"]
+    q[0] = 0
+    q[1] = 1e30
+    q[2, :, 5] = np.inf
+    _, cpu_scale, _, _ = run_torch(case, inputs, device="cpu")
+    inputs["positions"][3] = -5
+    _, gpu_scale, _, _ = run_torch(case, inputs, device="cuda")
+    exact = (cpu_scale == 0) | np.isinf(cpu_scale)  # per (token, head)
+    want = [True, q_norm, True]  # token 1 without norm: 1e30 rows, finite scales
+    assert [bool(exact[t].all()) for t in range(3)] == want and not exact[4:].any(), (q_norm, cpu_scale[:5])
+    exact[3] = False
+    assert np.array_equal(cpu_scale[exact].view(np.uint32), gpu_scale[exact].view(np.uint32)), (
+        q_norm, cpu_scale[:3], gpu_scale[:3])
+    assert (gpu_scale[3] == 0).all(), gpu_scale[3]
+    rest = ~exact
+    rest[3] = False
+    rel = np.abs(gpu_scale[rest] - cpu_scale[rest]) / cpu_scale[rest]
+    assert rel.max() < 1e-5, rel.max()
+    assert np.isinf(cpu_scale[2]).all() != q_norm, cpu_scale[2]
+print("OK ROWS", ext().rope_norm_last_launch()[0])
+"""
+    for rows in ("1", "2", "4"):
+        out = _run_python(code, HPC_XLA_ROPE_ROWS=rows)
+        assert "OK ROWS " + rows in out, (rows, out)
+
+
 LAYOUT_CASES = [
     Case(tokens=37, num_q_heads=6, num_kv_heads=3, page_size=8, num_blocks=6),
     Case(tokens=37, num_q_heads=5, num_kv_heads=1, page_size=8, num_blocks=6, rope_style="gptj", rotary_dim=48),

@@ -2,6 +2,7 @@
 // allocated. The torch.library op in hpc_xla/torch/rope_norm.py calls this.
 #include <nanobind/nanobind.h>
 
+#include "csrc/common/fp8_scale_check.h"
 #include "csrc/rope_norm/rope_norm.h"
 #include "torch_bridge/bindings.h"
 #include "torch_bridge/tensor_args.h"
@@ -51,6 +52,13 @@ void BindRopeNorm(nb::module_& m) {
     return nb::make_tuple(info.rows_per_group, info.kv_merged);
   }, "(rows per lane group, k/v groups merged) of the last CUDA rope_norm launch; rows 0 = the general kernel, "
      "-1 = none yet.");
+  m.def("fp8_scale_selfcheck", [](int device) {
+    Fp8ScaleCheckResult r;
+    ThrowIfError(Fp8ScaleSelfCheck(device, &r));
+    return nb::make_tuple(r.scale_mismatches, r.multiplier_mismatches);
+  }, nb::arg("device") = 0,
+     "(amax/448 mismatches, 1/scale mismatches) of the call-free fp8 scale helpers over every float bit pattern "
+     "on GPU `device` (csrc/common/fp8_scale.cuh); both 0 when they are bit-exact. Synchronous.");
 }
 
 }  // namespace hpc::bridge
