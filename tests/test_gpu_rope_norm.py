@@ -228,8 +228,8 @@ def test_fp8_scale_helpers_match_ieee_division_on_every_float():
 
 
 def test_fp8_q_scale_of_special_rows():
-    """fp8 q_scale where the row's math leaves the normal range, at 1, 2 and 4 rows per lane group (the 2- and 4-row
-    kernels take max |x| from the rows before the 1 / rms factor and reduce it with the sum of squares): an all-zero
+    """fp8 q_scale where the row's math leaves the normal range, at 1, 2 and 4 rows per lane group (experiment 29's 2-
+    and 4-row kernels take max |x| before the 1 / rms factor and reduce it with the sum of squares): an all-zero
     row with eps = 0 (1 / rms = inf, the row NaN: scale 0 like the CPU path), a row whose sum of squares overflows
     (1 / rms = 0: scale 0), a row holding inf, a row without q norm holding inf (scale inf), a bad position (NaN
     row: scale 0, GPU only). Every other row's scale matches the CPU path to rounding."""

@@ -5,7 +5,8 @@
 // operands it cannot prove in range. The call's ABI makes ptxas save live registers around it, so a kernel that
 // divides inside an unrolled per-row loop spills there: rope_norm's 4-row fp8-q kernels stored 32-36 B and
 // reloaded 80-88 B per thread on the path every row takes (the spills sit around the two calls per row in the
-// SASS), while the same kernels without fp8 q did not spill at all.
+// SASS), while the same kernels without fp8 q did not spill at all. (Experiment 29, staged for its first GPU run, uses
+// them there; main's kernels still divide.)
 //
 // How, in double precision, with FMAs only:
 //   Fp8ScaleOfAmax: q0 = a * RN(1/448), r = a - 448 q0 (exact by FMA), q = q0 + r RN(1/448) is the correctly
