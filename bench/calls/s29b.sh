@@ -1,15 +1,15 @@
 #!/usr/bin/env bash
-# session 29 call B (~3 min; carry .peer/exp/m, .peer/exp/n): what bounds rope_norm's 8/1 rows at T=16384 on the H200
+# session 29 call B (~3 min; carry .peer/exp/n, .peer/exp/e29): what bounds rope_norm's 8/1 rows at T=16384 on the H200
 # (bf16 76% of the copy ceiling, 80% needed; fp8 53%, slower than bf16 for fewer bytes, while the H100 gave 88-89% /
-# 66-68%). ncu of the rope kernel, 8/1/128 and 64/8/128, bf16 and fp8, on m (before 794c679) and n: DRAM throughput,
+# 66-68%). ncu of the rope kernel, 8/1/128 and 64/8/128, bf16 and fp8, on n (main) and e29 (experiment 29): DRAM throughput,
 # issue slots busy, warps per scheduler and eligible, stall reasons, instructions executed, achieved occupancy.
 # Reading it: DRAM < ~80% with issue slots > ~70% busy = instruction-bound (cut instructions per row); issue slots
 # low with long_scoreboard / lg_throttle stalls on top = too few bytes in flight (more rows per thread or bulk copies);
-# the fp8 rows' extra instructions (n vs m) say what 794c679 removed.
+# the fp8 rows' instructions (e29 vs n) say what experiment 29 removed.
 . "$(dirname "$0")/prelude.sh"
 SEC="--section SpeedOfLight --section WarpStateStats --section SchedulerStats --section Occupancy --section LaunchStats"
 MET="--metrics smsp__inst_executed.sum,dram__bytes_read.sum,dram__bytes_write.sum,lts__t_sectors_srcunit_tex_op_write.sum"
-for v in m n; do
+for v in n e29; do
   for heads in 8,1,128 64,8,128; do
     for variant in bf16 fp8; do
       f=$OUT/ncu_rope_${v}_${heads//,/_}_${variant}.txt
