@@ -28,9 +28,9 @@ __global__ void Fp8ScaleCheckKernel(unsigned long long* mismatches) {
 
 }  // namespace
 
-Status Fp8ScaleSelfCheck(int device, Fp8ScaleCheckResult* result) {
-  HPC_RETURN_IF_ERROR(CheckHopper(device));
-  HPC_RETURN_IF_ERROR(CudaStatus(cudaSetDevice(device), "fp8 scale self-check"));
+namespace {
+
+Status RunCheck(Fp8ScaleCheckResult* result) {
   unsigned long long* counts = nullptr;
   HPC_RETURN_IF_ERROR(CudaStatus(cudaMalloc(&counts, 2 * sizeof(unsigned long long)), "fp8 scale self-check"));
   unsigned long long host[2] = {0, 0};
@@ -43,6 +43,18 @@ Status Fp8ScaleSelfCheck(int device, Fp8ScaleCheckResult* result) {
   cudaFree(counts);
   result->scale_mismatches = host[0];
   result->multiplier_mismatches = host[1];
+  return s;
+}
+
+}  // namespace
+
+Status Fp8ScaleSelfCheck(int device, Fp8ScaleCheckResult* result) {
+  HPC_RETURN_IF_ERROR(CheckHopper(device));
+  int previous = 0;  // the caller's (torch's) current device is put back
+  HPC_RETURN_IF_ERROR(CudaStatus(cudaGetDevice(&previous), "fp8 scale self-check"));
+  HPC_RETURN_IF_ERROR(CudaStatus(cudaSetDevice(device), "fp8 scale self-check"));
+  const Status s = RunCheck(result);
+  cudaSetDevice(previous);
   return s;
 }
 
