@@ -141,6 +141,36 @@ def quantize_moe_weights(w, quant):
     return (w / full).astype(ml_dtypes.float8_e4m3fn), scale
 
 
+_PAIR_CHUNK = 256
+
+
+def _expert_rows(e, xq, x_scale, w13, w2, quant, w13_scale, w2_scale, a2_scale, inter, hidden, B):
+    """Down rows [P, H] of expert e for P token rows xq [P, H] of x as quantized; x_scale: their scales [P, H/128]
+    (fp8_block128), the per-tensor scale (fp8_tensor) or None."""
+    p = xq.shape[0]
+    if quant == "fp8_block128":
+        prod = np.einsum("pkb,nkb->pnk", xq.reshape(p, -1, B), w13[e].reshape(2 * inter, -1, B))  # [P, 2I, H/B]
+        ws = np.repeat(_f64(w13_scale)[e], B, axis=0)  # [2I, H/B]
+        gu = (prod * x_scale[:, None, :] * ws[None]).sum(-1)
+    else:
+        gu = xq @ w13[e].T
+        if quant == "fp8_tensor":
+            gu = gu * x_scale * float(_f64(w13_scale)[e])
+    g, u = gu[:, :inter], gu[:, inter:]
+    h = g / (1.0 + np.exp(-g)) * u
+    if quant is None:
+        import ml_dtypes
+
+        return h.astype(ml_dtypes.bfloat16).astype(np.float64) @ w2[e].T
+    if quant == "fp8_tensor":
+        hq, _ = _quantize_blocks(h, inter, a2_scale)
+        return (hq @ w2[e].T) * float(a2_scale) * float(_f64(w2_scale)[e])
+    hq, hs = _quantize_blocks(h, B)
+    prod = np.einsum("pkb,nkb->pnk", hq.reshape(p, -1, B), w2[e].reshape(hidden, -1, B))  # [P, H, I/B]
+    ws = np.repeat(_f64(w2_scale)[e], B, axis=0)  # [H, I/B]
+    return (prod * hs[:, None, :] * ws[None]).sum(-1)
+
+
 def fused_moe(x, w13, w2, topk_weights, topk_ids, *, quant=None, w13_scale=None, w2_scale=None, a13_scale=None,
               a2_scale=None, x_scale=None, expert_offset=0, shared_output=None):
     """float64 MoE layer with fused_moe's quantization steps emulated (see csrc/moe/fused_moe.h)."""
@@ -160,34 +190,14 @@ def fused_moe(x, w13, w2, topk_weights, topk_ids, *, quant=None, w13_scale=None,
     else:
         xq, xs = _quantize_blocks(x, B)
     y = np.zeros((tokens, hidden))
-    for t in range(tokens):
-        for j in range(ids.shape[1]):
-            e = int(ids[t, j]) - expert_offset
-            if not 0 <= e < experts:
-                continue
-            if quant == "fp8_block128":
-                prod = (xq[t].reshape(-1, B)[None] * w13[e].reshape(2 * inter, -1, B)).sum(-1)  # [2I, H/B]
-                ws = np.repeat(_f64(w13_scale)[e], B, axis=0)  # [2I, H/B]
-                gu = (prod * xs[t][None] * ws).sum(-1)
-            else:
-                gu = w13[e] @ xq[t]
-                if quant == "fp8_tensor":
-                    gu = gu * xs * float(_f64(w13_scale)[e])
-            g, u = gu[:inter], gu[inter:]
-            h = g / (1.0 + np.exp(-g)) * u
-            if quant is None:
-                import ml_dtypes
-
-                down = w2[e] @ h.astype(ml_dtypes.bfloat16).astype(np.float64)
-            elif quant == "fp8_tensor":
-                hq, _ = _quantize_blocks(h[None], inter, a2_scale)
-                down = (w2[e] @ hq[0]) * float(a2_scale) * float(_f64(w2_scale)[e])
-            else:
-                hq, hs = _quantize_blocks(h[None], B)
-                prod = (hq[0].reshape(-1, B)[None] * w2[e].reshape(hidden, -1, B)).sum(-1)  # [H, I/B]
-                ws = np.repeat(_f64(w2_scale)[e], B, axis=0)
-                down = (prod * hs[0][None] * ws).sum(-1)
-            y[t] += weights[t, j] * down
+    local = ids.astype(np.int64) - expert_offset
+    for e in range(experts):  # the pairs of one expert at a time, a matrix product per step (chunks bound memory)
+        t_all, j_all = np.nonzero(local == e)
+        for c in range(0, len(t_all), _PAIR_CHUNK):
+            t_idx, j_idx = t_all[c:c + _PAIR_CHUNK], j_all[c:c + _PAIR_CHUNK]
+            x_scale = xs[t_idx] if quant == "fp8_block128" else xs
+            down = _expert_rows(e, xq[t_idx], x_scale, w13, w2, quant, w13_scale, w2_scale, a2_scale, inter, hidden, B)
+            np.add.at(y, t_idx, weights[t_idx, j_idx][:, None] * down)  # a token may list an expert twice
     if shared_output is not None:
         y += _f64(shared_output)
     return y
