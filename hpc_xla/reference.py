@@ -141,17 +141,14 @@ def quantize_moe_weights(w, quant):
     return (w / full).astype(ml_dtypes.float8_e4m3fn), scale
 
 
-_PAIR_CHUNK = 256
+_PAIR_CHUNK = 1024
 
 
 def _expert_rows(e, xq, x_scale, w13, w2, quant, w13_scale, w2_scale, a2_scale, inter, hidden, B):
     """Down rows [P, H] of expert e for P token rows xq [P, H] of x as quantized; x_scale: their scales [P, H/128]
     (fp8_block128), the per-tensor scale (fp8_tensor) or None."""
-    p = xq.shape[0]
     if quant == "fp8_block128":
-        prod = np.einsum("pkb,nkb->pnk", xq.reshape(p, -1, B), w13[e].reshape(2 * inter, -1, B))  # [P, 2I, H/B]
-        ws = np.repeat(_f64(w13_scale)[e], B, axis=0)  # [2I, H/B]
-        gu = (prod * x_scale[:, None, :] * ws[None]).sum(-1)
+        gu = _block_scaled_product(xq, w13[e], x_scale, np.repeat(_f64(w13_scale)[e], B, axis=0), B)
     else:
         gu = xq @ w13[e].T
         if quant == "fp8_tensor":
@@ -166,9 +163,16 @@ def _expert_rows(e, xq, x_scale, w13, w2, quant, w13_scale, w2_scale, a2_scale, 
         hq, _ = _quantize_blocks(h, inter, a2_scale)
         return (hq @ w2[e].T) * float(a2_scale) * float(_f64(w2_scale)[e])
     hq, hs = _quantize_blocks(h, B)
-    prod = np.einsum("pkb,nkb->pnk", hq.reshape(p, -1, B), w2[e].reshape(hidden, -1, B))  # [P, H, I/B]
-    ws = np.repeat(_f64(w2_scale)[e], B, axis=0)  # [H, I/B]
-    return (prod * hs[:, None, :] * ws[None]).sum(-1)
+    return _block_scaled_product(hq, w2[e], hs, np.repeat(_f64(w2_scale)[e], B, axis=0), B)
+
+
+def _block_scaled_product(a, w, a_scale, w_scale, B):
+    """fp8_block128's promotion: sum over 128-deep K blocks kb of (a[:, kb] @ w[:, kb].T) * a_scale[:, kb] *
+    w_scale[:, kb] -- a [P, K], w [N, K], a_scale [P, K/B], w_scale [N, K/B] -> [P, N]."""
+    out = np.zeros((a.shape[0], w.shape[0]))
+    for kb in range(a.shape[1] // B):
+        out += (a[:, kb * B:(kb + 1) * B] @ w[:, kb * B:(kb + 1) * B].T) * a_scale[:, kb:kb + 1] * w_scale[None, :, kb]
+    return out
 
 
 def fused_moe(x, w13, w2, topk_weights, topk_ids, *, quant=None, w13_scale=None, w2_scale=None, a13_scale=None,
