@@ -26,10 +26,6 @@ __global__ void Fp8ScaleCheckKernel(unsigned long long* mismatches) {
   if (mul_bad != 0) atomicAdd(&mismatches[1], mul_bad);
 }
 
-}  // namespace
-
-namespace {
-
 Status RunCheck(Fp8ScaleCheckResult* result) {
   unsigned long long* counts = nullptr;
   HPC_RETURN_IF_ERROR(CudaStatus(cudaMalloc(&counts, 2 * sizeof(unsigned long long)), "fp8 scale self-check"));
