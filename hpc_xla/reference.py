@@ -145,12 +145,13 @@ _PAIR_CHUNK = 1024
 
 
 def _expert_rows(e, xq, x_scale, w13, w2, quant, w13_scale, w2_scale, a2_scale, inter, hidden, B):
-    """Down rows [P, H] of expert e for P token rows xq [P, H] of x as quantized; x_scale: their scales [P, H/128]
-    (fp8_block128), the per-tensor scale (fp8_tensor) or None."""
+    """Down rows [P, H] of expert e (w13 / w2: every expert's weights as stored) for P token rows xq [P, H] of x as
+    quantized; x_scale: their scales [P, H/128] (fp8_block128), the per-tensor scale (fp8_tensor) or None."""
+    w13, w2 = _f64(w13[e]), _f64(w2[e])
     if quant == "fp8_block128":
-        gu = _block_scaled_product(xq, w13[e], x_scale, np.repeat(_f64(w13_scale)[e], B, axis=0), B)
+        gu = _block_scaled_product(xq, w13, x_scale, np.repeat(_f64(w13_scale)[e], B, axis=0), B)
     else:
-        gu = xq @ w13[e].T
+        gu = xq @ w13.T
         if quant == "fp8_tensor":
             gu = gu * x_scale * float(_f64(w13_scale)[e])
     g, u = gu[:, :inter], gu[:, inter:]
@@ -158,12 +159,12 @@ def _expert_rows(e, xq, x_scale, w13, w2, quant, w13_scale, w2_scale, a2_scale, 
     if quant is None:
         import ml_dtypes
 
-        return h.astype(ml_dtypes.bfloat16).astype(np.float64) @ w2[e].T
+        return h.astype(ml_dtypes.bfloat16).astype(np.float64) @ w2.T
     if quant == "fp8_tensor":
         hq, _ = _quantize_blocks(h, inter, a2_scale)
-        return (hq @ w2[e].T) * float(a2_scale) * float(_f64(w2_scale)[e])
+        return (hq @ w2.T) * float(a2_scale) * float(_f64(w2_scale)[e])
     hq, hs = _quantize_blocks(h, B)
-    return _block_scaled_product(hq, w2[e], hs, np.repeat(_f64(w2_scale)[e], B, axis=0), B)
+    return _block_scaled_product(hq, w2, hs, np.repeat(_f64(w2_scale)[e], B, axis=0), B)
 
 
 def _block_scaled_product(a, w, a_scale, w_scale, B):
@@ -179,7 +180,7 @@ def fused_moe(x, w13, w2, topk_weights, topk_ids, *, quant=None, w13_scale=None,
               a2_scale=None, x_scale=None, expert_offset=0, shared_output=None):
     """float64 MoE layer with fused_moe's quantization steps emulated (see csrc/moe/fused_moe.h)."""
     x_is_fp8 = np.asarray(x).dtype.itemsize == 1
-    x, w13, w2 = _f64(x), _f64(w13), _f64(w2)
+    x, w13, w2 = _f64(x), np.asarray(w13), np.asarray(w2)  # weights: only the hit experts', to float64 below
     tokens, hidden = x.shape
     experts, inter = w13.shape[0], w13.shape[1] // 2
     ids, weights = np.asarray(topk_ids), _f64(topk_weights)
