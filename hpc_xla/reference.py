@@ -200,8 +200,9 @@ def fused_moe(x, w13, w2, topk_weights, topk_ids, *, quant=None, w13_scale=None,
         t_all, j_all = np.nonzero(local == e)
         for c in range(0, len(t_all), _PAIR_CHUNK):
             t_idx, j_idx = t_all[c:c + _PAIR_CHUNK], j_all[c:c + _PAIR_CHUNK]
-            x_scale = xs[t_idx] if quant == "fp8_block128" else xs
-            down = _expert_rows(e, xq[t_idx], x_scale, w13, w2, quant, w13_scale, w2_scale, a2_scale, inter, hidden, B)
+            rows_scale = xs[t_idx] if quant == "fp8_block128" else xs  # (the x_scale argument is in xs)
+            down = _expert_rows(e, xq[t_idx], rows_scale, w13, w2, quant, w13_scale, w2_scale, a2_scale, inter,
+                                hidden, B)
             np.add.at(y, t_idx, weights[t_idx, j_idx][:, None] * down)  # a token may list an expert twice
     if shared_output is not None:
         y += _f64(shared_output)
