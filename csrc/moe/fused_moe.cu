@@ -197,11 +197,7 @@ __global__ void __launch_bounds__(kQuantThreads) MoeQuantKernel(const __grid_con
   if (valid) LoadVec8(p.x + v * 8, x);
   float scale;
   if (p.block) {
-    float amax = 0.f;
-#pragma unroll
-    for (int i = 0; i < 8; ++i) amax = fmaxf(amax, fabsf(x[i]));
-    amax = GroupMax<16>(amax);
-    scale = amax / kFp8E4M3Max;
+    scale = moe::Block128Scale(x);
     if (valid && threadIdx.x % 16 == 0) p.xq_scale[v / 16] = scale;  // (token, block) = (v*8) / 128 in [T, H/128]
   } else {
     scale = *p.static_scale;

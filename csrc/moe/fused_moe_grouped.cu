@@ -63,10 +63,7 @@ __device__ __forceinline__ uint4 Load16(const void* src) { return __ldcg(reinter
 // Every lane calls it; only valid lanes store.
 __device__ __forceinline__ void StoreBlock128(bool valid, int64_t row, int64_t col, const float (&x)[8], uint8_t* dst,
                                               float* scales, int64_t blocks_per_row) {
-  float amax = 0.f;
-#pragma unroll
-  for (int i = 0; i < 8; ++i) amax = fmaxf(amax, fabsf(x[i]));
-  const float scale = GroupMax<16>(amax) / kFp8E4M3Max;
+  const float scale = Block128Scale(x);
   if (!valid) return;
   if (col % kMoeBlock == 0) scales[row * blocks_per_row + col / kMoeBlock] = scale;
   StoreE4M3x8(dst, x, scale);
@@ -211,10 +208,7 @@ __global__ void __launch_bounds__(kRowThreads, kRowCtasPerSm)
         if (valid) UnpackVec8<__nv_bfloat16>(val[i], x);
         float scale = 0.f, m = mul;
         if constexpr (kMode == GatherMode::kQuantBlock) {
-          float amax = 0.f;
-#pragma unroll
-          for (int e = 0; e < 8; ++e) amax = fmaxf(amax, fabsf(x[e]));
-          scale = GroupMax<16>(amax) / kFp8E4M3Max;
+          scale = Block128Scale(x);
           m = QuantMultiplier(scale);
         }
         const uint2 packed = PackE4M3x8Scaled(x, m);

@@ -287,4 +287,13 @@ Status LaunchMoeReduce(ReduceParams<DownT> p, int64_t tokens, int64_t experts_gl
   return Launch("fused_moe reduce launch", fn, grid, dim3(kReduceThreads), 0, stream, p);
 }
 
+// fp8_block128 activation scale of one 128-column block held by an aligned 16-lane group, 8 columns per lane:
+// amax / 448 (the CPU reference's rule). Every lane of the warp must call it (full-mask shuffles).
+__device__ __forceinline__ float Block128Scale(const float (&x)[8]) {
+  float amax = 0.f;
+#pragma unroll
+  for (int i = 0; i < 8; ++i) amax = fmaxf(amax, fabsf(x[i]));
+  return GroupMax<16>(amax) / kFp8E4M3Max;
+}
+
 }  // namespace hpc::moe
