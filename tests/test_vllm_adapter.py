@@ -550,6 +550,20 @@ def experts_for(num_experts, hidden, inter, top_k, ep_size, ep_rank, quant_confi
     return HpcXlaExperts(config, quant_config)
 
 
+def moe_quant_config(quant, w13_s, w2_s):
+    """vLLM's quant config of a layer with these weight scales: per-tensor with static activation scales 0.02 /
+    0.004, 128x128 blocks with dynamic activations, or bf16."""
+    from vllm.model_executor.layers.fused_moe.config import FUSED_MOE_UNQUANTIZED_CONFIG, fp8_w8a8_moe_quant_config
+
+    if quant is None:
+        return FUSED_MOE_UNQUANTIZED_CONFIG
+    static = quant == "fp8_tensor"
+    return fp8_w8a8_moe_quant_config(w1_scale=torch.tensor(w13_s), w2_scale=torch.tensor(w2_s),
+                                     a1_scale=torch.tensor(0.02) if static else None,
+                                     a2_scale=torch.tensor(0.004) if static else None,
+                                     block_shape=None if static else [128, 128])
+
+
 def moe_weights(rng, experts, hidden, inter, quant):
     """(w13, w2 as the layer holds them, their scales, the reference's stored values) for fused_moe's scheme."""
     w13_q, w13_s = reference.quantize_moe_weights(rng.standard_normal((experts, 2 * inter, hidden)) * 0.05, quant)
@@ -570,7 +584,6 @@ def test_experts_match_reference(quant, ep, top_k, weights_on_input):
     """EP: rank 1 of 2 owns experts [4, 8) (contiguous, no expert map) or every other expert (vLLM's expert map);
     the other rank's experts add 0. weights_on_input: the layer scaled x by the top-1 weight already."""
     from vllm.model_executor.layers.fused_moe.activation import MoEActivation
-    from vllm.model_executor.layers.fused_moe.config import fp8_w8a8_moe_quant_config
 
     rng = np.random.default_rng(11)
     E, H, I, T = 8, 256, 256, 7
@@ -581,14 +594,8 @@ def test_experts_match_reference(quant, ep, top_k, weights_on_input):
     ids[::3, 0] = -1  # vLLM's id for a padded or dropped slot: adds 0
     weights = torch.tensor(rng.random((T, top_k)) + 0.5, dtype=torch.float32)
     static = quant == "fp8_tensor"
-    if quant is None:
-        from vllm.model_executor.layers.fused_moe.config import FUSED_MOE_UNQUANTIZED_CONFIG as qc
-    else:
-        qc = fp8_w8a8_moe_quant_config(w1_scale=torch.tensor(w13_s), w2_scale=torch.tensor(w2_s),
-                                       a1_scale=torch.tensor(0.02) if static else None,
-                                       a2_scale=torch.tensor(0.004) if static else None,
-                                       block_shape=None if static else [128, 128])
-    experts = experts_for(E, H, I, top_k, 1 if ep is None else 2, 0 if ep is None else 1, qc)
+    experts = experts_for(E, H, I, top_k, 1 if ep is None else 2, 0 if ep is None else 1,
+                          moe_quant_config(quant, w13_s, w2_s))
     expert_map = None
     if ep == "expert_map":
         expert_map = torch.full((E,), -1, dtype=torch.int32)
@@ -641,6 +648,48 @@ def test_bf16_layers_select_hpc_xla_through_vllms_unquantized_path(monkeypatch):
                        apply_router_weight_on_input=False)
     want = reference.fused_moe(x.double().numpy(), w13_q, w2_q, weights.numpy(), ids.numpy(), quant=None)
     assert reference.relative_error(out.float().numpy(), want) < 1e-2
+
+
+@pytest.mark.parametrize("quant", ["fp8_tensor", "fp8_block128", None])
+def test_experts_take_fused_moes_scratch_from_vllms_workspace(monkeypatch, quant):
+    """fused_moe's scratch is vLLM's workspace2 (on a GPU a slice of the workspace manager's one buffer, which stops
+    growing after the profile run): its first dim is M as vLLM asks, it holds what any call of up to M tokens needs
+    (a call's own need is not monotone in M), and apply hands that very storage to fused_moe as bytes."""
+    from vllm.model_executor.layers.fused_moe.activation import MoEActivation
+
+    import hpc_xla.torch as ht
+    from hpc_xla._ext import ext
+    from hpc_xla._options import moe_quant_code
+
+    rng = np.random.default_rng(17)
+    E, H, I, K, T = 8, 256, 128, 2, 9
+    w1, w2, w13_s, w2_s, _, _ = moe_weights(rng, E, H, I, quant)
+    experts = experts_for(E, H, I, K, 1, 0, moe_quant_config(quant, w13_s, w2_s))
+    for m in (1, 9, 100, 700, 5000):
+        ws13, ws2, out = experts.workspace_shapes(m, 2 * I, H, K, E, E, None, MoEActivation.SILU)
+        assert ws13 == (0,) and out == (m, H) and ws2[0] == m
+        held = ws2[0] * ws2[1] * torch.bfloat16.itemsize
+        assert held >= ht.fused_moe_workspace_size(m, K, E, H, I, quant)
+        worst = max(int(ext().fused_moe_call_workspace_size(t, K, E, H, I, moe_quant_code(quant)))
+                    for t in range(1, m + 1))
+        assert held >= worst > 0
+    assert experts.workspace_shapes(0, 2 * I, H, K, E, E, None, MoEActivation.SILU) == ((0,), (0,), (0, H))
+
+    seen = []
+    real = ht.fused_moe
+    monkeypatch.setattr(ht, "fused_moe", lambda *a, **kw: seen.append(kw["workspace"]) or real(*a, **kw))
+    x, ids, weights = _routed(rng, E, H, K, T)
+    _, ws2_shape, _ = experts.workspace_shapes(T, 2 * I, H, K, E, E, None, MoEActivation.SILU)
+    workspace2 = torch.empty(ws2_shape, dtype=torch.bfloat16)
+    outs = []
+    for ws in (workspace2, None):
+        outs.append(torch.full((T, H), float("nan"), dtype=torch.bfloat16))
+        experts.apply(outs[-1], x, w1, w2, weights, ids, MoEActivation.SILU, E, None, None, None, None, ws, None,
+                      False)
+    assert seen[0].dtype == torch.uint8 and seen[0].dim() == 1
+    assert seen[0].data_ptr() == workspace2.data_ptr() and seen[0].numel() == workspace2.numel() * 2
+    assert seen[1] is None  # vLLM handed none: fused_moe allocates its own
+    assert torch.equal(outs[0].view(torch.int16), outs[1].view(torch.int16))
 
 
 @pytest.mark.parametrize("field, value", [("has_bias", True), ("swiglu_limit", 7.0), ("swiglu_alpha", 1.702)])
@@ -770,7 +819,6 @@ def test_fp8_weight_conversion_interleaves_per_tensor_w13_for_hpc(block):
     """The same through convert_to_fp8_moe_kernel_format (vLLM's Fp8MoEMethod calls it on load and reload): the HPC
     backend's per-tensor layers get the interleaved, tagged w13 and the experts' output is bitwise the one on vLLM's
     layout; 128x128 block layers (weight_block_size) keep vLLM's layout; other backends are untouched."""
-    from vllm.model_executor.layers.fused_moe.config import fp8_w8a8_moe_quant_config
     from vllm.model_executor.layers.fused_moe.oracle.fp8 import Fp8MoeBackend
     from vllm.model_executor.layers.quantization import fp8 as fp8_method
     from vllm.model_executor.utils import replace_parameter
@@ -781,11 +829,7 @@ def test_fp8_weight_conversion_interleaves_per_tensor_w13_for_hpc(block):
     rng = np.random.default_rng(4)
     E, H, I, K, T = 4, 256, 256, 2, 5
     w1, w2, w13_s, w2_s, _, _ = moe_weights(rng, E, H, I, quant)
-    qc = fp8_w8a8_moe_quant_config(w1_scale=torch.tensor(w13_s), w2_scale=torch.tensor(w2_s),
-                                   a1_scale=None if block else torch.tensor(0.02),
-                                   a2_scale=None if block else torch.tensor(0.004),
-                                   block_shape=[128, 128] if block else None)
-    experts = experts_for(E, H, I, K, 1, 0, qc)
+    experts = experts_for(E, H, I, K, 1, 0, moe_quant_config(quant, w13_s, w2_s))
     layer = _moe_layer(w1, w2, **({"weight_block_size": [128, 128]} if block else {}))
     x, ids, weights = _routed(rng, E, H, K, T)
 
@@ -814,24 +858,16 @@ def test_experts_built_for_pre_processed_weights_read_the_converted_layout(quant
     interleavable) but without our tag, and builds the experts under weights_already_processed -- as
     make_fp8_moe_kernel does here. Those experts read the untagged interleaved w13 bitwise like vLLM's layout;
     experts built outside that mode still take an untagged w13 as vLLM's layout; block128 is never interleaved."""
-    from vllm.model_executor.layers.fused_moe.config import FUSED_MOE_UNQUANTIZED_CONFIG, fp8_w8a8_moe_quant_config
     from vllm.model_executor.layers.fused_moe.oracle.fp8 import Fp8MoeBackend, make_fp8_moe_kernel
     from vllm.model_executor.utils import weights_already_processed
 
     from hpc_xla.moe_layout import interleavable, interleave_w13
     from hpc_xla.vllm.moe import HpcXlaExperts
 
-    block = quant == "fp8_block128"
     rng = np.random.default_rng(5)
     E, H, I, K, T = 4, 256, 128, 2, 5
     w1, w2, w13_s, w2_s, _, _ = moe_weights(rng, E, H, I, quant)
-    if quant is None:
-        qc = FUSED_MOE_UNQUANTIZED_CONFIG
-    else:
-        qc = fp8_w8a8_moe_quant_config(w1_scale=torch.tensor(w13_s), w2_scale=torch.tensor(w2_s),
-                                       a1_scale=None if block else torch.tensor(0.02),
-                                       a2_scale=None if block else torch.tensor(0.004),
-                                       block_shape=[128, 128] if block else None)
+    qc = moe_quant_config(quant, w13_s, w2_s)
     loaded = experts_for(E, H, I, K, 1, 0, qc)
     assert not loaded.weights_pre_processed
     x, ids, weights = _routed(rng, E, H, K, T)

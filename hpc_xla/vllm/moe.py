@@ -102,7 +102,18 @@ class HpcXlaExperts(mk.FusedMoEExpertsModular):
         return TopKWeightAndReduceNoOP()  # the weighted reduce happens inside fused_moe
 
     def workspace_shapes(self, M, N, K, topk, global_num_experts, local_num_experts, expert_tokens_meta, activation):
-        return (0,), (0,), (M, K)  # fused_moe sizes its own scratch from the call's shapes
+        """workspace2 carries fused_moe's scratch, so it comes from vLLM's workspace manager (one buffer shared by
+        every layer, sized by the profile run) instead of an allocation per layer and step. Its bytes are
+        fused_moe_workspace_size(M), the most any call of <= M tokens needs: a call's own need is not monotone in
+        M, and the manager refuses to grow once the profile run has locked it. workspace13 is unused (vLLM would
+        place it on the output's storage), the shape's first dim is M as vLLM asks, its dtype the activations'."""
+        from hpc_xla.torch import fused_moe_workspace_size
+
+        if M == 0:
+            return (0,), (0,), (0, K)
+        need = fused_moe_workspace_size(M, topk, local_num_experts, K, N // 2, self.quant)
+        item = self.workspace_dtype(self.moe_config.in_dtype).itemsize
+        return (0,), (M, -(-need // (M * item))), (M, K)
 
     def apply(self, output, hidden_states, w1, w2, topk_weights, topk_ids, activation, global_num_experts, expert_map,
               a1q_scale, a2_scale, workspace13, workspace2, expert_tokens_meta, apply_router_weight_on_input):
@@ -132,7 +143,7 @@ class HpcXlaExperts(mk.FusedMoEExpertsModular):
                           a13_scale=qc.a1_scale.reshape(()).float(), a2_scale=qc.a2_scale.reshape(()).float())
         ht.fused_moe(hidden_states, w1, w2, topk_weights.float(), topk_ids.int(), quant=self.quant,
                      expert_offset=offset, num_experts_global=experts, out=output,
-                     w13_interleaved=self._w13_interleaved(w1), **scales)
+                     w13_interleaved=self._w13_interleaved(w1), workspace=_bytes_of(workspace2), **scales)
 
     def _w13_interleaved(self, w1):
         """Whether w1 holds w13 in fused_moe's interleaved layout: tagged by our conversion, or pre-processed weights
@@ -142,6 +153,14 @@ class HpcXlaExperts(mk.FusedMoEExpertsModular):
         if getattr(w1, "hpc_xla_interleaved", False):
             return True
         return self.weights_pre_processed and w1.dim() == 3 and interleavable(self.quant, w1.shape[1] // 2)
+
+
+def _bytes_of(workspace2):
+    """vLLM's workspace2 (M x bytes-per-token of the activations' dtype, a 256-byte aligned slice of the manager's
+    buffer) as the flat uint8 scratch fused_moe takes; None where vLLM handed none (fused_moe then allocates)."""
+    if workspace2 is None or workspace2.numel() == 0:
+        return None
+    return workspace2.reshape(-1).view(torch.uint8)
 
 
 def _interleaved_for_hpc(w13, quant):
