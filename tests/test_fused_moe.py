@@ -174,10 +174,21 @@ def test_bad_inputs():
 QUANT_CODE = {None: 0, "fp8_tensor": 1, "fp8_block128": 2}
 
 
-def _plan(tokens, top_k, experts, hidden, inter, quant):
+def _act_in_epilogue(tokens, top_k, experts, quant, experts_global, interleaved):
+    """Python model of FusedMoeActInEpilogue: an interleaved w13 (None / fp8_tensor) on the grouped path's 128-row
+    CTA tiles (fp8: more than 64 rows per routed expert, GroupedCtaRows)."""
+    grouped_from = 32 if quant is None else (8 if quant == "fp8_tensor" else 3)
+    if not interleaved or quant == "fp8_block128" or -(-tokens * top_k // max(experts, 1)) <= grouped_from:
+        return False
+    rows = -(-tokens * top_k // (experts_global or experts))
+    return quant is None or rows > 64
+
+
+def _plan(tokens, top_k, experts, hidden, inter, quant, act=False):
     """Python model of csrc/moe/fused_moe_plan.h (checked against the binary's byte count). M tile 128 is the
     grouped (CUTLASS) path: unpadded rows, no tile list (max_tiles None); M tile 8 the stream path (P <= 32
-    pairs and avg <= 2, not fp8_block128): only the per-pair intermediate."""
+    pairs and avg <= 2, not fp8_block128): only the per-pair intermediate. act (grouped path): the activation in
+    the gate-up epilogue, no room for the bf16 gate_up rows."""
     avg = -(-tokens * top_k // max(experts, 1))
     pairs = tokens * top_k
     grouped_from = 32 if quant is None else (8 if quant == "fp8_tensor" else 3)  # GroupedFromAvg
@@ -194,7 +205,7 @@ def _plan(tokens, top_k, experts, hidden, inter, quant):
         total = (up(64 * 4) + 2 * up(experts * 4) + 2 * up(pairs * 4) + align_counts + up(2 * experts * args_per_expert)
                  + up(gemm_ws) + up(pairs * hidden * 2) + up(pairs * hidden // 128 * 4 if block else 0)
                  + up(tokens * hidden if fp8 else 0) + up(tokens * hidden // 128 * 4 if block else 0)
-                 + up(pairs * 2 * inter * 2) + up(pairs * inter * (1 if fp8 else 2))
+                 + up(0 if act else pairs * 2 * inter * 2) + up(pairs * inter * (1 if fp8 else 2))
                  + up(pairs * inter // 128 * 4 if block else 0))
         return bm, None, total
     max_tiles = min(pairs, (pairs + experts * (bm - 1)) // bm)
@@ -209,7 +220,8 @@ def _plan(tokens, top_k, experts, hidden, inter, quant):
        extra=st.sampled_from([0, 1, 7, 224]), quant=st.sampled_from([None, "fp8_tensor", "fp8_block128"]))
 def test_grouped_cta_rows(tokens, top_k, experts, extra, quant):
     """Python model of GroupedCtaRows: 64-row tiles for fp8 when ceil(T*k / experts_global) <= 64, else 128; the
-    global count (0: the local one) only moves this tile, never the path or the workspace."""
+    global count (0: the local one) only moves this tile, never the path (the workspace only through the
+    activation's place with an interleaved w13: test_workspace_size_and_tile_bound)."""
     from hpc_xla._ext import ext
 
     e_global = experts + extra
@@ -225,13 +237,21 @@ def test_grouped_cta_rows(tokens, top_k, experts, extra, quant):
 @settings(max_examples=200, deadline=None)
 @given(tokens=st.integers(0, 5000), top_k=st.integers(1, 8), experts=st.integers(1, 300),
        quant=st.sampled_from([None, "fp8_tensor", "fp8_block128"]), skew=st.integers(0, 3),
-       seed=st.integers(0, 2**31 - 1))
-def test_workspace_size_and_tile_bound(tokens, top_k, experts, quant, skew, seed):
+       seed=st.integers(0, 2**31 - 1), extra=st.sampled_from([0, 1, 100]))
+def test_workspace_size_and_tile_bound(tokens, top_k, experts, quant, skew, seed, extra):
     from hpc_xla._ext import ext
 
     hidden, inter = 256, 384
     bm, max_tiles, total = _plan(tokens, top_k, experts, hidden, inter, quant)
     assert ext().fused_moe_call_workspace_size(tokens, top_k, experts, hidden, inter, QUANT_CODE[quant]) == total
+    # an interleaved w13 (where taken) with a global expert count: the act-epilogue configurations drop gate_up
+    e_global = experts + extra if extra else 0
+    interleaved = quant != "fp8_block128"
+    act = _act_in_epilogue(tokens, top_k, experts, quant, e_global, interleaved)
+    assert ext().fused_moe_act_in_epilogue(tokens, top_k, experts, e_global, QUANT_CODE[quant], interleaved) == act
+    assert ext().fused_moe_call_workspace_size(tokens, top_k, experts, hidden, inter, QUANT_CODE[quant], e_global,
+                                               interleaved) == _plan(tokens, top_k, experts, hidden, inter, quant,
+                                                                     act)[2]
     assert ext().fused_moe_tile_m(tokens, top_k, experts, QUANT_CODE[quant]) == bm
     # any routing's tile count fits the grid: uniform, skewed, one pair per expert, some pairs non-local
     rng = np.random.default_rng(seed)
@@ -250,16 +270,19 @@ def test_workspace_size_and_tile_bound(tokens, top_k, experts, quant, skew, seed
         assert int(np.sum(-(-counts // bm))) <= max_tiles
 
 
-def _check_workspace_serves_fewer_tokens(top_k, experts, hidden, inter, quant, max_tokens):
+def _check_workspace_serves_fewer_tokens(top_k, experts, hidden, inter, quant, max_tokens, experts_global=0,
+                                         interleaved=False):
     """fused_moe_workspace_size(T) is the running maximum of the per-call need over T' <= T (which drops where the
-    path changes), so one workspace allocated for the largest batch serves every smaller one."""
+    path changes, and with an interleaved w13 where the activation moves into the gate-up epilogue), so one
+    workspace allocated for the largest batch serves every smaller one."""
     from hpc_xla._ext import ext
 
     q = QUANT_CODE[quant]
+    flags = (experts_global, interleaved)
     running = 0
     for t in range(0, max_tokens + 1):
-        running = max(running, ext().fused_moe_call_workspace_size(t, top_k, experts, hidden, inter, q))
-        assert ext().fused_moe_workspace_size(t, top_k, experts, hidden, inter, q) == running, t
+        running = max(running, ext().fused_moe_call_workspace_size(t, top_k, experts, hidden, inter, q, *flags))
+        assert ext().fused_moe_workspace_size(t, top_k, experts, hidden, inter, q, *flags) == running, t
 
 
 # The benchmark's shapes (local experts, H, I, top-k): each crosses the stream / tiled / grouped switches below 2048
@@ -270,6 +293,22 @@ def _check_workspace_serves_fewer_tokens(top_k, experts, hidden, inter, quant, m
 def test_workspace_size_serves_every_smaller_batch(shape, quant):
     experts, hidden, inter, top_k = shape
     _check_workspace_serves_fewer_tokens(top_k, experts, hidden, inter, quant, 2048)
+
+
+# With an interleaved w13 the fp8 grouped path switches from 64- to 128-row CTA tiles (activation kernel ->
+# epilogue) at 64 rows per routed expert: Qwen3-30B (128 experts, top-8) at T = 1024 -> 1025, within the range;
+# an EP rank's 32 local of 256 global experts moves that switch to T = 2048 -> 2049.
+@pytest.mark.parametrize("quant", [None, "fp8_tensor"])
+@pytest.mark.parametrize("shape", [(128, 2048, 768, 8, 0), (32, 512, 256, 8, 256), (8, 512, 1024, 2, 0)])
+def test_workspace_size_serves_every_smaller_batch_interleaved(shape, quant):
+    experts, hidden, inter, top_k, experts_global = shape
+    _check_workspace_serves_fewer_tokens(top_k, experts, hidden, inter, quant, 2100, experts_global, True)
+    from hpc_xla._ext import ext
+
+    q = QUANT_CODE[quant]
+    plain, fused = (ext().fused_moe_workspace_size(2100, top_k, experts, hidden, inter, q, experts_global, flag)
+                    for flag in (False, True))
+    assert fused < plain  # the gate_up rows' room is gone at the largest batch
 
 
 @settings(max_examples=40, deadline=None)

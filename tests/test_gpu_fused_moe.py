@@ -48,8 +48,13 @@ def _cuda_inputs(p):
     return {k: (to_torch(v, "cuda") if isinstance(v, (np.ndarray, np.generic)) else v) for k, v in p.items()}
 
 
+_WORKSPACE_GUARD = 1 << 16  # poisoned bytes after the workspace that no kernel may touch
+
+
 def run_cuda(p, poison=True, workspace=None, t=None):
-    """torch on the GPU; output and workspace poisoned (NaN bytes) so reads of unwritten memory show."""
+    """torch on the GPU; output and workspace poisoned (NaN bytes) so reads of unwritten memory show. The workspace
+    is exactly fused_moe_workspace_size for the call's num_experts_global and w13 layout (an interleaved w13 on the
+    grouped path's 128-row tiles leaves out the gate_up rows), followed by a guard that must come back untouched."""
     import torch
 
     import hpc_xla.torch as ht
@@ -58,16 +63,21 @@ def run_cuda(p, poison=True, workspace=None, t=None):
     t = t or _cuda_inputs(p)
     x = t["x"]
     out = torch.full(x.shape, float("nan"), dtype=torch.bfloat16, device="cuda") if poison else None
+    guarded = None
     if workspace is None and poison:
         size = fused_moe_workspace_size(x.shape[0], t["topk_ids"].shape[1], t["w13"].shape[0], x.shape[1],
-                                        t["w13"].shape[1] // 2, p["quant"])
-        workspace = torch.full((size,), 0xFF, dtype=torch.uint8, device="cuda")
+                                        t["w13"].shape[1] // 2, p["quant"], num_experts_global=p["num_experts_global"],
+                                        w13_interleaved=p.get("w13_interleaved", False))
+        guarded = torch.full((size + _WORKSPACE_GUARD,), 0xFF, dtype=torch.uint8, device="cuda")
+        workspace = guarded[:size]
     y = ht.fused_moe(x, t["w13"], t["w2"], t["topk_weights"], t["topk_ids"], quant=p["quant"],
                      w13_scale=t["w13_scale"], w2_scale=t["w2_scale"], a13_scale=t["a13_scale"],
                      a2_scale=t["a2_scale"], x_scale=t["x_scale"], expert_offset=p["expert_offset"],
                      num_experts_global=p["num_experts_global"], shared_output=t["shared_output"], out=out,
                      workspace=workspace, w13_interleaved=p.get("w13_interleaved", False))
     torch.cuda.synchronize()
+    if guarded is not None:
+        assert bool((guarded[workspace.numel():] == 0xFF).all()), "fused_moe wrote past fused_moe_workspace_size"
     return from_torch(y)
 
 

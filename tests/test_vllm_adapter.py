@@ -654,25 +654,34 @@ def test_bf16_layers_select_hpc_xla_through_vllms_unquantized_path(monkeypatch):
 def test_experts_take_fused_moes_scratch_from_vllms_workspace(monkeypatch, quant):
     """fused_moe's scratch is vLLM's workspace2 (on a GPU a slice of the workspace manager's one buffer, which stops
     growing after the profile run): its first dim is M as vLLM asks, it holds what any call of up to M tokens needs
-    (a call's own need is not monotone in M), and apply hands that very storage to fused_moe as bytes."""
+    (a call's own need is not monotone in M) with the w13 layout our conversion gives the layer -- interleaved where
+    `interleavable`, which leaves out the large-batch path's gate_up rows -- and apply hands that very storage to
+    fused_moe as bytes; a w13 in vLLM's layout where the interleaved one was expected gets fused_moe's own scratch."""
     from vllm.model_executor.layers.fused_moe.activation import MoEActivation
 
     import hpc_xla.torch as ht
     from hpc_xla._ext import ext
     from hpc_xla._options import moe_quant_code
+    from hpc_xla.moe_layout import interleavable
+    from hpc_xla.vllm.moe import _interleaved_for_hpc
 
     rng = np.random.default_rng(17)
     E, H, I, K, T = 8, 256, 128, 2, 9
     w1, w2, w13_s, w2_s, _, _ = moe_weights(rng, E, H, I, quant)
     experts = experts_for(E, H, I, K, 1, 0, moe_quant_config(quant, w13_s, w2_s))
+    expected = interleavable(quant, I)
+    assert expected == (quant != "fp8_block128")
     for m in (1, 9, 100, 700, 5000):
         ws13, ws2, out = experts.workspace_shapes(m, 2 * I, H, K, E, E, None, MoEActivation.SILU)
         assert ws13 == (0,) and out == (m, H) and ws2[0] == m
         held = ws2[0] * ws2[1] * torch.bfloat16.itemsize
-        assert held >= ht.fused_moe_workspace_size(m, K, E, H, I, quant)
-        worst = max(int(ext().fused_moe_call_workspace_size(t, K, E, H, I, moe_quant_code(quant)))
+        assert held >= ht.fused_moe_workspace_size(m, K, E, H, I, quant, num_experts_global=E,
+                                                   w13_interleaved=expected)
+        worst = max(int(ext().fused_moe_call_workspace_size(t, K, E, H, I, moe_quant_code(quant), E, expected))
                     for t in range(1, m + 1))
         assert held >= worst > 0
+    if expected:  # at 5000 tokens the grouped path computes the activation in its epilogue: no gate_up rows
+        assert held < ht.fused_moe_workspace_size(5000, K, E, H, I, quant, num_experts_global=E)
     assert experts.workspace_shapes(0, 2 * I, H, K, E, E, None, MoEActivation.SILU) == ((0,), (0,), (0, H))
 
     seen = []
@@ -681,15 +690,21 @@ def test_experts_take_fused_moes_scratch_from_vllms_workspace(monkeypatch, quant
     x, ids, weights = _routed(rng, E, H, K, T)
     _, ws2_shape, _ = experts.workspace_shapes(T, 2 * I, H, K, E, E, None, MoEActivation.SILU)
     workspace2 = torch.empty(ws2_shape, dtype=torch.bfloat16)
+    held_w13 = _interleaved_for_hpc(w1, quant)  # what our conversion leaves in the layer (tagged where interleaved)
     outs = []
-    for ws in (workspace2, None):
+    for w13, ws in ((held_w13, workspace2), (w1, workspace2), (w1, None)):
         outs.append(torch.full((T, H), float("nan"), dtype=torch.bfloat16))
-        experts.apply(outs[-1], x, w1, w2, weights, ids, MoEActivation.SILU, E, None, None, None, None, ws, None,
+        experts.apply(outs[-1], x, w13, w2, weights, ids, MoEActivation.SILU, E, None, None, None, None, ws, None,
                       False)
     assert seen[0].dtype == torch.uint8 and seen[0].dim() == 1
     assert seen[0].data_ptr() == workspace2.data_ptr() and seen[0].numel() == workspace2.numel() * 2
-    assert seen[1] is None  # vLLM handed none: fused_moe allocates its own
-    assert torch.equal(outs[0].view(torch.int16), outs[1].view(torch.int16))
+    if expected:  # sized for the interleaved layout: too small for vLLM's, so fused_moe allocates its own
+        assert seen[1] is None
+    else:
+        assert seen[1].data_ptr() == workspace2.data_ptr()
+    assert seen[2] is None  # vLLM handed none
+    for other in outs[1:]:
+        assert torch.equal(outs[0].view(torch.int16), other.view(torch.int16))
 
 
 @pytest.mark.parametrize("field, value", [("has_bias", True), ("swiglu_limit", 7.0), ("swiglu_alpha", 1.702)])

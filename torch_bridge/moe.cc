@@ -63,18 +63,24 @@ void BindMoe(nb::module_& m) {
         nb::arg("num_experts_global"), nb::arg("w13_interleaved") = false, nb::arg("stream") = -1);
   m.def(
       "fused_moe_workspace_size",
-      [](int64_t tokens, int64_t top_k, int64_t experts, int64_t hidden, int64_t inter, int quant) {
-        return FusedMoeMaxWorkspaceBytes(tokens, top_k, experts, hidden, inter, static_cast<MoeQuant>(quant));
+      [](int64_t tokens, int64_t top_k, int64_t experts, int64_t hidden, int64_t inter, int quant,
+         int64_t experts_global, bool w13_interleaved) {
+        return FusedMoeMaxWorkspaceBytes(tokens, top_k, experts, hidden, inter, static_cast<MoeQuant>(quant),
+                                         experts_global, w13_interleaved);
       },
       nb::arg("tokens"), nb::arg("top_k"), nb::arg("experts"), nb::arg("hidden"), nb::arg("inter"), nb::arg("quant"),
+      nb::arg("experts_global") = 0, nb::arg("w13_interleaved") = false,
       "Bytes of a CUDA fused_moe workspace (uint8) that serves every call of at most `tokens` tokens with these "
-      "shapes (local experts E = w13.shape[0]).");
+      "shapes (local experts E = w13.shape[0]; experts_global and w13_interleaved as the calls pass them).");
   m.def(
       "fused_moe_call_workspace_size",
-      [](int64_t tokens, int64_t top_k, int64_t experts, int64_t hidden, int64_t inter, int quant) {
-        return FusedMoeWorkspaceBytes(tokens, top_k, experts, hidden, inter, static_cast<MoeQuant>(quant));
+      [](int64_t tokens, int64_t top_k, int64_t experts, int64_t hidden, int64_t inter, int quant,
+         int64_t experts_global, bool w13_interleaved) {
+        return FusedMoeWorkspaceBytes(tokens, top_k, experts, hidden, inter, static_cast<MoeQuant>(quant),
+                                      experts_global, w13_interleaved);
       },
       nb::arg("tokens"), nb::arg("top_k"), nb::arg("experts"), nb::arg("hidden"), nb::arg("inter"), nb::arg("quant"),
+      nb::arg("experts_global") = 0, nb::arg("w13_interleaved") = false,
       "Bytes of the CUDA fused_moe workspace one call of exactly `tokens` tokens needs (not monotone in tokens).");
   m.def(
       "fused_moe_tile_m",

@@ -294,7 +294,7 @@ Status FusedMoeCuda(const FusedMoeArgs& a, cudaStream_t stream) {
       HPC_RETURN_IF_ERROR(CheckScalesOnDevice("fused_moe", name, *t, stream, zero_ok));
     }
   }
-  const moe::MoePlan plan = moe::MakeMoePlan(tokens, top_k, experts, hidden, inter, a.quant);
+  const moe::MoePlan plan = FusedMoePlanOf(a);
   if (plan.stream) return moe::RunStreamMoe(a, plan, stream);
   uint8_t* ws = a.workspace.ptr<uint8_t>();
   int32_t* header = reinterpret_cast<int32_t*>(ws + plan.header);

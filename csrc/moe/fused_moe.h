@@ -80,13 +80,15 @@ int64_t FusedMoeGatherByTokensLaunches();
 // Stream-path wgmma gate-up launches in this process, and those that prefetched w2 into L2 (HPC_XLA_MOE_W2_PREFETCH).
 int64_t FusedMoeWgmmaGateUpLaunches();
 int64_t FusedMoeW2PrefetchLaunches();
-// What one call with `tokens` tokens needs (the CUDA path checks the workspace against it).
+// What one call with `tokens` tokens needs (the CUDA path checks the workspace against it). experts_global and
+// w13_interleaved as the call passes them (num_experts_global, 0 if not given): with an interleaved w13 the grouped
+// path computes the activation in its gate-up epilogue and needs no gate_up rows (FusedMoeActInEpilogue).
 int64_t FusedMoeWorkspaceBytes(int64_t tokens, int64_t top_k, int64_t experts, int64_t hidden, int64_t inter,
-                               MoeQuant quant);
+                               MoeQuant quant, int64_t experts_global = 0, bool w13_interleaved = false);
 // What serves every call with at most `max_tokens` tokens (>= FusedMoeWorkspaceBytes of each; the per-call size is
 // not monotone in T): the size to preallocate once, e.g. for CUDA-graph capture at the largest batch.
 int64_t FusedMoeMaxWorkspaceBytes(int64_t max_tokens, int64_t top_k, int64_t experts, int64_t hidden, int64_t inter,
-                                  MoeQuant quant);
+                                  MoeQuant quant, int64_t experts_global = 0, bool w13_interleaved = false);
 
 Status ValidateFusedMoe(const FusedMoeArgs& args);
 // ValidateFusedMoe plus what the CUDA pipeline needs on top: H and I multiples of 64, E <= kMaxMoeCudaExperts,

@@ -348,6 +348,9 @@ Status RunGroupedMoe(const FusedMoeArgs& a, const MoePlan& plan, const uint8_t* 
   // w13 interleaved on 128-row tiles: GEMM1's epilogue writes the intermediate itself (the act kernel and gate_up
   // are skipped); elsewhere the act kernel reads gate_up in w13's row order.
   const bool act_in_epilogue = GroupedGemmActInEpilogue(a.quant, groups.tile_m, a.w13_interleaved);
+  if (act_in_epilogue != plan.act_in_epilogue) {  // the plan gave gate_up no room where the act kernel would need it
+    return Status::Internal("fused_moe: the workspace plan and the grouped launcher disagree on the activation's place");
+  }
   if (act_in_epilogue) {
     gate_up.act_epilogue = true;
     gate_up.d = ws + plan.inter;

@@ -250,6 +250,7 @@ struct MoePlan {
   int up_splits = 1;  // tiled path: gate-up K splits (MoeUpSplits)
   bool grouped = false;
   bool stream = false;
+  bool act_in_epilogue = false;  // grouped: no gate_up room (the launcher checks it agrees)
   int64_t pairs = 0, max_tiles = 0, max_rows = 0;
   // both paths
   int64_t header = 0, sorted_pairs = 0, inter = 0, inter_scale = 0, total = 0;
@@ -265,8 +266,10 @@ constexpr int kMoeHeaderInts = 64;
 
 inline int64_t AlignUp256(int64_t b) { return (b + 255) / 256 * 256; }
 
+// act_in_epilogue (grouped path only; FusedMoeActInEpilogue): the gate-up GEMM writes the intermediate itself, so
+// the bf16 gate_up rows (T*k x 2I: the largest region after the rows, ~40% of the total at Qwen3 shapes) get no room.
 inline MoePlan MakeMoePlan(int64_t tokens, int64_t top_k, int64_t experts, int64_t hidden, int64_t inter,
-                           MoeQuant quant) {
+                           MoeQuant quant, bool act_in_epilogue = false) {
   MoePlan p;
   p.tile_m = TileM(tokens, top_k, experts, quant);
   p.grouped = p.tile_m == kGroupedTileM;
@@ -295,7 +298,8 @@ inline MoePlan MakeMoePlan(int64_t tokens, int64_t top_k, int64_t experts, int64
     p.rows_scale = take(block ? p.pairs * (hidden / kMoeBlock) * 4 : 0);
     p.x_q = take(fp8 ? tokens * hidden : 0);
     p.x_q_scale = take(block ? tokens * (hidden / kMoeBlock) * 4 : 0);
-    p.gate_up = take(p.pairs * 2 * inter * 2);
+    p.act_in_epilogue = act_in_epilogue;
+    p.gate_up = take(act_in_epilogue ? 0 : p.pairs * 2 * inter * 2);
     p.inter = take(p.pairs * inter * (fp8 ? 1 : 2));
     p.inter_scale = take(block ? p.pairs * (inter / kMoeBlock) * 4 : 0);
     p.down = p.rows;
@@ -324,24 +328,37 @@ inline MoePlan MakeMoePlan(int64_t tokens, int64_t top_k, int64_t experts, int64
 // The workspace that serves every T' <= tokens: what a caller preallocating for its largest batch must allocate
 // (fused_moe_workspace_size; the per-call check asks only for MakeMoePlan(T).total). The per-call size is not
 // monotone in T: it drops where the path changes (Qwen3-30B fp8: T = 128 on the tiled path, f32 down rows per pair,
-// 10.9 MB; T = 129 on the grouped path, bf16 rows, 8.9 MB). Within one M tile it grows with T, and TileM only grows
-// with T, so the maximum over T' <= tokens is the larger of the size at `tokens` and the size at the last T' of each
-// smaller M tile, found by bisection (a few dozen plans: allocation time, not the per-call path).
-inline int64_t MaxMoeWorkspaceBytes(int64_t tokens, int64_t top_k, int64_t experts, int64_t hidden, int64_t inter,
-                                    MoeQuant quant) {
-  auto tile = [&](int64_t t) { return TileM(t, top_k, experts, quant); };
-  int64_t best = MakeMoePlan(tokens, top_k, experts, hidden, inter, quant).total;
-  const int top = tile(tokens);
+// 10.9 MB; T = 129 on the grouped path, bf16 rows, 8.9 MB) and where the activation moves into the gate-up epilogue
+// (`act(T)`: the grouped CTA tile grows from 64 to 128 rows with T, the gate_up rows drop out). Within one class
+// (M tile, act) it grows with T, and the class only grows with T, so the maximum over T' <= tokens is the larger of
+// the size at `tokens` and the size at the last T' of each smaller class, found by bisection (a few dozen plans:
+// allocation time, not the per-call path).
+template <class ActFn>
+int64_t MaxMoeWorkspaceBytes(int64_t tokens, int64_t top_k, int64_t experts, int64_t hidden, int64_t inter,
+                             MoeQuant quant, ActFn&& act) {
+  auto plan_total = [&](int64_t t) { return MakeMoePlan(t, top_k, experts, hidden, inter, quant, act(t)).total; };
+  auto key = [&](int64_t t) { return 2 * TileM(t, top_k, experts, quant) + (act(t) ? 1 : 0); };
+  int64_t best = plan_total(tokens);
+  const int top = key(tokens);
   for (const int v : {kStreamTileM, 16, 32, 64, kGroupedTileM}) {
-    if (v >= top) break;
-    int64_t lo = 0, hi = tokens;  // the last T' with TileM(T') <= v lies in [lo, hi): TileM(hi) > v
-    while (hi - lo > 1) {
-      const int64_t mid = lo + (hi - lo) / 2;
-      (tile(mid) <= v ? lo : hi) = mid;
+    for (const int k : {2 * v, 2 * v + 1}) {
+      if (k >= top) break;
+      int64_t lo = 0, hi = tokens;  // the last T' with key(T') <= k lies in [lo, hi): key(hi) > k
+      while (hi - lo > 1) {
+        const int64_t mid = lo + (hi - lo) / 2;
+        (key(mid) <= k ? lo : hi) = mid;
+      }
+      if (lo >= 1 && key(lo) == k) best = std::max(best, plan_total(lo));
     }
-    if (lo >= 1 && tile(lo) == v) best = std::max(best, MakeMoePlan(lo, top_k, experts, hidden, inter, quant).total);
   }
   return best;
 }
 
 }  // namespace hpc::moe
+
+namespace hpc {
+// The plan of one call (fused_moe_validate.cc): MakeMoePlan with the activation's place as the grouped launcher
+// will pick it (FusedMoeActInEpilogue from num_experts_global as given and w13_interleaved). The validator sizes
+// the workspace check with it and FusedMoeCuda runs it.
+moe::MoePlan FusedMoePlanOf(const FusedMoeArgs& a);
+}  // namespace hpc

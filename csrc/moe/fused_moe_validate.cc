@@ -285,13 +285,25 @@ int FusedMoeGroupedCtaRows(int64_t tokens, int64_t top_k, int64_t experts, int64
 }
 
 int64_t FusedMoeWorkspaceBytes(int64_t tokens, int64_t top_k, int64_t experts, int64_t hidden, int64_t inter,
-                               MoeQuant quant) {
-  return moe::MakeMoePlan(tokens, top_k, experts, hidden, inter, quant).total;
+                               MoeQuant quant, int64_t experts_global, bool w13_interleaved) {
+  return moe::MakeMoePlan(tokens, top_k, experts, hidden, inter, quant,
+                          FusedMoeActInEpilogue(tokens, top_k, experts, experts_global, quant, w13_interleaved))
+      .total;
 }
 
 int64_t FusedMoeMaxWorkspaceBytes(int64_t max_tokens, int64_t top_k, int64_t experts, int64_t hidden, int64_t inter,
-                                  MoeQuant quant) {
-  return moe::MaxMoeWorkspaceBytes(max_tokens, top_k, experts, hidden, inter, quant);
+                                  MoeQuant quant, int64_t experts_global, bool w13_interleaved) {
+  return moe::MaxMoeWorkspaceBytes(max_tokens, top_k, experts, hidden, inter, quant, [&](int64_t t) {
+    return FusedMoeActInEpilogue(t, top_k, experts, experts_global, quant, w13_interleaved);
+  });
+}
+
+moe::MoePlan FusedMoePlanOf(const FusedMoeArgs& a) {
+  const int64_t tokens = a.x.shape[0], experts = a.w13.shape[0], top_k = a.topk_ids.shape[1];
+  // a.num_experts_global as given (0: unknown), as the grouped launcher picks its CTA tile from it
+  return moe::MakeMoePlan(tokens, top_k, experts, a.x.shape[1], a.w13.shape[1] / 2, a.quant,
+                          FusedMoeActInEpilogue(tokens, top_k, experts, a.num_experts_global, a.quant,
+                                                a.w13_interleaved));
 }
 
 Status ValidateFusedMoeCuda(const FusedMoeArgs& a) {
@@ -336,7 +348,7 @@ Status ValidateFusedMoeCuda(const FusedMoeArgs& a) {
       return c.Fail(std::string(name) + " must be 16-byte aligned on the CUDA path (a sliced view? pass a copy)");
     }
   }
-  const int64_t need = FusedMoeWorkspaceBytes(tokens, a.topk_ids.shape[1], experts, hidden, inter, a.quant);
+  const int64_t need = FusedMoePlanOf(a).total;
   HPC_RETURN_IF_ERROR(c.Required("workspace", a.workspace, 1, "[fused_moe_workspace_size] uint8"));
   HPC_RETURN_IF_ERROR(c.Dtype("workspace", a.workspace, {DType::kU8}));
   HPC_RETURN_IF_ERROR(c.Contiguous("workspace", a.workspace));

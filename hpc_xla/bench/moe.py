@@ -469,8 +469,8 @@ def run(args):
             hit, pairs = (sum(v) / len(counts) for v in zip(*counts))
             hit_bytes = max(hit * expert_bytes, 1)
             flops = 2.0 * pairs * 3 * h * i
-            ws = torch.empty(fused_moe_workspace_size(tokens, top_k, e_local, h, i, quant), dtype=torch.uint8,
-                             device="cuda")
+            ws = torch.empty(fused_moe_workspace_size(tokens, top_k, e_local, h, i, quant, num_experts_global=e_global,
+                                                      w13_interleaved=interleaved), dtype=torch.uint8, device="cuda")
             big = flops > 2e12
             replays = 5 if big else 20
             ours = timing.graph_time_us([_ours(w, s, quant, offset, e_global, ws) for s in sets], replays=replays)

@@ -78,7 +78,8 @@ def fused_moe(x, w13, w2, topk_weights=None, topk_ids=None, *, quant=None, w13_s
     # The CPU handler ignores it (its size is the CUDA one: shapes must not depend on the platform).
     # Sized for exactly this call's T (the size for "any T up to a max" can be larger: fused_moe_workspace_size).
     workspace = ext().fused_moe_call_workspace_size(x.shape[0], topk_ids.shape[-1], w13.shape[0], x.shape[-1],
-                                                    w13.shape[1] // 2, _options.moe_quant_code(quant))
+                                                    w13.shape[1] // 2, _options.moe_quant_code(quant),
+                                                    num_experts_global or 0, w13_interleaved)
     call = jax.ffi.ffi_call("hpc_xla_fused_moe", (jax.ShapeDtypeStruct(x.shape, jnp.bfloat16),
                                                   jax.ShapeDtypeStruct((workspace,), jnp.uint8)),
                             vmap_method="sequential")

@@ -54,28 +54,36 @@ fused_moe_op = define(
     _fused_impl, _fake)
 
 
-def fused_moe_workspace_size(tokens, top_k, num_experts, hidden, inter, quant=None):
+def fused_moe_workspace_size(tokens, top_k, num_experts, hidden, inter, quant=None, *, num_experts_global=None,
+                             w13_interleaved=False):
     """Bytes of a uint8 workspace that serves every CUDA fused_moe call of at most `tokens` tokens: a pure function
-    of the shapes (num_experts = the LOCAL experts, w13.shape[0]; inter = I). Allocate it once for the largest T you
-    will run and pass it as `workspace=`, e.g. inside a CUDA graph. (One call's own need is not monotone in T -- it
-    drops where the pipeline changes path -- so this is the maximum over T' <= tokens.)"""
+    of the shapes (num_experts = the LOCAL experts, w13.shape[0]; inter = I) and of the calls' num_experts_global
+    and w13_interleaved (an interleaved w13 lets the large-batch path compute the activation inside its gate-up GEMM
+    and skip a T*k x 2I bf16 buffer: pass what the calls pass; the defaults give the larger size, which serves either).
+    Allocate it once for the largest T you will run and pass it as `workspace=`, e.g. inside a CUDA graph. (One
+    call's own need is not monotone in T -- it drops where the pipeline changes path -- so this is the maximum over
+    T' <= tokens.)"""
     op = "fused_moe_workspace_size"
+    experts_global = _args.optional_integer(op, "num_experts_global", num_experts_global, minimum=1) or 0
     return _workspace_bytes(
         _args.integer(op, "tokens", tokens, minimum=0), _args.integer(op, "top_k", top_k, minimum=1),
         _args.integer(op, "num_experts", num_experts, minimum=1), _args.integer(op, "hidden", hidden, minimum=1),
-        _args.integer(op, "inter", inter, minimum=1), _options.moe_quant_code(quant))
+        _args.integer(op, "inter", inter, minimum=1), _options.moe_quant_code(quant), experts_global,
+        _options.w13_interleaved_flag(w13_interleaved, quant, (num_experts, 2 * inter, hidden)))
 
 
 # Sizes from the binary's path rules: constants of the shapes, which torch.compile folds (a call into the extension
 # while dynamo traces would otherwise break the graph).
 @torch.compiler.assume_constant_result
-def _workspace_bytes(tokens, top_k, num_experts, hidden, inter, quant_code):
-    return int(ext().fused_moe_workspace_size(tokens, top_k, num_experts, hidden, inter, quant_code))
+def _workspace_bytes(tokens, top_k, num_experts, hidden, inter, quant_code, experts_global, w13_interleaved):
+    return int(ext().fused_moe_workspace_size(tokens, top_k, num_experts, hidden, inter, quant_code, experts_global,
+                                              w13_interleaved))
 
 
 @torch.compiler.assume_constant_result
-def _call_workspace_bytes(tokens, top_k, num_experts, hidden, inter, quant_code):
-    return int(ext().fused_moe_call_workspace_size(tokens, top_k, num_experts, hidden, inter, quant_code))
+def _call_workspace_bytes(tokens, top_k, num_experts, hidden, inter, quant_code, experts_global, w13_interleaved):
+    return int(ext().fused_moe_call_workspace_size(tokens, top_k, num_experts, hidden, inter, quant_code,
+                                                   experts_global, w13_interleaved))
 
 
 def fused_moe(x, w13, w2, topk_weights=None, topk_ids=None, *, quant=None, w13_scale=None, w2_scale=None,
@@ -107,7 +115,7 @@ def fused_moe(x, w13, w2, topk_weights=None, topk_ids=None, *, quant=None, w13_s
                 raise ValueError("fused_moe: with a dynamic token count (torch.compile) pass workspace= sized by "
                                  "fused_moe_workspace_size(max_tokens, ...): this call's own size depends on T")
             size = _call_workspace_bytes(x.shape[0], topk_ids.shape[-1], w13.shape[0], x.shape[-1], w13.shape[1] // 2,
-                                         _options.moe_quant_code(quant))
+                                         _options.moe_quant_code(quant), num_experts_global, w13_interleaved)
         workspace = torch.empty(size, dtype=torch.uint8, device=x.device)
     fused_moe_op(x, x_scale, w13, w2, w13_scale, w2_scale, a13_scale, a2_scale, topk_weights, topk_ids,
                  shared_output, out, workspace, _options.moe_quant_code(quant), expert_offset, num_experts_global,

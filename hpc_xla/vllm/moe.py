@@ -111,9 +111,19 @@ class HpcXlaExperts(mk.FusedMoEExpertsModular):
 
         if M == 0:
             return (0,), (0,), (0, K)
-        need = fused_moe_workspace_size(M, topk, local_num_experts, K, N // 2, self.quant)
+        need = fused_moe_workspace_size(M, topk, local_num_experts, K, N // 2, self.quant,
+                                        num_experts_global=global_num_experts,
+                                        w13_interleaved=self._expects_interleaved(N // 2))
         item = self.workspace_dtype(self.moe_config.in_dtype).itemsize
         return (0,), (M, -(-need // (M * item))), (M, K)
+
+    def _expects_interleaved(self, inter):
+        """Whether this layer's w13 will be interleaved: our conversion interleaves every hpc layer's w13 where
+        `interleavable` (workspace_shapes sees no weights; apply falls back to fused_moe's own scratch if a w13
+        arrives in vLLM's layout after all, whose need is larger)."""
+        from hpc_xla.moe_layout import interleavable
+
+        return interleavable(self.quant, inter)
 
     def apply(self, output, hidden_states, w1, w2, topk_weights, topk_ids, activation, global_num_experts, expert_map,
               a1q_scale, a2_scale, workspace13, workspace2, expert_tokens_meta, apply_router_weight_on_input):
@@ -141,9 +151,12 @@ class HpcXlaExperts(mk.FusedMoEExpertsModular):
                                  "(the checkpoint's input_scale)")
             scales = dict(w13_scale=_per_expert(qc.w1_scale, w1, "w13"), w2_scale=_per_expert(qc.w2_scale, w2, "w2"),
                           a13_scale=qc.a1_scale.reshape(()).float(), a2_scale=qc.a2_scale.reshape(()).float())
+        interleaved = self._w13_interleaved(w1)
+        # workspace2 was sized for an interleaved w13 where one was expected: too small for vLLM's layout
+        fits = interleaved or not self._expects_interleaved(w1.shape[1] // 2)
         ht.fused_moe(hidden_states, w1, w2, topk_weights.float(), topk_ids.int(), quant=self.quant,
-                     expert_offset=offset, num_experts_global=experts, out=output,
-                     w13_interleaved=self._w13_interleaved(w1), workspace=_bytes_of(workspace2), **scales)
+                     expert_offset=offset, num_experts_global=experts, out=output, w13_interleaved=interleaved,
+                     workspace=_bytes_of(workspace2) if fits else None, **scales)
 
     def _w13_interleaved(self, w1):
         """Whether w1 holds w13 in fused_moe's interleaved layout: tagged by our conversion, or pre-processed weights
