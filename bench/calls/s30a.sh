@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # session 30 call A (~8 min; carry .peer/exp/n, .peer/exp/e29): every test prepared in sessions 27-29 and never run on
 # a GPU, at once (s27d's, s28a's, s28c's and s29a's test halves), then experiment 29's A/B (s29a's second half).
-#   n = main at a106e10 (w13_interleaved the vLLM default, the scatter / token-gather knobs, the fp8 scale helpers);
+#   n = main at f8f0e54 (w13_interleaved the vLLM default, the scatter / token-gather knobs, the fp8 scale helpers,
+#       no gate_up room in the workspace where the activation runs in the gate-up epilogue: the act-epilogue tests
+#       run on exactly fused_moe_workspace_size(..., w13_interleaved=True) with a guard behind it);
 #   e29 = n + bbf983f (rope_norm fp8 q without division calls).
 # Predictions are in the scripts the halves come from; experiment 29: fp8 rows T=16384 -3..8%, bf16 +-1%; refuted if
 # no fp8 T=16384 row moves > 1.5%.
