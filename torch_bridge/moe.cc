@@ -53,6 +53,20 @@ void FusedMoeBinding(nb::handle x, nb::handle x_scale, nb::handle w13, nb::handl
   RunOp(a.x, t, stream, &FusedMoeCuda, &FusedMoeCpu, a);
 }
 
+// The two workspace sizes take the same arguments (the quant as its code).
+using WorkspaceBytesFn = int64_t (*)(int64_t, int64_t, int64_t, int64_t, int64_t, MoeQuant, int64_t, bool);
+void BindWorkspaceSize(nb::module_& m, const char* name, WorkspaceBytesFn bytes, const char* doc) {
+  m.def(
+      name,
+      [bytes](int64_t tokens, int64_t top_k, int64_t experts, int64_t hidden, int64_t inter, int quant,
+              int64_t experts_global, bool w13_interleaved) {
+        return bytes(tokens, top_k, experts, hidden, inter, static_cast<MoeQuant>(quant), experts_global,
+                     w13_interleaved);
+      },
+      nb::arg("tokens"), nb::arg("top_k"), nb::arg("experts"), nb::arg("hidden"), nb::arg("inter"), nb::arg("quant"),
+      nb::arg("experts_global") = 0, nb::arg("w13_interleaved") = false, doc);
+}
+
 }  // namespace
 
 void BindMoe(nb::module_& m) {
@@ -61,27 +75,13 @@ void BindMoe(nb::module_& m) {
         nb::arg("a2_scale").none(), nb::arg("topk_weights"), nb::arg("topk_ids"), nb::arg("shared_output").none(),
         nb::arg("out"), nb::arg("workspace"), nb::arg("quant"), nb::arg("expert_offset"),
         nb::arg("num_experts_global"), nb::arg("w13_interleaved") = false, nb::arg("stream") = -1);
-  m.def(
-      "fused_moe_workspace_size",
-      [](int64_t tokens, int64_t top_k, int64_t experts, int64_t hidden, int64_t inter, int quant,
-         int64_t experts_global, bool w13_interleaved) {
-        return FusedMoeMaxWorkspaceBytes(tokens, top_k, experts, hidden, inter, static_cast<MoeQuant>(quant),
-                                         experts_global, w13_interleaved);
-      },
-      nb::arg("tokens"), nb::arg("top_k"), nb::arg("experts"), nb::arg("hidden"), nb::arg("inter"), nb::arg("quant"),
-      nb::arg("experts_global") = 0, nb::arg("w13_interleaved") = false,
-      "Bytes of a CUDA fused_moe workspace (uint8) that serves every call of at most `tokens` tokens with these "
-      "shapes (local experts E = w13.shape[0]; experts_global and w13_interleaved as the calls pass them).");
-  m.def(
-      "fused_moe_call_workspace_size",
-      [](int64_t tokens, int64_t top_k, int64_t experts, int64_t hidden, int64_t inter, int quant,
-         int64_t experts_global, bool w13_interleaved) {
-        return FusedMoeWorkspaceBytes(tokens, top_k, experts, hidden, inter, static_cast<MoeQuant>(quant),
-                                      experts_global, w13_interleaved);
-      },
-      nb::arg("tokens"), nb::arg("top_k"), nb::arg("experts"), nb::arg("hidden"), nb::arg("inter"), nb::arg("quant"),
-      nb::arg("experts_global") = 0, nb::arg("w13_interleaved") = false,
-      "Bytes of the CUDA fused_moe workspace one call of exactly `tokens` tokens needs (not monotone in tokens).");
+  BindWorkspaceSize(m, "fused_moe_workspace_size", &FusedMoeMaxWorkspaceBytes,
+                    "Bytes of a CUDA fused_moe workspace (uint8) that serves every call of at most `tokens` tokens "
+                    "with these shapes (local experts E = w13.shape[0]; experts_global and w13_interleaved as the "
+                    "calls pass them).");
+  BindWorkspaceSize(m, "fused_moe_call_workspace_size", &FusedMoeWorkspaceBytes,
+                    "Bytes of the CUDA fused_moe workspace one call of exactly `tokens` tokens needs (not monotone in "
+                    "tokens).");
   m.def(
       "fused_moe_tile_m",
       [](int64_t tokens, int64_t top_k, int64_t experts, int quant) {
