@@ -7,6 +7,8 @@
 #   e29 = n + bbf983f (rope_norm fp8 q without division calls).
 # Predictions are in the scripts the halves come from; experiment 29: fp8 rows T=16384 -3..8%, bf16 +-1%; refuted if
 # no fp8 T=16384 row moves > 1.5%.
+# LITE=1 (a start with little budget left; carry only n): main's own tests (w13_interleaved, the exact workspaces,
+# the fp8 scale helpers, one memcheck), nothing of e29, no A/B (~5 min).
 . "$(dirname "$0")/prelude.sh"
 N=$PWD/.peer/exp/n
 E=$PWD/.peer/exp/e29
@@ -18,6 +20,13 @@ in_background "n act 128x128 + knobs" t_b.log 420 $N $T $M -k "act_epilogue and 
 in_background "n paths + decode" t_c.log 420 $N $T $M tests/test_gpu_decode.py \
   -k "interleaved or long_merge or grouped_vs_oracle or stream_path_vs"
 in_background "n memcheck interleaved" t_mc1.log 420 $N $CS --tool memcheck $T $M -k "interleaved and (env0 or env3 or env6)"
+if [ "${LITE:-0}" = 1 ]; then
+  in_background "n rope helpers + special rows" t_f.log 300 $N $T tests/test_gpu_rope_norm.py -k "fp8_scale or special_rows"
+  wait; t
+  for f in $R/t_mc*.log; do echo "$(basename $f): $(grep -E 'ERROR SUMMARY' $f | sort | uniq -c | head -2 | tr '\n' ' ')"; done
+  collect t_
+  exit 0
+fi
 in_background "n scatter" t_d.log 420 $N $T $M -k "down_scatter"
 in_background "n gather tokens" t_e.log 420 $N $T $M -k "gather_by_tokens"
 in_background "n memcheck scatter" t_mc2.log 420 $N env HPC_XLA_MOE_DOWN_STORE=scatter HPC_XLA_MOE_PATH=grouped $CS \
