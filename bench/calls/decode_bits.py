@@ -1,6 +1,7 @@
 """Saves decode_attention's outputs for the combine's long-task cases (and two 8/1 bench-like mixes) to ARG.npz,
 run from a staged folder (its package and tests first on the path): two versions' files compared bitwise tell
-whether a combine change kept the sums."""
+whether a combine change kept the sums. The first six cases repeat test_gpu_decode.py's test_long_merge_tasks on
+purpose: this script runs against staged trees older than any shared list would be."""
 import sys
 
 import numpy as np
