@@ -284,11 +284,16 @@ int FusedMoeGroupedCtaRows(int64_t tokens, int64_t top_k, int64_t experts, int64
   return moe::GroupedCtaRows(tokens * top_k, experts, experts_global, quant);
 }
 
+// The one pairing of the workspace layout with the activation's place (FusedMoeWorkspaceBytes, FusedMoePlanOf).
+static moe::MoePlan PlanWithAct(int64_t tokens, int64_t top_k, int64_t experts, int64_t hidden, int64_t inter,
+                                MoeQuant quant, int64_t experts_global, bool w13_interleaved) {
+  return moe::MakeMoePlan(tokens, top_k, experts, hidden, inter, quant,
+                          FusedMoeActInEpilogue(tokens, top_k, experts, experts_global, quant, w13_interleaved));
+}
+
 int64_t FusedMoeWorkspaceBytes(int64_t tokens, int64_t top_k, int64_t experts, int64_t hidden, int64_t inter,
                                MoeQuant quant, int64_t experts_global, bool w13_interleaved) {
-  return moe::MakeMoePlan(tokens, top_k, experts, hidden, inter, quant,
-                          FusedMoeActInEpilogue(tokens, top_k, experts, experts_global, quant, w13_interleaved))
-      .total;
+  return PlanWithAct(tokens, top_k, experts, hidden, inter, quant, experts_global, w13_interleaved).total;
 }
 
 int64_t FusedMoeMaxWorkspaceBytes(int64_t max_tokens, int64_t top_k, int64_t experts, int64_t hidden, int64_t inter,
@@ -299,11 +304,9 @@ int64_t FusedMoeMaxWorkspaceBytes(int64_t max_tokens, int64_t top_k, int64_t exp
 }
 
 moe::MoePlan FusedMoePlanOf(const FusedMoeArgs& a) {
-  const int64_t tokens = a.x.shape[0], experts = a.w13.shape[0], top_k = a.topk_ids.shape[1];
   // a.num_experts_global as given (0: unknown), as the grouped launcher picks its CTA tile from it
-  return moe::MakeMoePlan(tokens, top_k, experts, a.x.shape[1], a.w13.shape[1] / 2, a.quant,
-                          FusedMoeActInEpilogue(tokens, top_k, experts, a.num_experts_global, a.quant,
-                                                a.w13_interleaved));
+  return PlanWithAct(a.x.shape[0], a.topk_ids.shape[1], a.w13.shape[0], a.x.shape[1], a.w13.shape[1] / 2, a.quant,
+                     a.num_experts_global, a.w13_interleaved);
 }
 
 Status ValidateFusedMoeCuda(const FusedMoeArgs& a) {
