@@ -15,11 +15,14 @@ E=$PWD/.peer/exp/e29
 T="python3 -m pytest -q -p no:cacheprovider"
 CS="compute-sanitizer --target-processes all --error-exitcode 99"
 M=tests/test_gpu_fused_moe.py
+# SKIP_DONE=1: leave out the four groups that passed in session 30 (LITE run on the H100).
+if [ "${SKIP_DONE:-0}" != 1 ]; then
 in_background "n act 128x256" t_a.log 420 $N $T $M -k "act_epilogue and 128x256"
 in_background "n act 128x128 + knobs" t_b.log 420 $N $T $M -k "act_epilogue and 128x128 or knobs_reject"
 in_background "n paths + decode" t_c.log 420 $N $T $M tests/test_gpu_decode.py \
   -k "interleaved or long_merge or grouped_vs_oracle or stream_path_vs"
 in_background "n memcheck interleaved" t_mc1.log 420 $N $CS --tool memcheck $T $M -k "interleaved and (env0 or env3 or env6)"
+fi
 if [ "${LITE:-0}" = 1 ]; then
   in_background "n rope helpers + special rows" t_f.log 300 $N $T tests/test_gpu_rope_norm.py -k "fp8_scale or special_rows"
   wait; t
