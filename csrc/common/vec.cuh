@@ -109,6 +109,17 @@ __device__ __forceinline__ float GroupMax(float v, uint32_t mask = 0xffffffffu) 
   return v;
 }
 
+// GroupSum of `sum` and GroupMax of `max` in one pass: the two shuffles of a step are independent, so a row that
+// needs both waits on one chain of log2(G) steps instead of two in a row.
+template <int G>
+__device__ __forceinline__ void GroupSumMax(float& sum, float& max, uint32_t mask = 0xffffffffu) {
+#pragma unroll
+  for (int offset = G / 2; offset > 0; offset /= 2) {
+    const float s = __shfl_xor_sync(mask, sum, offset), m = __shfl_xor_sync(mask, max, offset);
+    sum += s, max = fmaxf(max, m);
+  }
+}
+
 // The G lanes of this thread's aligned group.
 template <int G>
 __device__ __forceinline__ uint32_t GroupLanesMask() {

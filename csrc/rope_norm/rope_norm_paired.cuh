@@ -13,6 +13,7 @@
 
 #include <type_traits>
 
+#include "csrc/common/fp8_scale.cuh"
 #include "csrc/common/launch.cuh"
 #include "csrc/rope_norm/rope_norm_params.cuh"
 
@@ -107,10 +108,14 @@ __device__ __forceinline__ void MakePairedCoeffs(bool neox, bool norm_before_rop
 }
 
 // Several rows per thread: x (16 elements) -> y with the folded coefficients, then times inv once the group's
-// sum of squares arrives (the products do not wait for it).
-template <int G>
-__device__ __forceinline__ void TransformRowFolded(bool neox, bool normalize, const PairedCoeffs& k, float (&x)[16],
-                                                   uint32_t mask, float inv_head_dim, float eps) {
+// sum of squares arrives (the products do not wait for it). With kAmax (fp8 q) it also returns the group's
+// max |x| of the result, reduced in the same shuffles as the sum of squares: max_i RN(|y_i| * inv) ==
+// RN(max_i |y_i| * inv) for inv > 0 (rounding is monotone), so it needs no second reduction after inv. Where the
+// product is NaN (0 * inf: an all-zero row with eps = 0; inf * 0: a sum of squares that overflowed) every
+// element's product was 0 or NaN, which the per-element max skips: 0.
+template <int G, bool kAmax>
+__device__ __forceinline__ float TransformRowFolded(bool neox, bool normalize, const PairedCoeffs& k, float (&x)[16],
+                                                    uint32_t mask, float inv_head_dim, float eps) {
   float ss0 = 0.0f, ss1 = 0.0f;
   if (normalize) {
 #pragma unroll
@@ -124,13 +129,29 @@ __device__ __forceinline__ void TransformRowFolded(bool neox, bool normalize, co
 #pragma unroll
     for (int i = 0; i < 16; ++i) y[i] = fmaf(x[i], k.A[i], x[i ^ 1] * k.B[i]);
   }
+  float amax = 0.0f, inv = 1.0f;
+  if constexpr (kAmax) {
+#pragma unroll
+    for (int i = 0; i < 16; ++i) amax = fmaxf(amax, fabsf(y[i]));
+  }
   if (normalize) {
-    const float inv = rsqrtf(GroupSum<G>(ss0 + ss1, mask) * inv_head_dim + eps);
+    float sum = ss0 + ss1;
+    if constexpr (kAmax) {
+      GroupSumMax<G>(sum, amax, mask);
+    } else {
+      sum = GroupSum<G>(sum, mask);
+    }
+    inv = rsqrtf(sum * inv_head_dim + eps);
 #pragma unroll
     for (int i = 0; i < 16; ++i) y[i] *= inv;
+  } else if constexpr (kAmax) {
+    amax = GroupMax<G>(amax, mask);
   }
 #pragma unroll
   for (int i = 0; i < 16; ++i) x[i] = y[i];
+  if constexpr (!kAmax) return 0.0f;
+  const float m = amax * inv;
+  return m == m ? m : 0.0f;
 }
 
 // One row per thread: folding the weights would cost more than it saves, and 32 coefficient registers next to
@@ -374,8 +395,9 @@ __global__ void __launch_bounds__(kPairedThreads, kPairedMinBlocks<R>)
     if (head >= heads) break;
     float x[16];
     Unpack16(ra[i], rb[i], kBf16, x);
+    float folded_amax = 0.0f;  // folded fp8-q kernels: the group's max |x| (q rows use it, k rows ignore it)
     if constexpr (kFolded) {
-      TransformRowFolded<G>(p.neox, normalize, coeffs, x, mask, p.inv_head_dim, p.eps);
+      folded_amax = TransformRowFolded<G, kFp8Q>(p.neox, normalize, coeffs, x, mask, p.inv_head_dim, p.eps);
     } else {
       TransformRowDirect<G>(p.neox, normalize, p.norm_before_rope, ch, c, s, w, x, mask, p.inv_head_dim, p.eps);
     }
@@ -390,12 +412,17 @@ __global__ void __launch_bounds__(kPairedThreads, kPairedMinBlocks<R>)
     const int64_t off = token * p.q_out_stride_t + head * p.q_out_stride_h;
     float mul = 1.0f;
     if constexpr (kFp8Q) {
-      float amax = 0.0f;
+      float amax = folded_amax;
+      if constexpr (!kFolded) {
 #pragma unroll
-      for (int j = 0; j < 16; ++j) amax = fmaxf(amax, fabsf(x[j]));
-      const float scale = GroupMax<G>(amax, mask) / kFp8E4M3Max;
+        for (int j = 0; j < 16; ++j) amax = fmaxf(amax, fabsf(x[j]));
+        amax = GroupMax<G>(amax, mask);
+      }
+      if (!pos_ok) amax = 0.0f;  // the rows are NaN: the per-element max skips NaN
+      // amax / 448 and 1 / scale bit for bit, without the division's slow-path calls (fp8_scale.cuh)
+      const float scale = Fp8ScaleOfAmax(amax);
       if (lane == 0) p.q_scale[static_cast<int64_t>(token) * p.num_q_heads + head] = scale;
-      mul = QuantMultiplier(scale);
+      mul = QuantMultiplierNoCall(scale);
     }
     StoreRow16<T, kFp8Q>(p.q_out, off, ch, x, mul);
   }
