@@ -751,9 +751,29 @@ __device__ __forceinline__ void WarpMergeRows(const DecodeParams& p, int unit, i
   }
 }
 
-// One row at a time (rows r, r + row_step, ...) of a long task: the pieces' lse into shared memory, their max and
-// weight sum by block reductions, then `groups` thread groups each accumulate an interleaved subset of the pieces
-// (4 columns per thread), added in group order (bitwise reproducible).
+// Partials a thread of the block merge keeps in flight: its float4 of pieces group, group + groups, ... (20 x 8
+// groups = 160 pieces at D = 128 -- a 1x128K sequence is cut into ~134 on 264 CTAs -- in one round trip; 20 is
+// the most that fits the 128 registers of two 256-thread CTAs per SM without spilling, ptxas).
+constexpr int kBlockMergeBatch = 20;
+
+// This thread's float4 columns of batch `batch` of its pieces (k = group + (batch * kBlockMergeBatch + i) * groups).
+__device__ __forceinline__ void LoadMergeBatch(const float* row0, int64_t row_stride, int count, int group, int groups,
+                                               int batch, int64_t first_slot, int64_t second_slot, int64_t stride_slot,
+                                               float4 (&o)[kBlockMergeBatch]) {
+#pragma unroll
+  for (int i = 0; i < kBlockMergeBatch; ++i) {
+    const int k = group + (batch * kBlockMergeBatch + i) * groups;
+    const int64_t slot = k == 0 ? first_slot : second_slot + (k - 1) * stride_slot;
+    o[i] = k < count ? *reinterpret_cast<const float4*>(row0 + slot * row_stride) : make_float4(0.f, 0.f, 0.f, 0.f);
+  }
+}
+
+// One row at a time (rows r, r + row_step, ...) of a long task. Every load of a row is issued before any of its
+// math -- this thread's columns of its first kBlockMergeBatch pieces, then the pieces' lse -- so a row costs one
+// memory round trip after the wait (it cost three or more: lse, then the partials 8 at a time, ~5 us after the last
+// attention CTA on 8/1 1x128K). The lse go to shared memory, their max and weight sum by block reductions, then
+// `groups` thread groups each accumulate an interleaved subset of the pieces (4 columns per thread) in ascending
+// order, added in group order (bitwise reproducible, and the same sums as before the batching).
 __device__ __forceinline__ void BlockMergeRows(const DecodeParams& p, int unit, int r, int row_step, int count,
                                                int64_t first_slot, int64_t second_slot, int64_t stride_slot,
                                                float* weights, float* scratch, float4* group_sums) {
@@ -761,7 +781,14 @@ __device__ __forceinline__ void BlockMergeRows(const DecodeParams& p, int unit, 
   const float* po = p.workspace;
   const float* plse = p.workspace + p.num_slots * p.rows * D;
   auto slot_of = [&](int k) { return k == 0 ? first_slot : second_slot + (k - 1) * stride_slot; };
+  const int cols = D / 4;                        // float4 columns of a row
+  const int groups = kCombineThreads / cols;     // 4 (D=256), 8 (D=128) or 16 (D=64)
+  const int col = threadIdx.x % cols, group = threadIdx.x / cols;
   for (; r < p.rows; r += row_step) {
+    const float* row0 = po + static_cast<int64_t>(r) * D + 4 * col;  // + slot * rows * D: piece k's columns
+    const int64_t row_stride = static_cast<int64_t>(p.rows) * D;
+    float4 o[kBlockMergeBatch];
+    LoadMergeBatch(row0, row_stride, count, group, groups, 0, first_slot, second_slot, stride_slot, o);
     float mx = -INFINITY;
     for (int k = threadIdx.x; k < count; k += kCombineThreads) {
       const float lse = plse[slot_of(k) * p.rows + r];
@@ -776,18 +803,21 @@ __device__ __forceinline__ void BlockMergeRows(const DecodeParams& p, int unit, 
       local += w;
     }
     const float denom = BlockReduce(local, scratch, false);  // also orders the weights[] writes before reads
-    const int cols = D / 4;                        // float4 columns of a row
-    const int groups = kCombineThreads / cols;     // 4 (D=256), 8 (D=128) or 16 (D=64)
-    const int col = threadIdx.x % cols, group = threadIdx.x / cols;
     float4 acc = make_float4(0.f, 0.f, 0.f, 0.f);
-#pragma unroll 8
-    for (int k = group; k < count; k += groups) {
-      const float w = weights[k];
-      const float4 o = *reinterpret_cast<const float4*>(po + (slot_of(k) * p.rows + r) * D + 4 * col);
-      acc.x += w * o.x;
-      acc.y += w * o.y;
-      acc.z += w * o.z;
-      acc.w += w * o.w;
+    for (int batch = 0;; ++batch) {
+#pragma unroll
+      for (int i = 0; i < kBlockMergeBatch; ++i) {
+        const int k = group + (batch * kBlockMergeBatch + i) * groups;
+        if (k < count) {
+          const float w = weights[k];
+          acc.x += w * o[i].x;
+          acc.y += w * o[i].y;
+          acc.z += w * o[i].z;
+          acc.w += w * o[i].w;
+        }
+      }
+      if (group + (batch + 1) * kBlockMergeBatch * groups >= count) break;
+      LoadMergeBatch(row0, row_stride, count, group, groups, batch + 1, first_slot, second_slot, stride_slot, o);
     }
     group_sums[threadIdx.x] = acc;
     __syncthreads();
@@ -810,8 +840,9 @@ __device__ __forceinline__ void BlockMergeRows(const DecodeParams& p, int unit, 
 }
 
 // kRowsPerWarp: rows each warp of the small-task merge handles per pass (2 where 8 < rows <= 16, e.g. GQA 8 at q_len 2).
+// Two CTAs per SM: the block merge's batch of loads (kBlockMergeBatch) is sized to that register budget.
 template <int kRowsPerWarp>
-__global__ void __launch_bounds__(kCombineThreads) DecodeCombineKernel(const __grid_constant__ DecodeParams p) {
+__global__ void __launch_bounds__(kCombineThreads, 2) DecodeCombineKernel(const __grid_constant__ DecodeParams p) {
   __shared__ float weights[kMaxPieces];
   __shared__ float scratch[kCombineThreads / 32];
   __shared__ float4 group_sums[kCombineThreads];
