@@ -175,13 +175,11 @@ QUANT_CODE = {None: 0, "fp8_tensor": 1, "fp8_block128": 2}
 
 
 def _act_in_epilogue(tokens, top_k, experts, quant, experts_global, interleaved):
-    """Python model of FusedMoeActInEpilogue: an interleaved w13 (None / fp8_tensor) on the grouped path's 128-row
-    CTA tiles (fp8: more than 64 rows per routed expert, GroupedCtaRows)."""
+    """Python model of FusedMoeActInEpilogue: an interleaved w13 (None / fp8_tensor) on the grouped path (bf16 on
+    its 128-row CTA tiles, fp8_tensor on the 64- and 128-row ones alike)."""
     grouped_from = 32 if quant is None else (8 if quant == "fp8_tensor" else 3)
-    if not interleaved or quant == "fp8_block128" or -(-tokens * top_k // max(experts, 1)) <= grouped_from:
-        return False
-    rows = -(-tokens * top_k // (experts_global or experts))
-    return quant is None or rows > 64
+    return (interleaved and quant != "fp8_block128"
+            and -(-tokens * top_k // max(experts, 1)) > grouped_from)
 
 
 def _plan(tokens, top_k, experts, hidden, inter, quant, act=False):
@@ -295,9 +293,9 @@ def test_workspace_size_serves_every_smaller_batch(shape, quant):
     _check_workspace_serves_fewer_tokens(top_k, experts, hidden, inter, quant, 2048)
 
 
-# With an interleaved w13 the fp8 grouped path switches from 64- to 128-row CTA tiles (activation kernel ->
-# epilogue) at 64 rows per routed expert: Qwen3-30B (128 experts, top-8) at T = 1024 -> 1025, within the range;
-# an EP rank's 32 local of 256 global experts moves that switch to T = 2048 -> 2049.
+# With an interleaved w13 the per-call size drops where the grouped path starts (its gate-up epilogue computes the
+# activation: no gate_up rows) on top of the path's own switches; the global expert count of an EP rank (32 local of
+# 256) only moves the CTA tile, which no longer changes the activation's place.
 @pytest.mark.parametrize("quant", [None, "fp8_tensor"])
 @pytest.mark.parametrize("shape", [(128, 2048, 768, 8, 0), (32, 512, 256, 8, 256), (8, 512, 1024, 2, 0)])
 def test_workspace_size_serves_every_smaller_batch_interleaved(shape, quant):
@@ -547,15 +545,17 @@ print("INTERLEAVED", *[int(ext().fused_moe_act_in_epilogue(*c, True)) for c in c
 """
 
 
-@pytest.mark.parametrize("knobs, expect", [({}, [1, 1, 0, 0, 0]), ({"HPC_XLA_MOE_ACT": "kernel"}, [0, 0, 0, 0, 0]),
-                                           ({"HPC_XLA_MOE_ACT": "epilogue"}, [1, 1, 0, 0, 0]),
+@pytest.mark.parametrize("knobs, expect", [({}, [1, 1, 0, 0, 1]), ({"HPC_XLA_MOE_ACT": "kernel"}, [0, 0, 0, 0, 0]),
+                                           ({"HPC_XLA_MOE_ACT": "epilogue"}, [1, 1, 0, 0, 1]),
                                            ({"HPC_XLA_MOE_GEMM_TILE": "128x128"}, [1, 1, 0, 0, 1]),
-                                           ({"HPC_XLA_MOE_ACT": "epilogue", "HPC_XLA_MOE_GEMM_TILE": "128x128"},
-                                            [1, 1, 0, 0, 1])])
+                                           ({"HPC_XLA_MOE_GEMM_TILE": "64x128"}, [1, 0, 0, 0, 1]),
+                                           ({"HPC_XLA_MOE_ACT": "epilogue", "HPC_XLA_MOE_GEMM_TILE": "64x256"},
+                                            [1, 0, 0, 0, 1])])
 def test_act_in_epilogue_only_where_built(knobs, expect):
     """With w13_interleaved the activation moves into the gate-up GEMM wherever that kernel exists: the grouped
-    path's 128-row tiles with fp8_tensor or bf16 (a forced 128-row tile brings Hy3-EP8 in); HPC_XLA_MOE_ACT=kernel
-    keeps the act kernel (A/B). Never with vLLM's layout."""
+    path's 128-row tiles with fp8_tensor or bf16, and fp8_tensor's 64-row ones (Hy3-EP8); a forced 64-row tile takes
+    it from bf16 (no 64-row bf16 kernel has it); HPC_XLA_MOE_ACT=kernel keeps the act kernel (A/B). Never with
+    vLLM's layout."""
     out = _knob_child(_ACT_CHILD, **knobs)
     rows = {line.split()[0]: [int(v) for v in line.split()[1:]] for line in out.splitlines()}
     assert rows["PLAIN"] == rows["DEFAULT"] == [0, 0, 0, 0, 0], out

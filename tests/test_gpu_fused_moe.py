@@ -682,8 +682,12 @@ ACT_CASES = [
 ]
 
 
-@pytest.mark.parametrize("tile", ["128x256", "128x128"])
-@pytest.mark.parametrize("case", ACT_CASES)
+# bf16 and fp8_tensor on the 128-row tiles, fp8_tensor on its 64-row ping-pong tiles too
+ACT_TILE_CASES = [(case, tile) for case in ACT_CASES for tile in ("128x256", "128x128", "64x256", "64x128")
+                  if tile.startswith("128") or case[5] == "fp8_tensor"]
+
+
+@pytest.mark.parametrize("case, tile", ACT_TILE_CASES)
 def test_grouped_act_epilogue_equals_kernel(case, tile, tmp_path):
     """w13 interleaved (w13_interleaved=True): the gate-up GEMM's epilogue computes silu(gate) * up from its
     accumulators. Against the act kernel on vLLM's layout and on the interleaved one (HPC_XLA_MOE_ACT=kernel):
@@ -817,13 +821,14 @@ INTERLEAVED_PATH_CASES = [
     ({"HPC_XLA_MOE_PATH": "v1", "HPC_XLA_MOE_TILED_M": "16"}, (40, 4, 256, 192, 2, "fp8_tensor", 1, 2, False, 64), 16),
     ({"HPC_XLA_MOE_PATH": "v1", "HPC_XLA_MOE_TILED_M": "32"}, (96, 4, 256, 192, 2, None, 0, 0, True, 65), 32),
     ({"HPC_XLA_MOE_PATH": "v1", "HPC_XLA_MOE_UP_SPLITS": "2"}, (96, 4, 512, 256, 2, None, 0, 0, False, 66), 64),
-    ({"HPC_XLA_MOE_PATH": "grouped", "HPC_XLA_MOE_GEMM_TILE": "64x256"}, (300, 4, 256, 192, 2, "fp8_tensor", 0, 0,
-                                                                        False, 67), GROUPED_TILE),
+    # fp8_tensor's 64-row tiles run the activation in their epilogue by default: the act kernel is forced here
+    ({"HPC_XLA_MOE_PATH": "grouped", "HPC_XLA_MOE_GEMM_TILE": "64x256", "HPC_XLA_MOE_ACT": "kernel"},
+     (300, 4, 256, 192, 2, "fp8_tensor", 0, 0, False, 67), GROUPED_TILE),
     # bf16 runs its 64x256 kernel under either 64-row knob; fp8_tensor has its own 64x128 one
     ({"HPC_XLA_MOE_PATH": "grouped", "HPC_XLA_MOE_GEMM_TILE": "64x128"}, (300, 4, 256, 192, 2, None, 1, 2, True, 68),
      GROUPED_TILE),
-    ({"HPC_XLA_MOE_PATH": "grouped", "HPC_XLA_MOE_GEMM_TILE": "64x128"}, (300, 4, 256, 192, 2, "fp8_tensor", 1, 2,
-                                                                        True, 69), GROUPED_TILE),
+    ({"HPC_XLA_MOE_PATH": "grouped", "HPC_XLA_MOE_GEMM_TILE": "64x128", "HPC_XLA_MOE_ACT": "kernel"},
+     (300, 4, 256, 192, 2, "fp8_tensor", 1, 2, True, 69), GROUPED_TILE),
 ]
 
 

@@ -120,12 +120,13 @@ using Fp8BlockKernel = Fp8BlockGrouped::Kernel;
 // 64-row tiles (ping-pong) for groups of a few dozen rows: a 128-row tile would run mostly past the expert's rows.
 using Bf16NarrowKernel = GroupedKernel<cutlass::bfloat16_t, Shape<_64, _256, _64>,
                                        cutlass::gemm::KernelPtrArrayTmaWarpSpecializedPingpong, false>::Kernel;
-using Fp8TensorNarrowKernel = GroupedKernel<cutlass::float_e4m3_t, Shape<_64, _256, _128>,
-                                            cutlass::gemm::KernelPtrArrayTmaWarpSpecializedPingpongFP8FastAccum,
-                                            false>::Kernel;
-using Fp8TensorNarrow128Kernel = GroupedKernel<cutlass::float_e4m3_t, Shape<_64, _128, _128>,
-                                               cutlass::gemm::KernelPtrArrayTmaWarpSpecializedPingpongFP8FastAccum,
-                                               false>::Kernel;
+using Fp8TensorNarrowGrouped = GroupedKernel<cutlass::float_e4m3_t, Shape<_64, _256, _128>,
+                                             cutlass::gemm::KernelPtrArrayTmaWarpSpecializedPingpongFP8FastAccum, false>;
+using Fp8TensorNarrow128Grouped = GroupedKernel<cutlass::float_e4m3_t, Shape<_64, _128, _128>,
+                                                cutlass::gemm::KernelPtrArrayTmaWarpSpecializedPingpongFP8FastAccum,
+                                                false>;
+using Fp8TensorNarrowKernel = Fp8TensorNarrowGrouped::Kernel;
+using Fp8TensorNarrow128Kernel = Fp8TensorNarrow128Grouped::Kernel;
 using Fp8BlockNarrowKernel = GroupedKernel<cutlass::float_e4m3_t, Shape<_64, _128, _128>,
                                            cutlass::gemm::KernelPtrArrayTmaWarpSpecializedPingpongFP8BlockScaledAccum,
                                            true>::Kernel;
@@ -138,6 +139,10 @@ using Fp8TensorWideActKernel = ActEpilogueKernelOf<Fp8TensorWideGrouped, MoeQuan
 using Fp8TensorActKernel = ActEpilogueKernelOf<Fp8TensorGrouped, MoeQuant::kFp8Tensor>;
 using Bf16WideActKernel = ActEpilogueKernelOf<Bf16WideGrouped, MoeQuant::kNone>;
 using Bf16ActKernel = ActEpilogueKernelOf<Bf16Grouped, MoeQuant::kNone>;
+// fp8_tensor's 64-row ping-pong tiles (groups of <= 64 rows, e.g. Qwen3-30B at T = 129-1024): each consumer
+// warpgroup owns its tile, whose accumulators are the same one 64xN GMMA atom per warpgroup the epilogue reads.
+using Fp8TensorNarrowActKernel = ActEpilogueKernelOf<Fp8TensorNarrowGrouped, MoeQuant::kFp8Tensor>;
+using Fp8TensorNarrow128ActKernel = ActEpilogueKernelOf<Fp8TensorNarrow128Grouped, MoeQuant::kFp8Tensor>;
 template <class Kernel>
 constexpr bool kActEpilogue = std::is_same_v<typename Kernel::CollectiveEpilogue, MoeActEpilogue<MoeQuant::kFp8Tensor>> ||
                               std::is_same_v<typename Kernel::CollectiveEpilogue, MoeActEpilogue<MoeQuant::kNone>>;
@@ -400,10 +405,15 @@ Status LaunchGroupedGemm(const GroupedGemmGroups& g, const GroupedGemmProblem& p
   const GroupedGemmTile env = GroupedGemmTileFromEnv();  // invalid never gets here: ValidateFusedMoeCuda
   const bool narrow = env.m != 0 ? env.m == 64 : g.tile_m == 64;
   const bool wide = env.n != 128;  // N 256 unless the knob says 128
-  if (p.act_epilogue) {  // the caller checked GroupedGemmActInEpilogue: 128-row tiles
-    if (narrow) return Status::Internal("fused_moe grouped GEMM: no activation epilogue for 64-row tiles");
+  if (p.act_epilogue) {  // the caller checked GroupedGemmActInEpilogue: 128-row tiles, or fp8_tensor's 64-row ones
+    if (narrow && g.quant != MoeQuant::kFp8Tensor) {
+      return Status::Internal("fused_moe grouped GEMM: no bf16 activation epilogue for 64-row tiles");
+    }
     Status launched;
-    if (g.quant == MoeQuant::kNone) {
+    if (narrow) {
+      launched = wide ? RunKernel<Fp8TensorNarrowActKernel>(g, p, stream)
+                      : RunKernel<Fp8TensorNarrow128ActKernel>(g, p, stream);
+    } else if (g.quant == MoeQuant::kNone) {
       launched = wide ? RunKernel<Bf16WideActKernel>(g, p, stream) : RunKernel<Bf16ActKernel>(g, p, stream);
     } else {
       launched = wide ? RunKernel<Fp8TensorWideActKernel>(g, p, stream) : RunKernel<Fp8TensorActKernel>(g, p, stream);

@@ -79,11 +79,13 @@ GroupedAct GroupedActFromEnv();
 
 // Whether the gate-up GEMM computes the activation in its epilogue: w13 interleaved, the act not forced into the
 // kernel, and a configuration that has that kernel (fp8_tensor or bf16 on the 128-row cooperative tiles, 128x256 /
-// 128x128; fp8_block128 never interleaves). tile_m: GroupedGemmGroups::tile_m.
+// 128x128, and fp8_tensor on the 64-row ping-pong tiles, 64x256 / 64x128; fp8_block128 never interleaves). tile_m:
+// GroupedGemmGroups::tile_m.
 inline bool GroupedGemmActInEpilogue(MoeQuant quant, int tile_m, bool w13_interleaved) {
   if (!w13_interleaved || GroupedActFromEnv() == GroupedAct::kKernel || quant == MoeQuant::kFp8Block128) return false;
   const GroupedGemmTile env = GroupedGemmTileFromEnv();
-  return (env.m != 0 ? env.m : tile_m) == 128;
+  const int m = env.m != 0 ? env.m : tile_m;
+  return m == 128 || (m == 64 && quant == MoeQuant::kFp8Tensor);  // fp8_tensor's ping-pong tiles have it too
 }
 
 // HPC_XLA_MOE_DOWN_STORE (read once; an A/B switch, experiment 26): how the down GEMM stores its rows. Unset or
