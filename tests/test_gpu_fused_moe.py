@@ -771,12 +771,13 @@ GATHER_CASES = [
 
 @pytest.mark.parametrize("case", GATHER_CASES)
 def test_grouped_gather_by_tokens_equals_rows(case, tmp_path):
-    """HPC_XLA_MOE_GATHER=tokens (experiment 28): a warp per (token, segment) converts the token's row once and stores
-    it into each local row of the token, with no quant kernel before it. Against the row form (a warp per sorted row,
-    after the quant kernel or quantizing per row): bitwise equal layer output -- the same rounding of the same values
-    into the same rows. The launch counter proves the token form ran."""
+    """The default gather (HPC_XLA_MOE_GATHER unset = tokens, experiment 28): a warp per (token, segment) converts the
+    token's row once and stores it into each local row of the token, with no quant kernel before it. Against the row
+    form (HPC_XLA_MOE_GATHER=rows: a warp per sorted row, after the quant kernel or quantizing per row): bitwise equal
+    layer output -- the same rounding of the same values into the same rows. The launch counter proves which ran."""
     env = {"HPC_XLA_MOE_PATH": "grouped"}
-    (rows, tokens), done = _run_layouts(case, [(dict(env), ""), (dict(env, HPC_XLA_MOE_GATHER="tokens"), "")], tmp_path)
+    runs = [(dict(env, HPC_XLA_MOE_GATHER="rows"), ""), (dict(env), "")]  # the token form is the default
+    (rows, tokens), done = _run_layouts(case, runs, tmp_path)
     assert [_printed(r, "GATHERS") > 0 for r in done] == [False, True], [r.stdout for r in done]
     assert np.array_equal(rows.view(np.uint16), tokens.view(np.uint16))
     p = make_problem(*case[:5], quant=case[5], expert_offset=case[6], extra_experts=case[7], shared=case[8],

@@ -143,11 +143,14 @@ inline bool GroupedQuantizeInGather(int64_t tokens, int64_t pairs, int64_t exper
   return pairs * experts < 3 * tokens * std::max<int64_t>(experts_global, experts);
 }
 
-// HPC_XLA_MOE_GATHER (read once; an A/B switch, experiment 28): how the grouped path fills its sorted rows. Unset or
-// "rows": a warp per (sorted row, segment) copies (or quantizes) its token's row, after the quant kernel where
-// GroupedQuantizeInGather says once per token; "tokens": a warp per (token, segment) reads the token's row once,
-// quantizes it once (fp8 with bf16 x) and stores it into each of its local rows (align's pair_row), so neither the
-// quant kernel nor the x_q round trip runs. Anything else -> kInvalid (fused_moe_validate.cc).
+// HPC_XLA_MOE_GATHER (read once; experiment 28): how the grouped path fills its sorted rows. Unset or "tokens": a
+// warp per (token, segment) reads the token's row once, quantizes it once (fp8 with bf16 x) and stores it into each
+// of its local rows (align's pair_row), so neither the quant kernel nor the x_q round trip runs; "rows" (the form
+// before session 31): a warp per (sorted row, segment) copies (or quantizes) its token's row, after the quant kernel
+// where GroupedQuantizeInGather says once per token. Anything else -> kInvalid (fused_moe_validate.cc). Measured on
+// the H100 (session 31, us, rows -> tokens): Qwen3-30B fp8 T=4096 537.8 -> 527.9, bf16 879.0 -> 847.8, Hy3-TP8 fp8
+// T=4096 616.2 -> 591.5, T=1024 291.1 -> 286.0; within ~1% either way elsewhere (Qwen3 fp8 T=1024 +2.6, Hy3-EP8
+// T=4096 +3.6, one round each).
 enum class GroupedGather { kRows, kTokens, kInvalid };
 GroupedGather GroupedGatherFromEnv();
 // The token form where asked for and a token's slots fit one warp's lanes (top_k <= 32).

@@ -153,7 +153,7 @@ W2Prefetch W2PrefetchFromEnv() {
 GroupedGather GroupedGatherFromEnv() {
   using G = GroupedGather;
   static const G gather =
-      EnvChoice("HPC_XLA_MOE_GATHER", kGatherWords, G::kRows, {G::kRows, G::kTokens}, G::kInvalid);
+      EnvChoice("HPC_XLA_MOE_GATHER", kGatherWords, G::kTokens, {G::kRows, G::kTokens}, G::kInvalid);
   return gather;
 }
 
