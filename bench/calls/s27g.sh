@@ -12,3 +12,32 @@ f=$OUT/ncu_grouped_qwen3_fp8_4096.txt
 ( cd $N && PYTHONPATH=$N timeout 240 ncu --clock-control none --cache-control all $SEC -k regex:GroupedGemmEntry -s 2 -c 2 \
     python3 ../../../tools/profile_targets.py moe --shape qwen3-30b-a3b/fp8_tensor --tokens 4096 --reps 2 > $f 2>&1; echo "ncu rc=$?" )
 grep -E "GroupedGemmEntry|Duration|Compute \(SM\) Throughput|DRAM Throughput|Stall|Warp Cycles Per Issued|Issued Warp" $f | head -40
+# Session 31 ran the lines above (section summaries only). The per-instruction stall table: the source page as CSV
+# (SASS), one kernel at a time (-c 1: gate-up with -s 2, down with -s 3), then its 15 SASS lines with the most
+# stall samples -- the descriptor fence / acquire (`FENCE.VIEW.ASYNC.T`, `UTMACCTL`, ...) or the consumers'
+# pipeline waits (`SYNCS.PHASECHK`) near the top says where the time goes.
+for k in "2 gateup" "3 down"; do
+  set -- $k
+  f=$OUT/ncu_src_$2.csv
+  ( cd $N && PYTHONPATH=$N timeout 200 ncu --clock-control none --cache-control all --section SourceCounters \
+      --section WarpStateStats --page source --print-source sass --csv -k regex:GroupedGemmEntry -s $1 -c 1 \
+      python3 ../../../tools/profile_targets.py moe --shape qwen3-30b-a3b/fp8_tensor --tokens 4096 --reps 2 > $f 2>&1
+    echo "ncu source $2 rc=$?" )
+  python3 - "$f" <<'PY'
+import csv, sys
+rows = list(csv.reader(l for l in open(sys.argv[1], errors="replace") if l.startswith('"')))
+if not rows:
+    sys.exit("no CSV rows")
+head, body = rows[0], rows[1:]
+col = next((i for i, h in enumerate(head) if "Warp Stall Sampling (All" in h), None)
+src = next((i for i, h in enumerate(head) if h.strip() in ("Source", "# Source")), 1)
+if col is None:
+    sys.exit("no stall column in: " + ", ".join(head[:20]))
+def num(x):
+    try: return float(x.replace(",", ""))
+    except ValueError: return 0.0
+total = sum(num(r[col]) for r in body if len(r) > col) or 1.0
+for r in sorted((r for r in body if len(r) > col), key=lambda r: -num(r[col]))[:15]:
+    print("%6.1f%%  %s" % (100 * num(r[col]) / total, r[src][:110]))
+PY
+done

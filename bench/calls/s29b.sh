@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# session 29 call B (~3 min; carry .peer/exp/n, .peer/exp/e29): what bounds rope_norm's 8/1 rows at T=16384 on the H200
+# session 29 call B (~2 min; carry .peer/exp/n; e29 landed in session 31, so only n): what bounds rope_norm's 8/1 rows at T=16384 on the H200
 # (bf16 76% of the copy ceiling, 80% needed; fp8 53%, slower than bf16 for fewer bytes, while the H100 gave 88-89% /
 # 66-68%). ncu of the rope kernel, 8/1/128 and 64/8/128, bf16 and fp8, on n (main) and e29 (experiment 29): DRAM throughput,
 # issue slots busy, warps per scheduler and eligible, stall reasons, instructions executed, achieved occupancy.
@@ -9,7 +9,7 @@
 . "$(dirname "$0")/prelude.sh"
 SEC="--section SpeedOfLight --section WarpStateStats --section SchedulerStats --section Occupancy --section LaunchStats"
 MET="--metrics smsp__inst_executed.sum,dram__bytes_read.sum,dram__bytes_write.sum,lts__t_sectors_srcunit_tex_op_write.sum"
-for v in n e29; do
+for v in n; do
   for heads in 8,1,128 64,8,128; do
     for variant in bf16 fp8; do
       f=$OUT/ncu_rope_${v}_${heads//,/_}_${variant}.txt
