@@ -7,12 +7,10 @@
 //   GEMM1    rows x w13[e]^T -> gate_up bf16 [rows, 2I] in w13's row order (CUTLASS WGMMA grouped GEMM, fp32
 //            accumulation)
 //   act      silu(gate) * up in fp32 -> intermediate (bf16 | e4m3 static a2 | e4m3 per row per 128 + scales).
-//            Skipped where w13 is interleaved and the tiles are 128 rows (bf16 | fp8_tensor): GEMM1's epilogue
-//            writes the intermediate itself (moe_act_epilogue_sm90.h; GroupedGemmActInEpilogue).
-//   GEMM2    intermediate x w2[e]^T -> down bf16 [rows, H] (HPC_XLA_MOE_DOWN_STORE=scatter on 128-row tiles: each
-//            row stored at its pair's index instead, [T*k, H]; moe_down_epilogue_sm90.h)
+//            Skipped where w13 is interleaved and the tiles are 128 rows (bf16 | fp8_tensor) or fp8_tensor's 64-row
+//            ones: GEMM1's epilogue writes the intermediate itself (moe_act_epilogue_sm90.h; GroupedGemmActInEpilogue).
+//   GEMM2    intermediate x w2[e]^T -> down bf16 [rows, H]
 //   reduce   y[t] = sum_j (j order) w[t,j] * down[row(t*k+j)] over local experts (+ shared_output), fp32 -> bf16
-//            (row = the pair itself where GEMM2 stored by pair)
 // Like the tiled path: no host sync, no allocation, launch configuration from shapes (and the SM count) only;
 // every kernel waits (PdlWait) for the complete previous one before reading anything. The gather / act grids are
 // capped at a full GPU and walk the real rows (header[0], written by align) grid-stride.
@@ -335,13 +333,8 @@ Status RunGroupedMoe(const FusedMoeArgs& a, const MoePlan& plan, const uint8_t* 
   };
   GroupedGemmProblem gate_up = problem(plan.rows, plan.rows_scale, a.a13_scale, a.w13, a.w13_scale, plan.gate_up,
                                        2 * inter, hidden, plan.gemm_args);
-  GroupedGemmProblem down = problem(plan.inter, plan.inter_scale, a.a2_scale, a.w2, a.w2_scale, plan.down, hidden, inter,
-                                    plan.gemm_args + experts * kGroupedGemmArgsBytesPerExpert);
-  // down [T*k, H] by pair: plan.down holds a row per pair (it is the rows region, sized for all T*k pairs)
-  if (GroupedGemmDownScatter(groups.tile_m)) {
-    down.down_scatter = true;
-    down.sorted_pairs = reinterpret_cast<const int32_t*>(ws + plan.sorted_pairs);
-  }
+  const GroupedGemmProblem down = problem(plan.inter, plan.inter_scale, a.a2_scale, a.w2, a.w2_scale, plan.down, hidden,
+                                          inter, plan.gemm_args + experts * kGroupedGemmArgsBytesPerExpert);
 
   // a_x is the op's bf16 x with fp8 quant exactly when fused_moe.cu left the quantization to the gather
   const bool quantize = fp8 && a.x.dtype == DType::kBF16 && a_x == a.x.data;
@@ -412,7 +405,6 @@ Status RunGroupedMoe(const FusedMoeArgs& a, const MoePlan& plan, const uint8_t* 
   rp.down = reinterpret_cast<const __nv_bfloat16*>(ws + plan.down);
   rp.weights = a.topk_weights.ptr<const float>();
   rp.pair_row = reinterpret_cast<const int32_t*>(ws + plan.pair_row);
-  rp.pair_major = down.down_scatter;
   rp.shared = a.shared_output.present() ? a.shared_output.ptr<const __nv_bfloat16>() : nullptr;
   rp.out = a.out.ptr<__nv_bfloat16>();
   rp.hidden = static_cast<int>(hidden);

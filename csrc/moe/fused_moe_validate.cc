@@ -45,7 +45,6 @@ constexpr const char* kReduceWords[] = {"dense", "sparse"};
 constexpr const char* kTiledMWords[] = {"16", "32"};
 constexpr const char* kGemmTileWords[] = {"128x256", "128x128", "64x256", "64x128"};
 constexpr const char* kActWords[] = {"kernel", "epilogue"};
-constexpr const char* kDownStoreWords[] = {"tma", "scatter"};
 constexpr const char* kW2PrefetchWords[] = {"bulk", "lines"};
 constexpr const char* kGatherWords[] = {"rows", "tokens"};
 
@@ -134,13 +133,6 @@ GroupedAct GroupedActFromEnv() {
   using A = GroupedAct;
   static const A act = EnvChoice("HPC_XLA_MOE_ACT", kActWords, A::kEpilogue, {A::kKernel, A::kEpilogue}, A::kInvalid);
   return act;
-}
-
-GroupedDownStore GroupedDownStoreFromEnv() {
-  using D = GroupedDownStore;
-  static const D store =
-      EnvChoice("HPC_XLA_MOE_DOWN_STORE", kDownStoreWords, D::kTma, {D::kTma, D::kScatter}, D::kInvalid);
-  return store;
 }
 
 W2Prefetch W2PrefetchFromEnv() {
@@ -323,9 +315,6 @@ Status ValidateFusedMoeCuda(const FusedMoeArgs& a) {
   if (moe::MoeTiledMFromEnv() < 0) return c.Fail(EnvWordRefusal("HPC_XLA_MOE_TILED_M", kTiledMWords));
   if (!moe::GroupedGemmTileFromEnv().valid) return c.Fail(EnvWordRefusal("HPC_XLA_MOE_GEMM_TILE", kGemmTileWords));
   if (moe::GroupedActFromEnv() == moe::GroupedAct::kInvalid) return c.Fail(EnvWordRefusal("HPC_XLA_MOE_ACT", kActWords));
-  if (moe::GroupedDownStoreFromEnv() == moe::GroupedDownStore::kInvalid) {
-    return c.Fail(EnvWordRefusal("HPC_XLA_MOE_DOWN_STORE", kDownStoreWords));
-  }
   if (moe::W2PrefetchFromEnv() == moe::W2Prefetch::kInvalid) {
     return c.Fail(EnvWordRefusal("HPC_XLA_MOE_W2_PREFETCH", kW2PrefetchWords));
   }

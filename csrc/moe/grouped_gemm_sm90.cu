@@ -11,8 +11,6 @@
 // Cluster 1x1x1: groups are as small as one M tile, where a cluster's second CTA would often idle.
 // w13 interleaved in blocks of 64 rows: GEMM1 (fp8_tensor | bf16, 128x256 / 128x128) writes silu(gate) * up itself
 // from its accumulators (moe_act_epilogue_sm90.h) instead of gate_up for the act kernel (GroupedGemmActInEpilogue).
-// HPC_XLA_MOE_DOWN_STORE=scatter: GEMM2 on 128-row tiles stores each row at its pair's index from registers
-// (moe_down_epilogue_sm90.h; GroupedGemmDownScatter), so the reduce reads a token's rows contiguously.
 //
 // Why our own entry kernel instead of GemmUniversalAdapter: (1) CUTLASS 4.2's ptr-array kernels never call
 // griddepcontrol.wait, so launching them with PDL would let them read the setup kernel's arguments too early;
@@ -40,7 +38,6 @@
 #include "csrc/common/launch.cuh"
 #include "csrc/moe/grouped_gemm_sm90.h"
 #include "csrc/moe/moe_act_epilogue_sm90.h"
-#include "csrc/moe/moe_down_epilogue_sm90.h"
 #include "csrc/moe/moe_common.cuh"
 #include "cute/tensor.hpp"
 #include "cutlass/cutlass.h"
@@ -54,10 +51,8 @@
 namespace hpc::moe {
 namespace {
 
-// Gate-up launches whose epilogue computed the activation, down launches that stored by pair
-// (FusedMoeActEpilogueLaunches, FusedMoeDownScatterLaunches: the tests' proof that they ran).
+// Gate-up launches whose epilogue computed the activation (FusedMoeActEpilogueLaunches: the tests' proof it ran).
 std::atomic<int64_t> g_act_epilogue_launches{0};
-std::atomic<int64_t> g_down_scatter_launches{0};
 
 using namespace cute;
 
@@ -147,20 +142,9 @@ template <class Kernel>
 constexpr bool kActEpilogue = std::is_same_v<typename Kernel::CollectiveEpilogue, MoeActEpilogue<MoeQuant::kFp8Tensor>> ||
                               std::is_same_v<typename Kernel::CollectiveEpilogue, MoeActEpilogue<MoeQuant::kNone>>;
 
-// The down GEMMs storing by pair (moe_down_epilogue_sm90.h): the same mainloops, the register epilogue.
-template <class G>
-using DownScatterKernelOf = cutlass::gemm::kernel::GemmUniversal<ProblemShape, typename G::Mainloop, MoeDownScatterEpilogue>;
-using Fp8TensorWideDownKernel = DownScatterKernelOf<Fp8TensorWideGrouped>;
-using Fp8TensorDownKernel = DownScatterKernelOf<Fp8TensorGrouped>;
-using Bf16WideDownKernel = DownScatterKernelOf<Bf16WideGrouped>;
-using Bf16DownKernel = DownScatterKernelOf<Bf16Grouped>;
-using Fp8BlockDownKernel = DownScatterKernelOf<Fp8BlockGrouped>;
-template <class Kernel>
-constexpr bool kDownScatter = std::is_same_v<typename Kernel::CollectiveEpilogue, MoeDownScatterEpilogue>;
 // Kernels on CUTLASS's blockwise-scaled mainloop (its arguments carry the scale factors).
 template <class Kernel>
-constexpr bool kBlockScaled = std::is_same_v<Kernel, Fp8BlockKernel> || std::is_same_v<Kernel, Fp8BlockNarrowKernel> ||
-                              std::is_same_v<Kernel, Fp8BlockDownKernel>;
+constexpr bool kBlockScaled = std::is_same_v<Kernel, Fp8BlockKernel> || std::is_same_v<Kernel, Fp8BlockNarrowKernel>;
 
 // The CUTLASS kernel body behind a PDL wait (see the top of the file). No static shared memory here: the
 // kernel's SharedStorage must start at the dynamic shared-memory base (TMA swizzle alignment).
@@ -311,12 +295,6 @@ typename Kernel::Arguments MakeArguments(const GroupedGemmGroups& g, const Group
     args.epilogue.out = w.d;  // the setup kernel's per-group rows of the intermediate
     args.epilogue.out_scale = p.act_scale;
     args.epilogue.ld = p.n / 2;
-  } else if constexpr (kDownScatter<Kernel>) {
-    args.epilogue.alpha = g.quant == MoeQuant::kFp8Tensor ? w.alpha : nullptr;
-    args.epilogue.expert_first = g.expert_first;
-    args.epilogue.sorted_pairs = p.sorted_pairs;
-    args.epilogue.down = static_cast<__nv_bfloat16*>(p.d);  // the whole [T * k, N]: rows by pair, not by group
-    args.epilogue.ld = p.n;
   } else {
     auto& fusion = args.epilogue.thread;
     fusion.beta = 0.f;
@@ -421,21 +399,6 @@ Status LaunchGroupedGemm(const GroupedGemmGroups& g, const GroupedGemmProblem& p
     if (launched.ok()) g_act_epilogue_launches.fetch_add(1, std::memory_order_relaxed);
     return launched;
   }
-  if (p.down_scatter) {  // the caller checked GroupedGemmDownScatter: 128-row tiles
-    if (narrow || p.act_epilogue || p.sorted_pairs == nullptr) {
-      return Status::Internal("fused_moe grouped GEMM: the pair-order store needs 128-row tiles and sorted_pairs");
-    }
-    Status launched;
-    if (g.quant == MoeQuant::kNone) {
-      launched = wide ? RunKernel<Bf16WideDownKernel>(g, p, stream) : RunKernel<Bf16DownKernel>(g, p, stream);
-    } else if (g.quant == MoeQuant::kFp8Tensor) {
-      launched = wide ? RunKernel<Fp8TensorWideDownKernel>(g, p, stream) : RunKernel<Fp8TensorDownKernel>(g, p, stream);
-    } else {
-      launched = RunKernel<Fp8BlockDownKernel>(g, p, stream);
-    }
-    if (launched.ok()) g_down_scatter_launches.fetch_add(1, std::memory_order_relaxed);
-    return launched;
-  }
   switch (g.quant) {
     case MoeQuant::kNone:
       if (narrow) return RunKernel<Bf16NarrowKernel>(g, p, stream);
@@ -456,5 +419,4 @@ Status LaunchGroupedGemm(const GroupedGemmGroups& g, const GroupedGemmProblem& p
 
 namespace hpc {
 int64_t FusedMoeActEpilogueLaunches() { return moe::g_act_epilogue_launches.load(std::memory_order_relaxed); }
-int64_t FusedMoeDownScatterLaunches() { return moe::g_down_scatter_launches.load(std::memory_order_relaxed); }
 }  // namespace hpc

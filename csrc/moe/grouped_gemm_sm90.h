@@ -41,10 +41,6 @@ struct GroupedGemmProblem {
   // d = the intermediate [rows, N / 2] (e4m3 with act_scale = a2 | bf16) instead of gate_up [rows, N] bf16.
   bool act_epilogue = false;
   const float* act_scale = nullptr;
-  // Down with its rows stored by pair (GroupedGemmDownScatter; moe_down_epilogue_sm90.h): d = down [T * k, N] bf16,
-  // sorted row r of the group stored at row sorted_pairs[r] (align's) instead of r.
-  bool down_scatter = false;
-  const int32_t* sorted_pairs = nullptr;
 };
 
 // What both grouped GEMMs of one layer share.
@@ -86,19 +82,6 @@ inline bool GroupedGemmActInEpilogue(MoeQuant quant, int tile_m, bool w13_interl
   const GroupedGemmTile env = GroupedGemmTileFromEnv();
   const int m = env.m != 0 ? env.m : tile_m;
   return m == 128 || (m == 64 && quant == MoeQuant::kFp8Tensor);  // fp8_tensor's ping-pong tiles have it too
-}
-
-// HPC_XLA_MOE_DOWN_STORE (read once; an A/B switch, experiment 26): how the down GEMM stores its rows. Unset or
-// "tma": CUTLASS's TMA-store epilogue at the sorted rows; "scatter": the register epilogue storing each row at its
-// pair's index (moe_down_epilogue_sm90.h), wherever that kernel exists. Anything else -> kInvalid.
-enum class GroupedDownStore { kTma, kScatter, kInvalid };
-GroupedDownStore GroupedDownStoreFromEnv();
-
-// Whether the down GEMM stores its rows by pair: asked for, on the 128-row cooperative tiles (every quant).
-inline bool GroupedGemmDownScatter(int tile_m) {
-  if (GroupedDownStoreFromEnv() != GroupedDownStore::kScatter) return false;
-  const GroupedGemmTile env = GroupedGemmTileFromEnv();
-  return (env.m != 0 ? env.m : tile_m) == 128;
 }
 
 // The grouped GEMM itself (persistent grid of one CTA per SM). Waits for all earlier kernels of the stream

@@ -36,11 +36,10 @@ __device__ __forceinline__ void LoadRow8(const __nv_bfloat16* src, float (&d)[8]
 
 // y[t] = sum_j (j order) w[t,j] * down[row(t*k+j)] over local experts (+ shared_output), fp32 math -> bf16:
 // bitwise deterministic. row(pair): tiled path = the pair itself if its expert is local (down has a row per
-// pair, f32); grouped path = pair_row[pair] (sorted rows, bf16), -1 for another rank's expert -- or, where the down
-// GEMM stored its rows by pair (pair_major), the pair itself wherever pair_row has a row for it.
+// pair, f32); grouped path = pair_row[pair] (sorted rows, bf16), -1 for another rank's expert.
 template <typename DownT>
 struct ReduceParams {
-  const DownT* down;          // tiled: f32 [T*k, H]; grouped: bf16 [rows, H] (pair_major: [T*k, H])
+  const DownT* down;          // tiled: f32 [T*k, H]; grouped: bf16 [rows, H]
   const float* weights;       // [T, k]
   const int32_t* ids;         // tiled: topk_ids [T*k]
   const int32_t* pair_row;    // grouped: [T*k]; null on the tiled path
@@ -48,7 +47,6 @@ struct ReduceParams {
   __nv_bfloat16* out;
   int64_t tokens;
   int hidden, top_k, experts, expert_offset;
-  bool pair_major;            // grouped: down rows indexed by pair (HPC_XLA_MOE_DOWN_STORE=scatter)
 };
 
 constexpr int kReduceThreads = 128;
@@ -68,7 +66,6 @@ __device__ __forceinline__ void LoadReduceSlot(const ReduceParams<DownT>& p, int
   auto ld = [](const auto* src) { return kL2 ? __ldcg(src) : *src; };
   if (p.pair_row != nullptr) {
     row = ld(p.pair_row + pair);
-    if (p.pair_major && row >= 0) row = static_cast<int32_t>(pair);
   } else {
     const int e = ld(p.ids + pair) - p.expert_offset;
     row = e >= 0 && e < p.experts ? static_cast<int32_t>(pair) : -1;

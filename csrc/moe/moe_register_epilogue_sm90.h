@@ -1,8 +1,8 @@
-// What fused_moe's register-only grouped-GEMM epilogues share (moe_act_epilogue_sm90.h: silu(gate) * up from the
-// gate-up accumulators; moe_down_epilogue_sm90.h: the down rows stored by pair). Both have DefaultEpilogueArray's
-// interface (cutlass/epilogue/collective/default_epilogue_array.hpp) and run inside CUTLASS's
-// Sm90TmaWarpSpecializedAdapter, like the builder's PtrArrayNoSmemWarpSpecialized epilogue: no shared memory, no
-// TMA descriptor (so nothing to rewrite and fence when a persistent CTA moves to another group), C never read.
+// The base of fused_moe's register-only grouped-GEMM epilogue (moe_act_epilogue_sm90.h: silu(gate) * up from the
+// gate-up accumulators). It has DefaultEpilogueArray's interface (cutlass/epilogue/collective/
+// default_epilogue_array.hpp) and runs inside CUTLASS's Sm90TmaWarpSpecializedAdapter, like the builder's
+// PtrArrayNoSmemWarpSpecialized epilogue: no shared memory, no TMA descriptor (so nothing to rewrite and fence when a
+// persistent CTA moves to another group), C never read.
 #pragma once
 
 #include <cstddef>
