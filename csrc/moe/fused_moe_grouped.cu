@@ -165,7 +165,7 @@ __global__ void __launch_bounds__(kRowThreads, kRowCtasPerSm) MoeGatherKernel(co
   }
 }
 
-// The same rows by tokens (experiment 28, HPC_XLA_MOE_GATHER=tokens; GroupedGatherByTokens): a warp per (token,
+// The same rows by tokens (experiment 28; the default since session 31, GroupedGatherByTokens): a warp per (token,
 // segment of kGatherSegmentVecs source vectors) loads the token's vectors once, converts them once (kQuant*: 8 e4m3
 // bytes per vector, the quant kernel's rounding), then stores them into each of the token's local rows (pair_row,
 // slots in order). Why: the row form re-reads a token's row for each of its k rows, and for bf16 x with fp8 it needs
