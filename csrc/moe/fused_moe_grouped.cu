@@ -186,9 +186,6 @@ __global__ void __launch_bounds__(kRowThreads, kRowCtasPerSm)
     const int64_t t = u / segments;
     const int segment = static_cast<int>(u - t * segments);
     const int32_t slot_row = lane < p.top_k ? __ldcg(p.pair_row + t * p.top_k + lane) : -1;  // lane j: slot j's row
-    // A token with no local slot (expert parallelism: ~1/3 of Hy3-EP8's at top-8 of 8 ranks) has no row to fill:
-    // skip its load (warp-uniform, so the block128 shuffles below stay full-warp).
-    if (__ballot_sync(0xffffffffu, slot_row >= 0) == 0) continue;
     const int v0 = segment * kGatherSegmentVecs + lane;
     uint4 val[kGatherUnroll];
     LoadSegment(p, t, v0, val);
