@@ -53,7 +53,6 @@ def profile_graph(label, calls, replays=10):
 
 def moe():
     from hpc_xla.bench import moe as bm
-    from hpc_xla.torch.moe import fused_moe_workspace_size
 
     cases = {"qwen3-30b-a3b/fp8_tensor": (1, 16, 64, 256), "qwen3-30b-a3b/bf16": (1,), "hy3-tp8/fp8_tensor": (1, 16),
              "hy3-ep8/fp8_tensor": (1, 64), "dsv3-ep8/fp8_block128": (16,), "mixtral-8x7b/bf16": (64,)}
@@ -66,12 +65,11 @@ def moe():
         cases = dict(picked)
     for key, token_counts in cases.items():
         (name, e_local, e_global, offset, h, i, top_k, quant), = bm._selected_shapes(key)
-        w = bm._weights(e_local, h, i, quant, bm._generator(name, quant))  # the bench rows' own draws
+        w = bm._row_weights(name, e_local, h, i, quant)  # the bench rows' own draws, in the layout ours reads
         for t in token_counts:
             gen = bm._generator(name, quant, t)
             sets = [bm._inputs(t, e_local, e_global, offset, h, top_k, gen) for _ in range(4)]
-            ws = torch.empty(fused_moe_workspace_size(t, top_k, e_local, h, i, quant), dtype=torch.uint8,
-                             device="cuda")
+            ws = bm._workspace(w, t, top_k, e_local, e_global, h, i, quant)
             profile_graph("%s T=%d" % (key, t), [bm._ours(w, s, quant, offset, e_global, ws) for s in sets], 5)
             del sets, ws
         del w

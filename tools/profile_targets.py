@@ -28,17 +28,10 @@ def main():
         (p,) = rope_norm._problem(args.tokens, hq, hkv, d, args.variant, 1, gen)
         call = rope_norm._fused(p, args.variant)
     elif args.suite == "moe":
-        from hpc_xla.torch.moe import fused_moe_workspace_size
-
         (name, e_local, e_global, offset, h, i, top_k, quant), = moe._selected_shapes(args.shape)
-        w = moe._weights(e_local, h, i, quant, moe._generator(name, quant))  # the bench row's own draw
-        if moe._interleave(quant, i):  # ours reads the layout the bench prepares (HPC_BENCH_MOE_INTERLEAVE=0: vLLM's)
-            from hpc_xla.moe_layout import interleave_w13
-
-            w["w13_ours"] = interleave_w13(w["w13"]).contiguous()
+        w = moe._row_weights(name, e_local, h, i, quant)  # the bench row's own draw, in the layout ours reads
         inp = moe._inputs(args.tokens, e_local, e_global, offset, h, top_k, moe._generator(name, quant, args.tokens))
-        ws = torch.empty(fused_moe_workspace_size(args.tokens, top_k, e_local, h, i, quant), dtype=torch.uint8,
-                         device="cuda")
+        ws = moe._workspace(w, args.tokens, top_k, e_local, e_global, h, i, quant)
         call = moe._ours(w, inp, quant, offset, e_global, ws)
     else:
         lens = decode.workloads()[args.workload]

@@ -127,6 +127,22 @@ def _interleave(quant, i):
     return os.environ.get("HPC_BENCH_MOE_INTERLEAVE", "1") != "0" and interleavable(quant, i)
 
 
+def _row_weights(name, e_local, h, i, quant):
+    """A row's weights (its own draw), with w13 also in the layout ours reads ("w13_ours", where _interleave says):
+    what the bench times and what tools/profile_kernels.py / profile_targets.py profile."""
+    w = _weights(e_local, h, i, quant, _generator(name, quant))
+    if _interleave(quant, i):  # ours reads the prepared layout; the peers keep vLLM's
+        w["w13_ours"] = interleave_w13(w["w13"]).contiguous()
+    return w
+
+
+def _workspace(w, tokens, top_k, e_local, e_global, h, i, quant):
+    """fused_moe's workspace for a call of `tokens` on the row's weights `w` (sized for the layout ours reads)."""
+    size = fused_moe_workspace_size(tokens, top_k, e_local, h, i, quant, num_experts_global=e_global,
+                                    w13_interleaved="w13_ours" in w)
+    return torch.empty(size, dtype=torch.uint8, device="cuda")
+
+
 def _ours(w, inp, quant, offset, e_global, workspace):
     interleaved = "w13_ours" in w
     w13 = w["w13_ours"] if interleaved else w["w13"]
@@ -442,10 +458,8 @@ def run(args):
             len(jobs), workers, time.time() - t0), flush=True)
     ceilings = _ceilings(shapes)
     for name, e_local, e_global, offset, h, i, top_k, quant in shapes:
-        w = _weights(e_local, h, i, quant, _generator(name, quant))
-        interleaved = _interleave(quant, i)
-        if interleaved:  # ours reads the prepared layout; the peers keep vLLM's
-            w["w13_ours"] = interleave_w13(w["w13"]).contiguous()
+        w = _row_weights(name, e_local, h, i, quant)
+        interleaved = "w13_ours" in w
         emap = _expert_map(e_local, e_global, offset)
         tuned = None
         if peer is not None:
@@ -469,8 +483,7 @@ def run(args):
             hit, pairs = (sum(v) / len(counts) for v in zip(*counts))
             hit_bytes = max(hit * expert_bytes, 1)
             flops = 2.0 * pairs * 3 * h * i
-            ws = torch.empty(fused_moe_workspace_size(tokens, top_k, e_local, h, i, quant, num_experts_global=e_global,
-                                                      w13_interleaved=interleaved), dtype=torch.uint8, device="cuda")
+            ws = _workspace(w, tokens, top_k, e_local, e_global, h, i, quant)
             big = flops > 2e12
             replays = 5 if big else 20
             ours = timing.graph_time_us([_ours(w, s, quant, offset, e_global, ws) for s in sets], replays=replays)
