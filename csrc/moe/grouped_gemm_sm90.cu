@@ -9,8 +9,9 @@
 // a few dozen rows (GroupedGemmGroups::tile_m, from fused_moe_plan.h's GroupedCtaRows). GEMM1 (gate-up) and GEMM2
 // (down) share the kernel type (shapes are runtime).
 // Cluster 1x1x1: groups are as small as one M tile, where a cluster's second CTA would often idle.
-// w13 interleaved in blocks of 64 rows: GEMM1 (fp8_tensor | bf16, 128x256 / 128x128) writes silu(gate) * up itself
-// from its accumulators (moe_act_epilogue_sm90.h) instead of gate_up for the act kernel (GroupedGemmActInEpilogue).
+// w13 interleaved in blocks of 64 rows: GEMM1 (fp8_tensor | bf16, 128x256 / 128x128; fp8_tensor's 64-row ping-pong
+// tiles too) writes silu(gate) * up itself from its accumulators (moe_act_epilogue_sm90.h) instead of gate_up for the
+// act kernel (GroupedGemmActInEpilogue).
 //
 // Why our own entry kernel instead of GemmUniversalAdapter: (1) CUTLASS 4.2's ptr-array kernels never call
 // griddepcontrol.wait, so launching them with PDL would let them read the setup kernel's arguments too early;
