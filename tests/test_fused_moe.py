@@ -3,6 +3,8 @@ fp8_block128, EP offsets, empty experts, fused routing, errors. Plus CPU emulati
 index logic (workspace layout / tile bound, the align kernel's stable grouping, the GEMM tile's ldmatrix and
 e4m3 -> f16 fragment mapping); the GPU tests are in test_gpu_fused_moe.py."""
 
+import os
+
 import ml_dtypes
 import numpy as np
 import pytest
@@ -186,7 +188,7 @@ def _plan(tokens, top_k, experts, hidden, inter, quant, act=False):
     """Python model of csrc/moe/fused_moe_plan.h (checked against the binary's byte count). M tile 128 is the
     grouped (CUTLASS) path: unpadded rows, no tile list (max_tiles None); M tile 8 the stream path (P <= 32
     pairs and avg <= 2, not fp8_block128): only the per-pair intermediate. act (grouped path): the activation in
-    the gate-up epilogue, no room for the bf16 gate_up rows."""
+    the gate-up epilogue, no room for the bf16 gate_up rows; no x_q either under the token gather."""
     avg = -(-tokens * top_k // max(experts, 1))
     pairs = tokens * top_k
     grouped_from = 32 if quant is None else (8 if quant == "fp8_tensor" else 3)  # GroupedFromAvg
@@ -199,10 +201,12 @@ def _plan(tokens, top_k, experts, hidden, inter, quant, act=False):
         return bm, None, up(64 * 4) + up(pairs * inter * (4 if block else (1 if fp8 else 2)))
     if bm == 128:
         args_per_expert, gemm_ws = 512, 1024 * 256  # kGroupedGemmArgsBytesPerExpert, kGroupedGemmWorkspaceBytes
+        # the token gather (the default, top_k <= 32) quantizes x itself: no x_q rows
+        x_q = os.environ.get("HPC_XLA_MOE_GATHER") == "rows" or top_k > 32
         align_counts = up(128 * experts * 4)  # kAlignMaxCtas x E: the multi-CTA align's per-chunk counts
         total = (up(64 * 4) + 2 * up(experts * 4) + 2 * up(pairs * 4) + align_counts + up(2 * experts * args_per_expert)
                  + up(gemm_ws) + up(pairs * hidden * 2) + up(pairs * hidden // 128 * 4 if block else 0)
-                 + up(tokens * hidden if fp8 else 0) + up(tokens * hidden // 128 * 4 if block else 0)
+                 + up(tokens * hidden if fp8 and x_q else 0) + up(tokens * hidden // 128 * 4 if block and x_q else 0)
                  + up(0 if act else pairs * 2 * inter * 2) + up(pairs * inter * (1 if fp8 else 2))
                  + up(pairs * inter // 128 * 4 if block else 0))
         return bm, None, total

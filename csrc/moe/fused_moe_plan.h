@@ -40,9 +40,10 @@
 //   rows          e4m3|bf16[P, H] then bf16[P, H]   A of GEMM1 (x's rows gathered), then D of GEMM2
 //                                       (down rows): A is dead once GEMM1 is done
 //   rows_scale    f32[P, H/128]         fp8_block128 only: A's scales (per row per 128 columns, K-major)
-//   x_q           e4m3[T, H]            fp8 quant with bf16 x only: x quantized once per token (then gathered)
-//   x_q_scale     f32[T, H/128]         fp8_block128 with bf16 x only
-//   gate_up       bf16[P, 2I]           D of GEMM1
+//   x_q           e4m3[T, H]            fp8 quant with bf16 x, and the row gather only (HPC_XLA_MOE_GATHER=rows):
+//                                       x quantized once per token (then gathered); the token gather needs none
+//   x_q_scale     f32[T, H/128]         fp8_block128 with bf16 x and the row gather only
+//   gate_up       bf16[P, 2I]           D of GEMM1 (none where the gate-up epilogue computes the activation)
 //   inter         bf16|e4m3[P, I]       silu(gate)*up, rounded/quantized like the reference (A of GEMM2)
 //   inter_scale   f32[P, I/128]         fp8_block128 only
 //
@@ -299,8 +300,10 @@ inline MoePlan MakeMoePlan(int64_t tokens, int64_t top_k, int64_t experts, int64
     p.gemm_ws = take(kGroupedGemmWorkspaceBytes);
     p.rows = take(p.pairs * hidden * 2);  // bf16 down rows >= A rows (1 or 2 bytes)
     p.rows_scale = take(block ? p.pairs * (hidden / kMoeBlock) * 4 : 0);
-    p.x_q = take(fp8 ? tokens * hidden : 0);
-    p.x_q_scale = take(block ? tokens * (hidden / kMoeBlock) * 4 : 0);
+    // the token gather quantizes x itself (fused_moe.cu runs no quant kernel then): no x_q
+    const bool x_q = !GroupedGatherByTokens(top_k);
+    p.x_q = take(fp8 && x_q ? tokens * hidden : 0);
+    p.x_q_scale = take(block && x_q ? tokens * (hidden / kMoeBlock) * 4 : 0);
     p.act_in_epilogue = act_in_epilogue;
     p.gate_up = take(act_in_epilogue ? 0 : p.pairs * 2 * inter * 2);
     p.inter = take(p.pairs * inter * (fp8 ? 1 : 2));
