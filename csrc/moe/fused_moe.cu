@@ -343,6 +343,11 @@ Status FusedMoeCuda(const FusedMoeArgs& a, cudaStream_t stream) {
   const bool quant_in_gather = plan.grouped && (moe::GroupedGatherByTokens(top_k) ||
                                                 moe::GroupedQuantizeInGather(tokens, plan.pairs, experts, global));
   if (fp8 && a.x.dtype == DType::kBF16 && !quant_in_gather) {
+    // x_q's room is what the plan left before x_q_scale (MakeMoePlan drops it under the token gather, by the same
+    // predicate as above): refuse rather than write over the next region should the two ever disagree
+    if (plan.x_q_scale - plan.x_q < tokens * hidden) {
+      return Status::Internal("fused_moe: the workspace plan has no room for the quantized x the quant kernel writes");
+    }
     QuantParams qp = {};
     qp.x = a.x.ptr<const __nv_bfloat16>();
     qp.xq = ws + plan.x_q;
