@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # session 31 call A (~5 min; carry .peer/exp/n, .peer/exp/e32): experiment 32 -- the token gather (main's default
-# since session 31) skips a token with no local slot before loading its row (b38eb8e; e32 = main 5dd3c93 + it).
+# since session 31) skips a token with no local slot before loading its row (b38eb8e; e32 = main 872458a + it).
 # Tests on e32: the gather test (bitwise vs the row form, EP cases with remote slots and tokens with none), the grouped
 # oracle cases, memcheck on the EP gather cases. Then n vs e32, 2 rounds, on the EP shapes with the non-EP ones as
 # controls. Predicted: Hy3-EP8 T=4096 -2..4 us (session 31: tokens +3.6 over rows there), DSv3-EP8 alike; Qwen3 /
