@@ -8,14 +8,15 @@ scales), silu(gate)*up (+ fp8 quant), the down grouped GEMM, weighted index_add 
 installed torch lacks grouped GEMMs (or they reject the shape) the peer is a per-expert loop, timed eagerly
 with events (it needs host syncs; marked "loop" in the table).
 
-Peer ("triton", the issue's bar): vLLM 0.33.0's Triton `fused_moe_kernel` + `invoke_fused_moe_triton_kernel`
-taken from the vllm wheel by tools/fetch_triton_moe.sh into the git-ignored .peer/vllm_triton_moe (or the folder
-in $HPC_TRITON_MOE_DIR; torch + triton only). It runs the full layer as vLLM's fused_experts_impl does: act
-quant, align (Triton rewrite of vLLM's CUDA op; the naive one-block-per-pair path for tiny batches, as vLLM),
-GEMM1, silu_and_mul, quant, GEMM2 with the routing weight, sum over top-k; configs from the wheel's tuned H200
-JSONs, else vLLM's default. bf16, fp8_tensor and fp8_block128; EP shapes through vLLM's expert_map. Its output
-is compared with ours (relative error printed, not asserted). Without the folder its columns show '-'. Its
-Triton kernels are compiled up front in parallel processes into Triton's disk cache (HPC_TRITON_PRECOMPILE=0: off).
+Peer ("triton", the issue's bar): vLLM 0.33.0's Triton `fused_moe_kernel` + `invoke_fused_moe_triton_kernel` taken
+from the vllm wheel by tools/fetch_triton_moe.sh into the git-ignored .peer/vllm_triton_moe (or the folder in
+$HPC_TRITON_MOE_DIR; torch + triton only). It runs the full layer as vLLM's fused_experts_impl does: act quant,
+align (Triton rewrite of vLLM's CUDA op; the naive one-block-per-pair path for tiny batches, as vLLM), GEMM1,
+silu_and_mul, quant, GEMM2 with the routing weight, sum over top-k; configs from the wheel's tuned JSONs for the
+device (H200, H100 80GB HBM3), else vLLM's default -- as vLLM itself picks them. bf16, fp8_tensor and fp8_block128;
+EP shapes through vLLM's expert_map. Its output is compared with ours (relative error printed, not asserted).
+Without the folder its columns show '-'. Its Triton kernels are compiled up front in parallel processes into
+Triton's disk cache (HPC_TRITON_PRECOMPILE=0: off).
 
 Ours reads w13 as a deployment would load it: for bf16 and fp8_tensor (I a multiple of 64) prepared once by
 hpc_xla.moe_layout.interleave_w13 and called with w13_interleaved=True (the grouped path's gate-up epilogue then
@@ -467,7 +468,7 @@ def run(args):
                 tuned = bool(peer.config_is_tuned(w["w13"], w["w2"], quant))
             except Exception:
                 tuned = None
-            print("  %s %s: triton config %s" % (name, quant or "bf16", {True: "tuned H200 JSON", False:
+            print("  %s %s: triton config %s" % (name, quant or "bf16", {True: "tuned JSON for this device", False:
                   "vLLM default (no tuned JSON)", None: "?"}[tuned]), flush=True)
         elem = 1 if quant else 2
         expert_bytes = 3 * h * i * elem
