@@ -559,53 +559,112 @@ def test_grouped_deterministic(quant):
     assert np.array_equal(a.view(np.uint16), b.view(np.uint16))
 
 
+# A child that runs make_problem's cases (tokens, experts, H, I, k, quant, offset, extra, shared, seed[, x_fp8]) in
+# turn under its environment's knobs, w13 interleaved when argv[2] says so: case i's output to argv[1] + "_i.npy" and
+# one line "CASE i TILE m ACT a EPILOGUES n GATHERS n PREFETCHES n WGMMA n" (launch counters as this case's own
+# increments, so a case reads the same as in a fresh process).
 _PATH_CHILD = r"""
 import sys
 import numpy as np
 sys.path.insert(0, "tests")
 from test_fused_moe import make_problem
 from test_gpu_fused_moe import _tile_m, run_cuda
-args = %r
-p = make_problem(*args[:5], quant=args[5], expert_offset=args[6], extra_experts=args[7], shared=args[8], seed=args[9],
-                 x_fp8=len(args) > 10 and args[10])
-interleaved = len(sys.argv) > 2 and sys.argv[2] == "interleaved"
-if interleaved:  # w13 in the layout a deployment prepares once (hpc_xla.moe_layout)
-    from hpc_xla.moe_layout import interleave_w13
-    p["w13"], p["w13_interleaved"] = interleave_w13(p["w13"]), True
-np.save(sys.argv[1], run_cuda(p).view(np.uint16))
 from hpc_xla._ext import ext
-shape = (args[0], args[4], args[1], p["num_experts_global"], {None: 0, "fp8_tensor": 1, "fp8_block128": 2}[args[5]])
-print("TILE", _tile_m(p), "ACT", int(ext().fused_moe_act_in_epilogue(*shape, interleaved)), "EPILOGUES",
-      ext().fused_moe_act_epilogue_launches(), "GATHERS", ext().fused_moe_gather_by_tokens_launches(), "PREFETCHES",
-      ext().fused_moe_w2_prefetch_launches(), "WGMMA", ext().fused_moe_wgmma_gate_up_launches())
+counters = [("EPILOGUES", ext().fused_moe_act_epilogue_launches), ("GATHERS", ext().fused_moe_gather_by_tokens_launches),
+            ("PREFETCHES", ext().fused_moe_w2_prefetch_launches), ("WGMMA", ext().fused_moe_wgmma_gate_up_launches)]
+interleaved = len(sys.argv) > 2 and sys.argv[2] == "interleaved"
+for i, args in enumerate(%r):
+    p = make_problem(*args[:5], quant=args[5], expert_offset=args[6], extra_experts=args[7], shared=args[8],
+                     seed=args[9], x_fp8=len(args) > 10 and args[10])
+    if interleaved:  # w13 in the layout a deployment prepares once (hpc_xla.moe_layout)
+        from hpc_xla.moe_layout import interleave_w13
+        p["w13"], p["w13_interleaved"] = interleave_w13(p["w13"]), True
+    before = [count() for _, count in counters]
+    np.save(sys.argv[1] + "_" + str(i) + ".npy", run_cuda(p).view(np.uint16))
+    shape = (args[0], args[4], args[1], p["num_experts_global"], {None: 0, "fp8_tensor": 1, "fp8_block128": 2}[args[5]])
+    act = int(ext().fused_moe_act_in_epilogue(*shape, interleaved))
+    print("CASE", i, "TILE", _tile_m(p), "ACT", act,
+          " ".join(name + " " + str(count() - b) for (name, count), b in zip(counters, before)), flush=True)
 """
+
+
+def _start_cases(cases, dst, layout="", **env):
+    return _start_child(_PATH_CHILD % (list(cases),), [dst, layout], **env)
+
+
+def _case_info(r, i):
+    """What _PATH_CHILD printed for its case i, as {"TILE": m, "ACT": a, ...} plus "line" (the whole line, for
+    messages); fails with the child's output when the case never finished."""
+    for line in r.stdout.splitlines():
+        words = line.split()
+        if words[:2] == ["CASE", str(i)]:
+            info = {words[j]: int(words[j + 1]) for j in range(2, len(words) - 1, 2)}
+            info["line"] = line
+            return info
+    raise AssertionError("case %d did not finish:\n%s%s" % (i, r.stdout, r.stderr))
+
+
+def _run_layouts(case, runs, tmp_path):
+    """_PATH_CHILD on `case` once per (extra env, w13 layout: "" or "interleaved") of `runs`, all at once (a child
+    spends most of its ~5 s starting Python and CUDA); returns (outputs, printed infos), in order."""
+    started = [_start_cases([case], str(tmp_path / ("out_%d" % i)), layout, **env)
+               for i, (env, layout) in enumerate(runs)]
+    done = [_finish_child(proc) for proc in started]
+    for r in done:
+        assert r.returncode == 0, r.stdout + r.stderr
+    return [np.load(str(tmp_path / ("out_%d_0.npy" % i))).view(BF16) for i in range(len(runs))], \
+        [_case_info(r, 0) for r in done]
+
+
+# (name, cases, runs) -> (folder, finished children) of _batched_layouts, for the module's run
+_BATCHES = {}
+
+
+def _batched_layouts(name, cases, index, runs, tmp_path_factory):
+    """_run_layouts for cases[index] where every case of a parametrized test has the same `runs`: the first test of
+    the batch starts one child per run for ALL its cases (each child runs them in turn), the others read what those
+    children left. One start per run instead of one per (case, run): ~8x fewer child starts for the act epilogue and
+    gather tests. A child that fails fails every case of its batch (with its output)."""
+    key = (name, repr(cases), repr(runs))
+    if key not in _BATCHES:
+        folder = tmp_path_factory.mktemp(name)
+        started = [_start_cases(cases, str(folder / ("run%d" % i)), layout, **env)
+                   for i, (env, layout) in enumerate(runs)]
+        _BATCHES[key] = (folder, [_finish_child(proc) for proc in started])
+    folder, done = _BATCHES[key]
+    for r in done:
+        assert r.returncode == 0, r.stdout + r.stderr
+    return [np.load(str(folder / ("run%d_%d.npy" % (i, index)))).view(BF16) for i in range(len(runs))], \
+        [_case_info(r, index) for r in done]
 
 
 def _run_paths(runs, args, tmp_path):
     """Runs one problem in child processes, one per (HPC_XLA_MOE_PATH value, extra env) of `runs` (the knobs are
-    read once per process), all at once: a child spends most of its ~5 s starting Python and CUDA, so the file's
-    GPU run is ~2 min shorter than with the children in turn. Returns (output, M tile) per run, in order."""
-    started = []
-    for i, (path, env) in enumerate(runs):
-        dst = str(tmp_path / ("out_%d_%s.npy" % (i, path)))
-        started.append((dst, _start_child(_PATH_CHILD % (args,), [dst], HPC_XLA_MOE_PATH=path, **env)))
-    results = []
-    for dst, proc in started:
-        r = _finish_child(proc)
-        assert r.returncode == 0, r.stdout + r.stderr
-        results.append((np.load(dst).view(BF16), _printed(r, "TILE")))
-    return results
+    read once per process), all at once. Returns (output, M tile) per run, in order."""
+    outs, infos = _run_layouts(args, [(dict(env, HPC_XLA_MOE_PATH=path), "") for path, env in runs], tmp_path)
+    return [(out, info["TILE"]) for out, info in zip(outs, infos)]
 
 
-@pytest.mark.parametrize("quant", QUANTS)
-@pytest.mark.parametrize("tokens", [5, 96, 800])  # auto path: tiled, grouped, grouped (v1 forced: tiles 16, 64, 64)
-def test_v1_and_grouped_paths_agree(tokens, quant, tmp_path):
+def _batched_paths(name, cases, index, runs, tmp_path_factory):
+    """_run_paths for cases[index], its children shared by all `cases` as in _batched_layouts."""
+    outs, infos = _batched_layouts(name, cases, index, [(dict(env, HPC_XLA_MOE_PATH=path), "") for path, env in runs],
+                                   tmp_path_factory)
+    return [(out, info["TILE"]) for out, info in zip(outs, infos)]
+
+
+# make_problem's (tokens, experts, H, I, k, ...); auto path at T = 5, 96, 800: tiled, grouped, grouped (v1 forced:
+# tiles 16, 64, 64)
+PATH_CASES = [(tokens, 4, 256, 256, 2, quant, 1, 2, True, 31 + tokens) for tokens in (5, 96, 800) for quant in QUANTS]
+
+
+@pytest.mark.parametrize("args", PATH_CASES)
+def test_v1_and_grouped_paths_agree(args, tmp_path_factory):
     """HPC_XLA_MOE_PATH=v1, =grouped and =stream on the same problem: each within the oracle tolerance and within it
     of v1 (the grouped path forced onto tiny groups of 0-3 rows at T=5, v1 forced onto large T, the stream path
     forced onto 48 rows per expert at T=96; at T=800, 1600 pairs, the stream knob falls back to the grouped path)."""
-    args = (tokens, 4, 256, 256, 2, quant, 1, 2, True, 31 + tokens)  # make_problem's (tokens, experts, H, I, k, ...)
-    (v1, v1_tile), (grouped, grouped_tile), (stream, stream_tile) = _run_paths(
-        [("v1", {}), ("grouped", {}), ("stream", {})], args, tmp_path)
+    tokens = args[0]
+    (v1, v1_tile), (grouped, grouped_tile), (stream, stream_tile) = _batched_paths(
+        "paths", PATH_CASES, PATH_CASES.index(args), [("v1", {}), ("grouped", {}), ("stream", {})], tmp_path_factory)
     assert STREAM_TILE < v1_tile < GROUPED_TILE and grouped_tile == GROUPED_TILE
     assert stream_tile == (STREAM_TILE if tokens * 2 <= 512 else GROUPED_TILE)
     p = make_problem(*args[:5], quant=args[5], expert_offset=args[6], extra_experts=args[7], shared=args[8],
@@ -631,16 +690,18 @@ def test_grouped_multi_cta_align_equals_one_cta(quant, tmp_path):
     _check_oracle(p, multi)
 
 
-@pytest.mark.parametrize("quant", QUANTS)
-@pytest.mark.parametrize("tokens", [5, 800])
-def test_grouped_other_tiles_agree(tokens, quant, tmp_path):
+OTHER_TILE_CASES = [(tokens, 4, 256, 256, 2, quant, 1, 2, True, 77 + tokens) for tokens in (5, 800) for quant in QUANTS]
+
+
+@pytest.mark.parametrize("args", OTHER_TILE_CASES)
+def test_grouped_other_tiles_agree(args, tmp_path_factory):
     """HPC_XLA_MOE_GEMM_TILE=128x128 (the old cooperative tile), 64x256 and 64x128 (ping-pong tiles of 64 rows;
     fp8_block128 runs 64x128 for both, bf16 64x256 for both), all at once: each within the oracle tolerance and
     within it of v1, on tiny groups (T=5) and large ones (T=800). The default 128x256 is covered by
     test_v1_and_grouped_paths_agree."""
-    args = (tokens, 4, 256, 256, 2, quant, 1, 2, True, 77 + tokens)
     tiles = ("128x128", "64x256", "64x128")
-    runs = _run_paths([("v1", {})] + [("grouped", {"HPC_XLA_MOE_GEMM_TILE": t}) for t in tiles], args, tmp_path)
+    runs = _batched_paths("other_tiles", OTHER_TILE_CASES, OTHER_TILE_CASES.index(args),
+                          [("v1", {})] + [("grouped", {"HPC_XLA_MOE_GEMM_TILE": t}) for t in tiles], tmp_path_factory)
     p = make_problem(*args[:5], quant=args[5], expert_offset=args[6], extra_experts=args[7], shared=args[8],
                      seed=args[9])
     v1 = runs[0][0]
@@ -649,22 +710,6 @@ def test_grouped_other_tiles_agree(tokens, quant, tmp_path):
         _check_oracle(p, out)
         err = reference.relative_error(out, v1.astype(np.float64))
         assert err < _tol(p), "v1 vs grouped %s relative error %g" % (tile, err)
-
-
-def _printed(r, name):
-    """The integer a _PATH_CHILD printed after NAME (TILE, ACT, EPILOGUES, GATHERS, PREFETCHES, WGMMA)."""
-    return int(r.stdout.split(name)[1].split()[0])
-
-
-def _run_layouts(case, runs, tmp_path):
-    """_PATH_CHILD on `case` once per (extra env, w13 layout: "" or "interleaved") of `runs`, all at once; returns
-    (outputs, finished children), in order."""
-    started = [_start_child(_PATH_CHILD % (case,), [str(tmp_path / ("out_%d.npy" % i)), layout], **env)
-               for i, (env, layout) in enumerate(runs)]
-    done = [_finish_child(proc) for proc in started]
-    for r in done:
-        assert r.returncode == 0, r.stdout + r.stderr
-    return [np.load(str(tmp_path / ("out_%d.npy" % i))).view(BF16) for i in range(len(runs))], done
 
 
 # make_problem's (tokens, experts, H, I, k, quant, offset, extra, shared, seed, x_fp8)
@@ -687,7 +732,7 @@ ACT_TILE_CASES = [(case, tile) for case in ACT_CASES for tile in ("128x256", "12
 
 
 @pytest.mark.parametrize("case, tile", ACT_TILE_CASES)
-def test_grouped_act_epilogue_equals_kernel(case, tile, tmp_path):
+def test_grouped_act_epilogue_equals_kernel(case, tile, tmp_path_factory):
     """w13 interleaved (w13_interleaved=True): the gate-up GEMM's epilogue computes silu(gate) * up from its
     accumulators. Against the act kernel on vLLM's layout and on the interleaved one (HPC_XLA_MOE_ACT=kernel):
     bitwise equal -- the epilogue rounds gate / up to bf16 after the alpha multiply exactly like the act kernel's
@@ -698,14 +743,17 @@ def test_grouped_act_epilogue_equals_kernel(case, tile, tmp_path):
     env = {"HPC_XLA_MOE_PATH": "grouped", "HPC_XLA_MOE_GEMM_TILE": tile}
     runs = [(dict(env), ""), (dict(env, HPC_XLA_MOE_ACT="kernel"), "interleaved"), (dict(env), "interleaved"),
             (dict(env, HPC_XLA_MOE_ACT="epilogue"), "interleaved")]
-    (plain, kernel, epi, epi2), done = _run_layouts(case, runs, tmp_path)
-    for r in done:
-        assert _printed(r, "TILE") == GROUPED_TILE, r.stdout
+    cases = [c for c, t in ACT_TILE_CASES if t == tile]  # one batch per tile: the same runs for all its cases
+    (plain, kernel, epi, epi2), infos = _batched_layouts("act_" + tile, cases, cases.index(case), runs,
+                                                         tmp_path_factory)
+    lines = [info["line"] for info in infos]
+    for info in infos:
+        assert info["TILE"] == GROUPED_TILE, lines
     # the epilogue really ran where predicted (a silent fallback to the act kernel would still be right, but it
     # would not be what this tests): predicted by the host rule and counted at the launch
-    assert [_printed(r, "ACT") for r in done] == [0, 0, 1, 1], [r.stdout for r in done]
-    launches = [_printed(r, "EPILOGUES") for r in done]
-    assert launches[:2] == [0, 0] and min(launches[2:]) >= 1, [r.stdout for r in done]
+    assert [info["ACT"] for info in infos] == [0, 0, 1, 1], lines
+    launches = [info["EPILOGUES"] for info in infos]
+    assert launches[:2] == [0, 0] and min(launches[2:]) >= 1, lines
     for other in (kernel, epi, epi2):
         assert np.array_equal(plain.view(np.uint16), other.view(np.uint16))
     if case[0] <= 800:
@@ -731,27 +779,30 @@ GATHER_CASES = [
 
 
 @pytest.mark.parametrize("case", GATHER_CASES)
-def test_grouped_gather_by_tokens_equals_rows(case, tmp_path):
+def test_grouped_gather_by_tokens_equals_rows(case, tmp_path_factory):
     """The default gather (HPC_XLA_MOE_GATHER unset = tokens, experiment 28): a warp per (token, segment) converts the
     token's row once and stores it into each local row of the token, with no quant kernel before it. Against the row
     form (HPC_XLA_MOE_GATHER=rows: a warp per sorted row, after the quant kernel or quantizing per row): bitwise equal
     layer output -- the same rounding of the same values into the same rows. The launch counter proves which ran."""
     env = {"HPC_XLA_MOE_PATH": "grouped"}
     runs = [(dict(env, HPC_XLA_MOE_GATHER="rows"), ""), (dict(env), "")]  # the token form is the default
-    (rows, tokens), done = _run_layouts(case, runs, tmp_path)
-    assert [_printed(r, "GATHERS") > 0 for r in done] == [False, True], [r.stdout for r in done]
+    (rows, tokens), infos = _batched_layouts("gather", GATHER_CASES, GATHER_CASES.index(case), runs, tmp_path_factory)
+    assert [info["GATHERS"] > 0 for info in infos] == [False, True], [info["line"] for info in infos]
     assert np.array_equal(rows.view(np.uint16), tokens.view(np.uint16))
     p = make_problem(*case[:5], quant=case[5], expert_offset=case[6], extra_experts=case[7], shared=case[8],
                      seed=case[9], x_fp8=case[10])
     _check_oracle(p, tokens)
 
 
-@pytest.mark.parametrize("args", [
+W2_PREFETCH_CASES = [
     (1, 8, 2048, 768, 8, "fp8_tensor", 0, 0, True, 81),    # Qwen3-30B's shape at T=1 (one expert's w2: 1.5 MB)
     (3, 6, 512, 192, 2, "fp8_tensor", 1, 3, False, 82),   # EP with remote and repeated slots, three tokens
     (1, 4, 256, 128, 4, "fp8_tensor", 0, 0, False, 83, True),  # fp8 x
-])
-def test_w2_prefetch_leaves_results_unchanged(args, tmp_path):
+]
+
+
+@pytest.mark.parametrize("args", W2_PREFETCH_CASES)
+def test_w2_prefetch_leaves_results_unchanged(args, tmp_path_factory):
     """HPC_XLA_MOE_W2_PREFETCH=bulk | lines (experiment 27): the wgmma gate-up CTAs prefetch the down kernel's w2
     into L2 once their own copies land. A prefetch moves no data the kernels read, so the stream path's output is
     bitwise the one without; the launch counter shows the prefetching kernel ran (a prefetch that silently stayed
@@ -762,9 +813,11 @@ def test_w2_prefetch_leaves_results_unchanged(args, tmp_path):
             (dict(env, HPC_XLA_MOE_W2_PREFETCH="lines"), "")]
     for run_env, _ in runs:
         run_env["HPC_XLA_MOE_PATH"] = "stream"
-    (off, bulk, lines), done = _run_layouts(args, runs, tmp_path)
-    assert [_printed(r, "TILE") for r in done] == [STREAM_TILE] * 3, [r.stdout for r in done]
-    assert [_printed(r, "PREFETCHES") > 0 for r in done] == [False, True, True], [r.stdout for r in done]
+    (off, bulk, lines), infos = _batched_layouts("w2_prefetch", W2_PREFETCH_CASES, W2_PREFETCH_CASES.index(args), runs,
+                                                 tmp_path_factory)
+    printed = [info["line"] for info in infos]
+    assert [info["TILE"] for info in infos] == [STREAM_TILE] * 3, printed
+    assert [info["PREFETCHES"] > 0 for info in infos] == [False, True, True], printed
     assert np.array_equal(off.view(np.uint16), bulk.view(np.uint16))
     assert np.array_equal(off.view(np.uint16), lines.view(np.uint16))
     p = make_problem(*args[:5], quant=args[5], expert_offset=args[6], extra_experts=args[7], shared=args[8],
@@ -800,11 +853,11 @@ def test_interleaved_w13_equals_plain_on_every_path(env, case, tile, tmp_path):
     interleaved w13 through W13GateRow / W13UpDelta: bitwise equal to the same path on vLLM's layout (the same
     products in the same order, only the rows' addresses move), and within the oracle's tolerance. Each case asserts
     the tile it ran and, on the stream path, whether the gate-up ran on wgmma (launch counter)."""
-    (plain, inter), done = _run_layouts(case, [(env, ""), (env, "interleaved")], tmp_path)
-    for r in done:
-        assert _printed(r, "ACT") == 0, r.stdout  # not the epilogue: the path under test
-        assert _printed(r, "TILE") == tile, r.stdout
-        assert (_printed(r, "WGMMA") > 0) == (env.get("HPC_XLA_MOE_UP_WGMMA") == "1"), r.stdout
+    (plain, inter), infos = _run_layouts(case, [(env, ""), (env, "interleaved")], tmp_path)
+    for info in infos:
+        assert info["ACT"] == 0, info["line"]  # not the epilogue: the path under test
+        assert info["TILE"] == tile, info["line"]
+        assert (info["WGMMA"] > 0) == (env.get("HPC_XLA_MOE_UP_WGMMA") == "1"), info["line"]
     assert np.array_equal(plain.view(np.uint16), inter.view(np.uint16))
     p = make_problem(*case[:5], quant=case[5], expert_offset=case[6], extra_experts=case[7], shared=case[8],
                      seed=case[9])
@@ -865,13 +918,16 @@ def test_tiled_persistent_grid_and_gate_up_splits(quant, tmp_path):
         assert ws[0] == ws[1] < ws[2] < ws[3]
 
 
-@pytest.mark.parametrize("args", [
+SPARSE_REDUCE_CASES = [
     (700, 6, 256, 128, 4, "fp8_tensor", 5, 7, True, 3),  # grouped, EP 6 of 18 experts: tokens with 3-4 local slots
     (700, 6, 256, 128, 4, None, 5, 7, False, 4),         # the same on bf16 rows, no shared_output
     (50, 6, 256, 128, 3, None, 5, 7, True, 1),           # tiled path (f32 rows), EP
     (200, 2, 128, 128, 2, None, 0, 0, False, 2),         # top-2 of 2 experts: every token has exactly 2 local slots
-])
-def test_sparse_reduce_equals_dense(args, tmp_path):
+]
+
+
+@pytest.mark.parametrize("args", SPARSE_REDUCE_CASES)
+def test_sparse_reduce_equals_dense(args, tmp_path_factory):
     """The EP form of the reduce (two tokens per step, the first two local slots in registers, any further ones
     summed after them) against the dense form forced by HPC_XLA_MOE_REDUCE=dense: bitwise equal, since both make
     the same adds in the same slot order. The first problems have tokens with more than two local slots, so the
@@ -882,16 +938,17 @@ def test_sparse_reduce_equals_dense(args, tmp_path):
         ids = p["topk_ids"]
         local = ((ids >= offset) & (ids < offset + experts)).sum(axis=1)
         assert local.max() >= 3, "no token takes the overflow loop"
-    (auto, _), (sparse, _), (dense, _) = _run_paths(
-        [("auto", {}), ("auto", {"HPC_XLA_MOE_REDUCE": "sparse"}), ("auto", {"HPC_XLA_MOE_REDUCE": "dense"})], args,
-        tmp_path)
+    (auto, _), (sparse, _), (dense, _) = _batched_paths(
+        "sparse_reduce", SPARSE_REDUCE_CASES, SPARSE_REDUCE_CASES.index(args),
+        [("auto", {}), ("auto", {"HPC_XLA_MOE_REDUCE": "sparse"}), ("auto", {"HPC_XLA_MOE_REDUCE": "dense"})],
+        tmp_path_factory)
     assert np.array_equal(auto.view(np.uint16), sparse.view(np.uint16))  # the default takes the sparse form here
     assert np.array_equal(sparse.view(np.uint16), dense.view(np.uint16))
 
 
 def test_gemm_tile_knob_rejects_unknown_values(tmp_path):
     args = (800, 4, 256, 256, 2, None, 1, 2, True, 5)
-    r = _run_child(_PATH_CHILD % (args,), [str(tmp_path / "x.npy")], HPC_XLA_MOE_PATH="grouped",
+    r = _run_child(_PATH_CHILD % ([args],), [str(tmp_path / "x")], HPC_XLA_MOE_PATH="grouped",
                    HPC_XLA_MOE_GEMM_TILE="64x64")
     assert r.returncode != 0 and "HPC_XLA_MOE_GEMM_TILE must be" in r.stdout + r.stderr, r.stdout + r.stderr
 
