@@ -616,24 +616,28 @@ def _run_layouts(case, runs, tmp_path):
         [_case_info(r, 0) for r in done]
 
 
-# (name, cases, runs) -> (folder, finished children) of _batched_layouts, for the module's run
+# (test, same, cases, runs) -> (folder, finished children) of _batched_layouts, for the module's run
 _BATCHES = {}
 
 
-def _batched_layouts(name, cases, index, runs, tmp_path_factory):
-    """_run_layouts for cases[index] where every case of a parametrized test has the same `runs`: the first test of
-    the batch starts one child per run for ALL its cases (each child runs them in turn), the others read what those
-    children left. One start per run instead of one per (case, run): ~8x fewer child starts for the act epilogue and
-    gather tests. A child that fails fails every case of its batch (with its output)."""
-    key = (name, repr(cases), repr(runs))
+def _batched_layouts(request, param, runs, **same):
+    """_run_layouts for this test's `param` value, where the test's cases share their `runs`: the first of them to run
+    starts one child per run for all the cases this session selected (after -k; those whose other parameters equal
+    `same`), each child running them in turn, and the others read what those children left -- one start per run
+    instead of one per (case, run). A child that fails fails every case of its batch (with its output)."""
+    cases = [item.callspec.params[param] for item in request.session.items
+             if getattr(item, "originalname", None) == request.node.originalname
+             and all(item.callspec.params[k] == v for k, v in same.items())]
+    key = (request.node.originalname, repr(same), repr(cases), repr(runs))
     if key not in _BATCHES:
-        folder = tmp_path_factory.mktemp(name)
+        folder = request.getfixturevalue("tmp_path_factory").mktemp(request.node.originalname)
         started = [_start_cases(cases, str(folder / ("run%d" % i)), layout, **env)
                    for i, (env, layout) in enumerate(runs)]
         _BATCHES[key] = (folder, [_finish_child(proc) for proc in started])
     folder, done = _BATCHES[key]
     for r in done:
         assert r.returncode == 0, r.stdout + r.stderr
+    index = cases.index(request.node.callspec.params[param])
     return [np.load(str(folder / ("run%d_%d.npy" % (i, index)))).view(BF16) for i in range(len(runs))], \
         [_case_info(r, index) for r in done]
 
@@ -645,10 +649,9 @@ def _run_paths(runs, args, tmp_path):
     return [(out, info["TILE"]) for out, info in zip(outs, infos)]
 
 
-def _batched_paths(name, cases, index, runs, tmp_path_factory):
-    """_run_paths for cases[index], its children shared by all `cases` as in _batched_layouts."""
-    outs, infos = _batched_layouts(name, cases, index, [(dict(env, HPC_XLA_MOE_PATH=path), "") for path, env in runs],
-                                   tmp_path_factory)
+def _batched_paths(request, param, runs):
+    """_run_paths for this test's `param` value, its children shared with the test's other cases (_batched_layouts)."""
+    outs, infos = _batched_layouts(request, param, [(dict(env, HPC_XLA_MOE_PATH=path), "") for path, env in runs])
     return [(out, info["TILE"]) for out, info in zip(outs, infos)]
 
 
@@ -658,13 +661,13 @@ PATH_CASES = [(tokens, 4, 256, 256, 2, quant, 1, 2, True, 31 + tokens) for token
 
 
 @pytest.mark.parametrize("args", PATH_CASES)
-def test_v1_and_grouped_paths_agree(args, tmp_path_factory):
+def test_v1_and_grouped_paths_agree(args, request):
     """HPC_XLA_MOE_PATH=v1, =grouped and =stream on the same problem: each within the oracle tolerance and within it
     of v1 (the grouped path forced onto tiny groups of 0-3 rows at T=5, v1 forced onto large T, the stream path
     forced onto 48 rows per expert at T=96; at T=800, 1600 pairs, the stream knob falls back to the grouped path)."""
     tokens = args[0]
     (v1, v1_tile), (grouped, grouped_tile), (stream, stream_tile) = _batched_paths(
-        "paths", PATH_CASES, PATH_CASES.index(args), [("v1", {}), ("grouped", {}), ("stream", {})], tmp_path_factory)
+        request, "args", [("v1", {}), ("grouped", {}), ("stream", {})])
     assert STREAM_TILE < v1_tile < GROUPED_TILE and grouped_tile == GROUPED_TILE
     assert stream_tile == (STREAM_TILE if tokens * 2 <= 512 else GROUPED_TILE)
     p = make_problem(*args[:5], quant=args[5], expert_offset=args[6], extra_experts=args[7], shared=args[8],
@@ -694,14 +697,13 @@ OTHER_TILE_CASES = [(tokens, 4, 256, 256, 2, quant, 1, 2, True, 77 + tokens) for
 
 
 @pytest.mark.parametrize("args", OTHER_TILE_CASES)
-def test_grouped_other_tiles_agree(args, tmp_path_factory):
+def test_grouped_other_tiles_agree(args, request):
     """HPC_XLA_MOE_GEMM_TILE=128x128 (the old cooperative tile), 64x256 and 64x128 (ping-pong tiles of 64 rows;
     fp8_block128 runs 64x128 for both, bf16 64x256 for both), all at once: each within the oracle tolerance and
     within it of v1, on tiny groups (T=5) and large ones (T=800). The default 128x256 is covered by
     test_v1_and_grouped_paths_agree."""
     tiles = ("128x128", "64x256", "64x128")
-    runs = _batched_paths("other_tiles", OTHER_TILE_CASES, OTHER_TILE_CASES.index(args),
-                          [("v1", {})] + [("grouped", {"HPC_XLA_MOE_GEMM_TILE": t}) for t in tiles], tmp_path_factory)
+    runs = _batched_paths(request, "args", [("v1", {})] + [("grouped", {"HPC_XLA_MOE_GEMM_TILE": t}) for t in tiles])
     p = make_problem(*args[:5], quant=args[5], expert_offset=args[6], extra_experts=args[7], shared=args[8],
                      seed=args[9])
     v1 = runs[0][0]
@@ -732,7 +734,7 @@ ACT_TILE_CASES = [(case, tile) for case in ACT_CASES for tile in ("128x256", "12
 
 
 @pytest.mark.parametrize("case, tile", ACT_TILE_CASES)
-def test_grouped_act_epilogue_equals_kernel(case, tile, tmp_path_factory):
+def test_grouped_act_epilogue_equals_kernel(case, tile, request):
     """w13 interleaved (w13_interleaved=True): the gate-up GEMM's epilogue computes silu(gate) * up from its
     accumulators. Against the act kernel on vLLM's layout and on the interleaved one (HPC_XLA_MOE_ACT=kernel):
     bitwise equal -- the epilogue rounds gate / up to bf16 after the alpha multiply exactly like the act kernel's
@@ -743,9 +745,7 @@ def test_grouped_act_epilogue_equals_kernel(case, tile, tmp_path_factory):
     env = {"HPC_XLA_MOE_PATH": "grouped", "HPC_XLA_MOE_GEMM_TILE": tile}
     runs = [(dict(env), ""), (dict(env, HPC_XLA_MOE_ACT="kernel"), "interleaved"), (dict(env), "interleaved"),
             (dict(env, HPC_XLA_MOE_ACT="epilogue"), "interleaved")]
-    cases = [c for c, t in ACT_TILE_CASES if t == tile]  # one batch per tile: the same runs for all its cases
-    (plain, kernel, epi, epi2), infos = _batched_layouts("act_" + tile, cases, cases.index(case), runs,
-                                                         tmp_path_factory)
+    (plain, kernel, epi, epi2), infos = _batched_layouts(request, "case", runs, tile=tile)  # a batch per tile
     lines = [info["line"] for info in infos]
     for info in infos:
         assert info["TILE"] == GROUPED_TILE, lines
@@ -779,14 +779,14 @@ GATHER_CASES = [
 
 
 @pytest.mark.parametrize("case", GATHER_CASES)
-def test_grouped_gather_by_tokens_equals_rows(case, tmp_path_factory):
+def test_grouped_gather_by_tokens_equals_rows(case, request):
     """The default gather (HPC_XLA_MOE_GATHER unset = tokens, experiment 28): a warp per (token, segment) converts the
     token's row once and stores it into each local row of the token, with no quant kernel before it. Against the row
     form (HPC_XLA_MOE_GATHER=rows: a warp per sorted row, after the quant kernel or quantizing per row): bitwise equal
     layer output -- the same rounding of the same values into the same rows. The launch counter proves which ran."""
     env = {"HPC_XLA_MOE_PATH": "grouped"}
     runs = [(dict(env, HPC_XLA_MOE_GATHER="rows"), ""), (dict(env), "")]  # the token form is the default
-    (rows, tokens), infos = _batched_layouts("gather", GATHER_CASES, GATHER_CASES.index(case), runs, tmp_path_factory)
+    (rows, tokens), infos = _batched_layouts(request, "case", runs)
     assert [info["GATHERS"] > 0 for info in infos] == [False, True], [info["line"] for info in infos]
     assert np.array_equal(rows.view(np.uint16), tokens.view(np.uint16))
     p = make_problem(*case[:5], quant=case[5], expert_offset=case[6], extra_experts=case[7], shared=case[8],
@@ -802,7 +802,7 @@ W2_PREFETCH_CASES = [
 
 
 @pytest.mark.parametrize("args", W2_PREFETCH_CASES)
-def test_w2_prefetch_leaves_results_unchanged(args, tmp_path_factory):
+def test_w2_prefetch_leaves_results_unchanged(args, request):
     """HPC_XLA_MOE_W2_PREFETCH=bulk | lines (experiment 27): the wgmma gate-up CTAs prefetch the down kernel's w2
     into L2 once their own copies land. A prefetch moves no data the kernels read, so the stream path's output is
     bitwise the one without; the launch counter shows the prefetching kernel ran (a prefetch that silently stayed
@@ -813,8 +813,7 @@ def test_w2_prefetch_leaves_results_unchanged(args, tmp_path_factory):
             (dict(env, HPC_XLA_MOE_W2_PREFETCH="lines"), "")]
     for run_env, _ in runs:
         run_env["HPC_XLA_MOE_PATH"] = "stream"
-    (off, bulk, lines), infos = _batched_layouts("w2_prefetch", W2_PREFETCH_CASES, W2_PREFETCH_CASES.index(args), runs,
-                                                 tmp_path_factory)
+    (off, bulk, lines), infos = _batched_layouts(request, "args", runs)
     printed = [info["line"] for info in infos]
     assert [info["TILE"] for info in infos] == [STREAM_TILE] * 3, printed
     assert [info["PREFETCHES"] > 0 for info in infos] == [False, True, True], printed
@@ -927,7 +926,7 @@ SPARSE_REDUCE_CASES = [
 
 
 @pytest.mark.parametrize("args", SPARSE_REDUCE_CASES)
-def test_sparse_reduce_equals_dense(args, tmp_path_factory):
+def test_sparse_reduce_equals_dense(args, request):
     """The EP form of the reduce (two tokens per step, the first two local slots in registers, any further ones
     summed after them) against the dense form forced by HPC_XLA_MOE_REDUCE=dense: bitwise equal, since both make
     the same adds in the same slot order. The first problems have tokens with more than two local slots, so the
@@ -939,9 +938,8 @@ def test_sparse_reduce_equals_dense(args, tmp_path_factory):
         local = ((ids >= offset) & (ids < offset + experts)).sum(axis=1)
         assert local.max() >= 3, "no token takes the overflow loop"
     (auto, _), (sparse, _), (dense, _) = _batched_paths(
-        "sparse_reduce", SPARSE_REDUCE_CASES, SPARSE_REDUCE_CASES.index(args),
-        [("auto", {}), ("auto", {"HPC_XLA_MOE_REDUCE": "sparse"}), ("auto", {"HPC_XLA_MOE_REDUCE": "dense"})],
-        tmp_path_factory)
+        request, "args",
+        [("auto", {}), ("auto", {"HPC_XLA_MOE_REDUCE": "sparse"}), ("auto", {"HPC_XLA_MOE_REDUCE": "dense"})])
     assert np.array_equal(auto.view(np.uint16), sparse.view(np.uint16))  # the default takes the sparse form here
     assert np.array_equal(sparse.view(np.uint16), dense.view(np.uint16))
 
