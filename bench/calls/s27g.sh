@@ -7,11 +7,13 @@
 # a CTA on one expert is worth a custom scheduler; if the consumers never wait for the producer, it is not.
 . "$(dirname "$0")/prelude.sh"
 N=$PWD/.peer/exp/n
-SEC="--section SpeedOfLight --section WarpStateStats --section SchedulerStats --section SourceCounters --section LaunchStats"
+SEC="--section SpeedOfLight --section MemoryWorkloadAnalysis --section WarpStateStats --section SchedulerStats --section SourceCounters --section LaunchStats"
 f=$OUT/ncu_grouped_qwen3_fp8_4096.txt
 ( cd $N && PYTHONPATH=$N timeout 240 ncu --clock-control none --cache-control all $SEC -k regex:GroupedGemmEntry -s 2 -c 2 \
     python3 ../../../tools/profile_targets.py moe --shape qwen3-30b-a3b/fp8_tensor --tokens 4096 --reps 2 > $f 2>&1; echo "ncu rc=$?" )
-grep -E "GroupedGemmEntry|Duration|Compute \(SM\) Throughput|DRAM Throughput|Stall|Warp Cycles Per Issued|Issued Warp" $f | head -40
+# L2 Cache / L1 throughput and Max Bandwidth: session 32's reading has both GEMMs pulling ~4.9 TB/s from L2 into the
+# SMs (37 GB/s per SM on either GEMM) -- L2-bound if "L2 Cache Throughput" / "Max Bandwidth" sit near 90-100%.
+grep -E "GroupedGemmEntry|Duration|Compute \(SM\) Throughput|DRAM Throughput|L2 Cache Throughput|L1/TEX Cache Throughput|Memory Throughput|Max Bandwidth|L2 Hit Rate|Stall|Warp Cycles Per Issued|Issued Warp" $f | head -50
 # Session 31 ran the lines above (section summaries only). The per-instruction stall table: the source page as CSV
 # (SASS), one kernel at a time (-c 1: gate-up with -s 2, down with -s 3), then its 15 SASS lines with the most
 # stall samples -- the descriptor fence / acquire (`FENCE.VIEW.ASYNC.T`, `UTMACCTL`, ...) or the consumers'
