@@ -73,13 +73,6 @@ GroupedGemmTile GroupedGemmTileFromEnv();
 enum class GroupedAct { kEpilogue, kKernel, kInvalid };
 GroupedAct GroupedActFromEnv();
 
-// HPC_XLA_MOE_GEMM_CLUSTER (read once; an A/B switch, experiment 33): unset or "1" -> one-CTA clusters (the default);
-// "n2" -> the 128x256 bf16 / fp8_tensor tiles (both GEMMs, with or without the activation epilogue) run in clusters
-// of 2 CTAs along N whose A k-blocks arrive by TMA multicast; "m2" -> clusters of 2 along M sharing B (experiment 18's
-// form, for comparison in the same run); anything else -> kInvalid. fused_moe_validate.cc.
-enum class GroupedCluster { kOne, kN2, kM2, kInvalid };
-GroupedCluster GroupedClusterFromEnv();
-
 // Whether the gate-up GEMM computes the activation in its epilogue: w13 interleaved, the act not forced into the
 // kernel, and a configuration that has that kernel (fp8_tensor or bf16 on the 128-row cooperative tiles, 128x256 /
 // 128x128, and fp8_tensor on the 64-row ping-pong tiles, 64x256 / 64x128; fp8_block128 never interleaves). tile_m:
