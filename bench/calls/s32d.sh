@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # session 32 call D (~9-10 min; carry .peer/exp/n, .peer/exp/e33): experiment 33 -- the 128x256 grouped GEMMs in clusters
 # of 2 CTAs along N, A by TMA multicast (HPC_XLA_MOE_GEMM_CLUSTER=n2), beside pairs along M sharing B (=m2, experiment
-# 18's form on today's kernels; e33 = main 834c0e7 + bdd0c1c).
+# 18's form on today's kernels; e33 = main 2e4415e + 9eaae37).
 # Tests on e33: the cluster test (6 cases, both w13 layouts, bitwise vs one-CTA clusters), the knob refusals, the act
 # epilogue's 128x256 cases; memcheck + synccheck (cluster barriers) on the cluster test's children.
 # Then n vs e33 with n2 and with m2 (e33 without the knob is n's kernels), 2 rounds.
