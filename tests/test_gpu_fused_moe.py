@@ -588,8 +588,20 @@ for i, args in enumerate(%r):
 """
 
 
-def _start_cases(cases, dst, layout="", **env):
-    return _start_child(_PATH_CHILD % (list(cases),), [dst, layout], **env)
+def _run_cases(cases, runs, folder):
+    """_PATH_CHILD over `cases` once per (extra env, w13 layout: "" or "interleaved") of `runs`, all at once (a child
+    spends most of its ~5 s starting Python and CUDA), outputs under `folder`; returns the finished children."""
+    started = [_start_child(_PATH_CHILD % (list(cases),), [str(folder / ("run%d" % i)), layout], **env)
+               for i, (env, layout) in enumerate(runs)]
+    return [_finish_child(proc) for proc in started]
+
+
+def _case_outputs(folder, done, index):
+    """Case `index`'s outputs and printed infos from the children `done` of _run_cases, in run order."""
+    for r in done:
+        assert r.returncode == 0, r.stdout + r.stderr
+    return [np.load(str(folder / ("run%d_%d.npy" % (i, index)))).view(BF16) for i in range(len(done))], \
+        [_case_info(r, index) for r in done]
 
 
 def _case_info(r, i):
@@ -605,15 +617,8 @@ def _case_info(r, i):
 
 
 def _run_layouts(case, runs, tmp_path):
-    """_PATH_CHILD on `case` once per (extra env, w13 layout: "" or "interleaved") of `runs`, all at once (a child
-    spends most of its ~5 s starting Python and CUDA); returns (outputs, printed infos), in order."""
-    started = [_start_cases([case], str(tmp_path / ("out_%d" % i)), layout, **env)
-               for i, (env, layout) in enumerate(runs)]
-    done = [_finish_child(proc) for proc in started]
-    for r in done:
-        assert r.returncode == 0, r.stdout + r.stderr
-    return [np.load(str(tmp_path / ("out_%d_0.npy" % i))).view(BF16) for i in range(len(runs))], \
-        [_case_info(r, 0) for r in done]
+    """_PATH_CHILD on `case` once per (extra env, w13 layout) of `runs`; returns (outputs, printed infos), in order."""
+    return _case_outputs(tmp_path, _run_cases([case], runs, tmp_path), 0)
 
 
 # (test, same, cases, runs) -> (folder, finished children) of _batched_layouts, for the module's run
@@ -631,15 +636,9 @@ def _batched_layouts(request, param, runs, **same):
     key = (request.node.originalname, repr(same), repr(cases), repr(runs))
     if key not in _BATCHES:
         folder = request.getfixturevalue("tmp_path_factory").mktemp(request.node.originalname)
-        started = [_start_cases(cases, str(folder / ("run%d" % i)), layout, **env)
-                   for i, (env, layout) in enumerate(runs)]
-        _BATCHES[key] = (folder, [_finish_child(proc) for proc in started])
+        _BATCHES[key] = (folder, _run_cases(cases, runs, folder))
     folder, done = _BATCHES[key]
-    for r in done:
-        assert r.returncode == 0, r.stdout + r.stderr
-    index = cases.index(request.node.callspec.params[param])
-    return [np.load(str(folder / ("run%d_%d.npy" % (i, index)))).view(BF16) for i in range(len(runs))], \
-        [_case_info(r, index) for r in done]
+    return _case_outputs(folder, done, cases.index(request.node.callspec.params[param]))
 
 
 def _run_paths(runs, args, tmp_path):
