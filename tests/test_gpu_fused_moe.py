@@ -561,7 +561,7 @@ def test_grouped_deterministic(quant):
 
 # A child that runs make_problem's cases (tokens, experts, H, I, k, quant, offset, extra, shared, seed[, x_fp8]) in
 # turn under its environment's knobs, w13 interleaved when argv[2] says so: case i's output to argv[1] + "_i.npy" and
-# one line "CASE i TILE m ACT a EPILOGUES n GATHERS n PREFETCHES n WGMMA n" (launch counters as this case's own
+# one line "CASE i TILE m ACT a EPILOGUES n GATHERS n PREFETCHES n WGMMA n CLUSTERS n" (launch counters as this case's own
 # increments, so a case reads the same as in a fresh process).
 _PATH_CHILD = r"""
 import sys
@@ -571,7 +571,8 @@ from test_fused_moe import make_problem
 from test_gpu_fused_moe import _tile_m, run_cuda
 from hpc_xla._ext import ext
 counters = [("EPILOGUES", ext().fused_moe_act_epilogue_launches), ("GATHERS", ext().fused_moe_gather_by_tokens_launches),
-            ("PREFETCHES", ext().fused_moe_w2_prefetch_launches), ("WGMMA", ext().fused_moe_wgmma_gate_up_launches)]
+            ("PREFETCHES", ext().fused_moe_w2_prefetch_launches), ("WGMMA", ext().fused_moe_wgmma_gate_up_launches),
+            ("CLUSTERS", ext().fused_moe_gemm_cluster_launches)]
 interleaved = len(sys.argv) > 2 and sys.argv[2] == "interleaved"
 for i, args in enumerate(%r):
     p = make_problem(*args[:5], quant=args[5], expert_offset=args[6], extra_experts=args[7], shared=args[8],
@@ -793,6 +794,50 @@ def test_grouped_gather_by_tokens_equals_rows(case, request):
     _check_oracle(p, tokens)
 
 
+# make_problem's (tokens, experts, H, I, k, quant, offset, extra, shared, seed, x_fp8)
+CLUSTER_CASES = [
+    (800, 4, 256, 256, 2, "fp8_tensor", 1, 2, True, 71, False),     # down N = H = 256: one N tile, the pair half idle
+    (800, 4, 512, 384, 2, None, 0, 0, True, 72, False),             # bf16; gate-up 2I = 768: 3 N tiles, a half pair
+    (5, 4, 256, 128, 2, "fp8_tensor", 1, 2, False, 73, False),      # groups of 0-3 rows
+    (600, 4, 512, 192, 4, "fp8_tensor", 3, 4, True, 74, False),     # EP 4 of 11; 2I = 384: the 2nd N tile half masked
+    (700, 4, 256, 384, 2, None, 1, 2, True, 75, False),             # bf16, remote slots
+    (8192, 4, 1024, 512, 2, "fp8_tensor", 0, 0, False, 76, False),  # many tiles per persistent pair, expert changes
+]
+
+
+@pytest.mark.parametrize("case", CLUSTER_CASES)
+def test_grouped_cluster_pairs_equal_one_cta(case, request):
+    """The 128x256 grouped GEMMs in clusters of 2 CTAs along N, A by TMA multicast (experiment 33; the default, run
+    here by the knob's "n2" and by leaving it unset) -- on vLLM's w13 layout (gate-up and down on the plain kernels) and
+    on the interleaved one (gate-up with the activation epilogue): bitwise equal to one-CTA clusters
+    (HPC_XLA_MOE_GEMM_CLUSTER=1; multicast moves the same bytes into shared memory;
+    the MMAs and their order are the same), both GEMMs counted as clustered launches, and within the oracle's
+    tolerance. Cases with an odd count of N tiles leave the pair's second CTA without a tile (zero-filled, clipped).
+    =m2 (pairs along M sharing B, experiment 18's form, measured beside n2) the same; there an expert with an odd count
+    of M tiles leaves the second CTA idle (the groups of 0-3 rows: every expert)."""
+    # "" is unset to the knob and overrides a value in the test's own environment
+    one, n2, m2, default = ({"HPC_XLA_MOE_PATH": "grouped", "HPC_XLA_MOE_GEMM_TILE": "128x256",
+                             "HPC_XLA_MOE_GEMM_CLUSTER": c} for c in ("1", "n2", "m2", ""))
+    runs = [(one, ""), (n2, ""), (one, "interleaved"), (n2, "interleaved"), (m2, ""), (m2, "interleaved"),
+            (default, ""), (default, "interleaved")]
+    (plain, plain_n2, inter, inter_n2, plain_m2, inter_m2, plain_def, inter_def), infos = _batched_layouts(
+        request, "case", runs)
+    lines = [info["line"] for info in infos]
+    assert [info["TILE"] for info in infos] == [GROUPED_TILE] * 8, lines
+    # gate-up and down in clusters wherever not forced to one CTA -- the default included
+    assert [info["CLUSTERS"] for info in infos] == [0, 2, 0, 2, 2, 2, 2, 2], lines
+    assert [info["EPILOGUES"] > 0 for info in infos] == [False, False, True, True, False, True, False, True], lines
+    for other in (plain_n2, plain_m2, plain_def):
+        assert np.array_equal(plain.view(np.uint16), other.view(np.uint16))
+    for other in (inter_n2, inter_m2, inter_def):
+        assert np.array_equal(inter.view(np.uint16), other.view(np.uint16))
+    assert np.array_equal(plain.view(np.uint16), inter.view(np.uint16))  # the act epilogue's own guarantee
+    if case[0] <= 800:
+        p = make_problem(*case[:5], quant=case[5], expert_offset=case[6], extra_experts=case[7], shared=case[8],
+                         seed=case[9], x_fp8=case[10])
+        _check_oracle(p, inter_n2)
+
+
 W2_PREFETCH_CASES = [
     (1, 8, 2048, 768, 8, "fp8_tensor", 0, 0, True, 81),    # Qwen3-30B's shape at T=1 (one expert's w2: 1.5 MB)
     (3, 6, 512, 192, 2, "fp8_tensor", 1, 3, False, 82),   # EP with remote and repeated slots, three tokens
@@ -970,6 +1015,7 @@ except ValueError as e:
     ("HPC_XLA_MOE_ACT", "fused", "HPC_XLA_MOE_ACT must be 'kernel', 'epilogue' or unset; got 'fused'"),
     ("HPC_XLA_MOE_W2_PREFETCH", "1", "HPC_XLA_MOE_W2_PREFETCH must be 'bulk', 'lines' or unset; got '1'"),
     ("HPC_XLA_MOE_GATHER", "pairs", "HPC_XLA_MOE_GATHER must be 'rows', 'tokens' or unset; got 'pairs'"),
+    ("HPC_XLA_MOE_GEMM_CLUSTER", "2", "HPC_XLA_MOE_GEMM_CLUSTER must be '1', 'n2', 'm2' or unset; got '2'"),
 ])
 def test_moe_knobs_reject_unknown_values(knob, value, message):
     r = _run_child(_KNOB_CHILD, **{knob: value})

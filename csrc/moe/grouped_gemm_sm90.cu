@@ -8,7 +8,10 @@
 // and 64-row ping-pong variants of each (64x256 bf16 / fp8_tensor, 64x128 fp8_tensor / fp8_block128) for groups of
 // a few dozen rows (GroupedGemmGroups::tile_m, from fused_moe_plan.h's GroupedCtaRows). GEMM1 (gate-up) and GEMM2
 // (down) share the kernel type (shapes are runtime).
-// Cluster 1x1x1: groups are as small as one M tile, where a cluster's second CTA would often idle.
+// The 128x256 tiles run in clusters of 2 along N by default (experiment 33, HPC_XLA_MOE_GEMM_CLUSTER): both CTAs of
+// a pair work on one M tile, so no CTA idles however small a group is, and every benchmark shape has an even count of
+// 256-wide N tiles. Pairs along M (=m2, experiment 18's form) idle their second CTA on an expert with an odd count of
+// M tiles (Qwen3 fp8 T=4096 +35 us); the 64-row and fp8_block128 tiles stay in one-CTA clusters.
 // w13 interleaved in blocks of 64 rows: GEMM1 (fp8_tensor | bf16, 128x256 / 128x128; fp8_tensor's 64-row ping-pong
 // tiles too) writes silu(gate) * up itself from its accumulators (moe_act_epilogue_sm90.h) instead of gate_up for the
 // act kernel (GroupedGemmActInEpilogue).
@@ -54,6 +57,8 @@ namespace {
 
 // Gate-up launches whose epilogue computed the activation (FusedMoeActEpilogueLaunches: the tests' proof it ran).
 std::atomic<int64_t> g_act_epilogue_launches{0};
+// Grouped GEMM launches in 2-CTA clusters (FusedMoeGemmClusterLaunches: the tests' proof that the knob took).
+std::atomic<int64_t> g_cluster_launches{0};
 
 using namespace cute;
 
@@ -62,8 +67,15 @@ using ElementD = cutlass::bfloat16_t;
 using LayoutA = cutlass::layout::RowMajor;     // A [rows, K]: K contiguous
 using LayoutB = cutlass::layout::ColumnMajor;  // B [N, K] per expert: K contiguous ("column-major K x N")
 using LayoutD = cutlass::layout::RowMajor;     // D [rows, N]
-using ClusterShape = Shape<_1, _1, _1>;
-constexpr int kClusterM = size<0>(ClusterShape{}), kClusterN = size<1>(ClusterShape{});
+using Cluster1 = Shape<_1, _1, _1>;
+// Clusters of 2 CTAs along N: the two N tiles of one M tile share each A (activation) k-block by TMA multicast (the
+// builder picks SM90_TMA_LOAD_MULTICAST for A when the cluster spans N): 8 of the 48 KB a 128x256x128 fp8 k-block
+// loads per CTA, -17% of the L2 -> SM traffic of both GEMMs, which session 31's ncu left neither DRAM- nor
+// tensor-bound at 1 CTA per SM.
+using ClusterN2 = Shape<_1, _2, _1>;
+// Clusters of 2 along M (HPC_XLA_MOE_GEMM_CLUSTER=m2): B (weight) k-blocks shared, 32 of 48 KB; experiment 18's form,
+// whose pair idles its second CTA on an expert with an odd count of M tiles -- measured beside n2 in one run.
+using ClusterM2 = Shape<_2, _1, _1>;
 constexpr int kAlignD = 16 / sizeof(ElementD);
 using ScaleConfig = cutlass::detail::Sm90BlockwiseScaleConfig<1, kMoeBlock, kMoeBlock, cute::GMMA::Major::K,
                                                               cute::GMMA::Major::K>;
@@ -73,7 +85,7 @@ using LayoutSFB = decltype(ScaleConfig::deduce_layoutSFB());
 // One CUTLASS grouped GEMM kernel type: element type, CTA tile, mainloop schedule, block-scaled or not. Tiles of
 // 128 rows run cooperative (two consumer warpgroups split one tile), tiles of 64 rows ping-pong (each consumer
 // warpgroup owns a tile; one's MMAs overlap the other's epilogue).
-template <class Element, class TileShape, class MainloopSchedule, bool kBlockScaled>
+template <class Element, class TileShape, class MainloopSchedule, bool kBlockScaled, class ClusterShape = Cluster1>
 struct GroupedKernel {
   static constexpr int kAlignAB = 16 / sizeof(Element);
   static constexpr bool kPingpong = size<0>(TileShape{}) == 64;
@@ -101,14 +113,26 @@ using Fp8TensorGrouped = GroupedKernel<cutlass::float_e4m3_t, Shape<_128, _128, 
 // 128x256 CTA tiles (the default for bf16 / fp8_tensor): twice the B reuse per A tile. Measured on the H200 against
 // 128x128 at every grouped-path shape of the benchmark (T >= 4096 for Qwen3 / Hy3, >= 1024 for Mixtral): 1.03-1.25x,
 // Mixtral bf16 1.34-1.53x (bench/NOTES.md, fused_moe v5). HPC_XLA_MOE_GEMM_TILE=128x128 brings the old tile back.
-using Bf16WideGrouped = GroupedKernel<cutlass::bfloat16_t, Shape<_128, _256, _64>,
-                                      cutlass::gemm::KernelPtrArrayTmaWarpSpecializedCooperative, false>;
-using Fp8TensorWideGrouped = GroupedKernel<cutlass::float_e4m3_t, Shape<_128, _256, _128>,
-                                           cutlass::gemm::KernelPtrArrayTmaWarpSpecializedCooperativeFP8FastAccum, false>;
+// The 128x256 kernels in a given cluster shape (Cluster1, or the pairs ClusterN2 / ClusterM2).
+template <class Cluster>
+using Bf16WideGroupedIn = GroupedKernel<cutlass::bfloat16_t, Shape<_128, _256, _64>,
+                                        cutlass::gemm::KernelPtrArrayTmaWarpSpecializedCooperative, false, Cluster>;
+template <class Cluster>
+using Fp8TensorWideGroupedIn =
+    GroupedKernel<cutlass::float_e4m3_t, Shape<_128, _256, _128>,
+                  cutlass::gemm::KernelPtrArrayTmaWarpSpecializedCooperativeFP8FastAccum, false, Cluster>;
+using Bf16WideGrouped = Bf16WideGroupedIn<Cluster1>;
+using Fp8TensorWideGrouped = Fp8TensorWideGroupedIn<Cluster1>;
 using Bf16Kernel = Bf16Grouped::Kernel;
 using Fp8TensorKernel = Fp8TensorGrouped::Kernel;
 using Bf16WideKernel = Bf16WideGrouped::Kernel;
 using Fp8TensorWideKernel = Fp8TensorWideGrouped::Kernel;
+using Bf16WideN2Grouped = Bf16WideGroupedIn<ClusterN2>;
+using Fp8TensorWideN2Grouped = Fp8TensorWideGroupedIn<ClusterN2>;
+using Bf16WideN2Kernel = Bf16WideN2Grouped::Kernel;
+using Fp8TensorWideN2Kernel = Fp8TensorWideN2Grouped::Kernel;
+using Bf16WideM2Grouped = Bf16WideGroupedIn<ClusterM2>;
+using Fp8TensorWideM2Grouped = Fp8TensorWideGroupedIn<ClusterM2>;
 using Fp8BlockGrouped = GroupedKernel<cutlass::float_e4m3_t, Shape<_128, _128, _128>,
                                       cutlass::gemm::KernelPtrArrayTmaWarpSpecializedCooperativeFP8BlockScaledAccum,
                                       true>;
@@ -135,6 +159,10 @@ using Fp8TensorWideActKernel = ActEpilogueKernelOf<Fp8TensorWideGrouped, MoeQuan
 using Fp8TensorActKernel = ActEpilogueKernelOf<Fp8TensorGrouped, MoeQuant::kFp8Tensor>;
 using Bf16WideActKernel = ActEpilogueKernelOf<Bf16WideGrouped, MoeQuant::kNone>;
 using Bf16ActKernel = ActEpilogueKernelOf<Bf16Grouped, MoeQuant::kNone>;
+using Fp8TensorWideN2ActKernel = ActEpilogueKernelOf<Fp8TensorWideN2Grouped, MoeQuant::kFp8Tensor>;
+using Bf16WideN2ActKernel = ActEpilogueKernelOf<Bf16WideN2Grouped, MoeQuant::kNone>;
+using Fp8TensorWideM2ActKernel = ActEpilogueKernelOf<Fp8TensorWideM2Grouped, MoeQuant::kFp8Tensor>;
+using Bf16WideM2ActKernel = ActEpilogueKernelOf<Bf16WideM2Grouped, MoeQuant::kNone>;
 // fp8_tensor's 64-row ping-pong tiles (groups of <= 64 rows, e.g. Qwen3-30B at T = 129-1024): each consumer
 // warpgroup owns its tile, whose accumulators are the same one 64xN GMMA atom per warpgroup the epilogue reads.
 using Fp8TensorNarrowActKernel = ActEpilogueKernelOf<Fp8TensorNarrowGrouped, MoeQuant::kFp8Tensor>;
@@ -278,7 +306,8 @@ __global__ void __launch_bounds__(kSetupThreads) GroupedGemmSetupKernel(const __
 
 // ------------------------------------------------------------------------------------------- launchers
 template <class Kernel>
-typename Kernel::Arguments MakeArguments(const GroupedGemmGroups& g, const GroupedGemmProblem& p, int sms) {
+typename Kernel::Arguments MakeArguments(const GroupedGemmGroups& g, const GroupedGemmProblem& p, int sms,
+                                         int max_active_clusters) {
   using ElementAB = typename Kernel::ElementA;
   const ArgArrays w = CarveArgs(p.args, g.experts);
   typename Kernel::Arguments args{};
@@ -311,7 +340,50 @@ typename Kernel::Arguments MakeArguments(const GroupedGemmGroups& g, const Group
   }
   args.hw_info.device_id = g.device;
   args.hw_info.sm_count = sms;
+  args.hw_info.max_active_clusters = max_active_clusters;  // 0: one-CTA clusters (the scheduler uses sm_count)
   return args;
+}
+
+template <class Kernel>
+using ClusterOf = typename Kernel::DispatchPolicy::ClusterShape;
+
+template <class Kernel>
+dim3 ClusterDim() {
+  return dim3(size<0>(ClusterOf<Kernel>{}), size<1>(ClusterOf<Kernel>{}), size<2>(ClusterOf<Kernel>{}));
+}
+
+// Clusters of `Kernel` that fit on the device at once, for the persistent scheduler's grid: CUTLASS's own guess from
+// sm_count assumes every SM can seat a cluster member, but a GPC with an odd number of free SMs cannot seat a pair,
+// and a grid sized from sm_count would run its last clusters as a second wave. Asked once per kernel type and device
+// (host threads may launch on several devices at once: the cache is atomic; a race asks twice for the same answer).
+template <class Kernel>
+Status MaxActiveClusters(int device, int smem, int* clusters) {
+  constexpr int kMaxDevices = 64;
+  static std::atomic<int> cache[kMaxDevices];
+  if (device < 0 || device >= kMaxDevices) {
+    return Status::Internal("fused_moe grouped GEMM: device " + std::to_string(device) + " out of range");
+  }
+  int cached = cache[device].load(std::memory_order_relaxed);
+  if (cached == 0) {
+    const dim3 cluster = ClusterDim<Kernel>();
+    cudaLaunchConfig_t config = {};
+    config.gridDim = cluster;
+    config.blockDim = Kernel::get_block_shape();
+    config.dynamicSmemBytes = smem;
+    cudaLaunchAttribute attr;
+    attr.id = cudaLaunchAttributeClusterDimension;
+    attr.val.clusterDim.x = cluster.x;
+    attr.val.clusterDim.y = cluster.y;
+    attr.val.clusterDim.z = cluster.z;
+    config.attrs = &attr;
+    config.numAttrs = 1;
+    HPC_RETURN_IF_ERROR(CudaStatus(cudaOccupancyMaxActiveClusters(&cached, &GroupedGemmEntry<Kernel>, &config),
+                                   "fused_moe grouped GEMM: cluster occupancy"));
+    if (cached < 1) return Status::Internal("fused_moe grouped GEMM: no cluster of this kernel fits on the device");
+    cache[device].store(cached, std::memory_order_relaxed);
+  }
+  *clusters = cached;
+  return Status::Ok();
 }
 
 template <class Kernel>
@@ -321,7 +393,14 @@ Status RunKernel(const GroupedGemmGroups& g, const GroupedGemmProblem& p, cudaSt
     return Status::Internal("fused_moe grouped GEMM: the workspace is sized for at most " +
                             std::to_string(kGroupedGemmMaxSms) + " SMs; this device has " + std::to_string(sms));
   }
-  typename Kernel::Arguments args = MakeArguments<Kernel>(g, p, sms);
+  auto* fn = &GroupedGemmEntry<Kernel>;
+  const int smem = static_cast<int>(Kernel::SharedStorageSize);
+  HPC_RETURN_IF_ERROR(AllowSmem(reinterpret_cast<const void*>(fn), smem));
+  const dim3 cluster = ClusterDim<Kernel>();
+  const bool clustered = cluster.x * cluster.y * cluster.z > 1;
+  int clusters = 0;
+  if (clustered) HPC_RETURN_IF_ERROR(MaxActiveClusters<Kernel>(g.device, smem, &clusters));
+  typename Kernel::Arguments args = MakeArguments<Kernel>(g, p, sms, clusters);
   const size_t need = Kernel::get_workspace_size(args);
   if (need > static_cast<size_t>(kGroupedGemmWorkspaceBytes)) {
     return Status::Internal("fused_moe grouped GEMM: CUTLASS needs " + std::to_string(need) +
@@ -329,9 +408,6 @@ Status RunKernel(const GroupedGemmGroups& g, const GroupedGemmProblem& p, cudaSt
   }
   if (!Kernel::can_implement(args)) return Status::Internal("fused_moe grouped GEMM: CUTLASS can_implement failed");
   const typename Kernel::Params params = Kernel::to_underlying_arguments(args, g.workspace);
-  auto* fn = &GroupedGemmEntry<Kernel>;
-  const int smem = static_cast<int>(Kernel::SharedStorageSize);
-  HPC_RETURN_IF_ERROR(AllowSmem(reinterpret_cast<const void*>(fn), smem));
   const dim3 grid = Kernel::get_grid_shape(params);
   const dim3 block = Kernel::get_block_shape();
   cudaLaunchConfig_t config = {};
@@ -346,11 +422,15 @@ Status RunKernel(const GroupedGemmGroups& g, const GroupedGemmProblem& p, cudaSt
     attr[n_attr].val.programmaticStreamSerializationAllowed = 1;
     ++n_attr;
   }
-  if constexpr (kClusterM * kClusterN > 1) {
+  if (clustered) {
+    if (grid.x % cluster.x != 0 || grid.y % cluster.y != 0) {
+      return Status::Internal("fused_moe grouped GEMM: grid " + std::to_string(grid.x) + "x" + std::to_string(grid.y) +
+                              " is not a whole number of clusters");
+    }
     attr[n_attr].id = cudaLaunchAttributeClusterDimension;
-    attr[n_attr].val.clusterDim.x = kClusterM;
-    attr[n_attr].val.clusterDim.y = kClusterN;
-    attr[n_attr].val.clusterDim.z = 1;
+    attr[n_attr].val.clusterDim.x = cluster.x;
+    attr[n_attr].val.clusterDim.y = cluster.y;
+    attr[n_attr].val.clusterDim.z = cluster.z;
     ++n_attr;
   }
   config.attrs = attr;
@@ -377,6 +457,17 @@ Status LaunchGroupedGemmSetup(const GroupedGemmGroups& g, const GroupedGemmProbl
   return Launch("fused_moe grouped GEMM setup launch", GroupedGemmSetupKernel, dim3(1), dim3(threads), 0, stream, sp);
 }
 
+// A 128x256 clustered kernel pair (the activation epilogue's or the plain one), counted for the tests.
+template <class Plain, class Act>
+Status RunClustered(const GroupedGemmGroups& g, const GroupedGemmProblem& p, cudaStream_t stream) {
+  const Status launched = p.act_epilogue ? RunKernel<Act>(g, p, stream) : RunKernel<Plain>(g, p, stream);
+  if (launched.ok()) {
+    if (p.act_epilogue) g_act_epilogue_launches.fetch_add(1, std::memory_order_relaxed);
+    g_cluster_launches.fetch_add(1, std::memory_order_relaxed);
+  }
+  return launched;
+}
+
 Status LaunchGroupedGemm(const GroupedGemmGroups& g, const GroupedGemmProblem& p, cudaStream_t stream) {
   if (p.act_epilogue && (g.quant == MoeQuant::kFp8Block128 || (g.quant == MoeQuant::kFp8Tensor && !p.act_scale))) {
     return Status::Internal("fused_moe grouped GEMM: activation epilogue requested for fp8_block128 or without a2");
@@ -384,6 +475,16 @@ Status LaunchGroupedGemm(const GroupedGemmGroups& g, const GroupedGemmProblem& p
   const GroupedGemmTile env = GroupedGemmTileFromEnv();  // invalid never gets here: ValidateFusedMoeCuda
   const bool narrow = env.m != 0 ? env.m == 64 : g.tile_m == 64;
   const bool wide = env.n != 128;  // N 256 unless the knob says 128
+  const GroupedCluster cluster = GroupedClusterFromEnv();
+  if (wide && !narrow && g.quant != MoeQuant::kFp8Block128 && cluster != GroupedCluster::kOne) {
+    const bool bf16 = g.quant == MoeQuant::kNone;
+    if (cluster == GroupedCluster::kM2) {
+      return bf16 ? RunClustered<Bf16WideM2Grouped::Kernel, Bf16WideM2ActKernel>(g, p, stream)
+                  : RunClustered<Fp8TensorWideM2Grouped::Kernel, Fp8TensorWideM2ActKernel>(g, p, stream);
+    }
+    return bf16 ? RunClustered<Bf16WideN2Kernel, Bf16WideN2ActKernel>(g, p, stream)
+                : RunClustered<Fp8TensorWideN2Kernel, Fp8TensorWideN2ActKernel>(g, p, stream);
+  }
   if (p.act_epilogue) {  // the caller checked GroupedGemmActInEpilogue: 128-row tiles, or fp8_tensor's 64-row ones
     if (narrow && g.quant != MoeQuant::kFp8Tensor) {
       return Status::Internal("fused_moe grouped GEMM: no bf16 activation epilogue for 64-row tiles");
@@ -420,4 +521,5 @@ Status LaunchGroupedGemm(const GroupedGemmGroups& g, const GroupedGemmProblem& p
 
 namespace hpc {
 int64_t FusedMoeActEpilogueLaunches() { return moe::g_act_epilogue_launches.load(std::memory_order_relaxed); }
+int64_t FusedMoeGemmClusterLaunches() { return moe::g_cluster_launches.load(std::memory_order_relaxed); }
 }  // namespace hpc

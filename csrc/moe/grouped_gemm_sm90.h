@@ -73,6 +73,14 @@ GroupedGemmTile GroupedGemmTileFromEnv();
 enum class GroupedAct { kEpilogue, kKernel, kInvalid };
 GroupedAct GroupedActFromEnv();
 
+// HPC_XLA_MOE_GEMM_CLUSTER (read once; experiment 33): unset or "n2" -> the 128x256 bf16 / fp8_tensor tiles (both
+// GEMMs, with or without the activation epilogue) run in clusters of 2 CTAs along N whose A k-blocks arrive by TMA
+// multicast (the default since session 33: Mixtral -2..6%, Hy3 T >= 4096 -1..3%, Qwen3 unchanged on the H100);
+// "1" -> one-CTA clusters (the kernels before it); "m2" -> clusters of 2 along M sharing B (experiment 18's form, kept
+// for comparison); anything else -> kInvalid. fused_moe_validate.cc.
+enum class GroupedCluster { kOne, kN2, kM2, kInvalid };
+GroupedCluster GroupedClusterFromEnv();
+
 // Whether the gate-up GEMM computes the activation in its epilogue: w13 interleaved, the act not forced into the
 // kernel, and a configuration that has that kernel (fp8_tensor or bf16 on the 128-row cooperative tiles, 128x256 /
 // 128x128, and fp8_tensor on the 64-row ping-pong tiles, 64x256 / 64x128; fp8_block128 never interleaves). tile_m:
