@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# session 27 optional call G (~3 min; carry .peer/exp/n): is the grouped GEMM's per-expert TMA descriptor update a
+# session 27 optional call G (~5 min; carry .peer/exp/n): is the grouped GEMM's per-expert TMA descriptor update a
 # stall? (NOTES "two leads", (1).) ncu of both grouped GEMMs (GroupedGemmEntry: gate-up with the activation epilogue,
 # then down) at Qwen3 fp8 T=4096, L2 flushed: warp states and the source-level stall sampling. If the fence acquire /
 # the descriptor copy shows up in the producer warp's top stalls while the consumers wait on the pipeline barrier
@@ -7,6 +7,13 @@
 # a CTA on one expert is worth a custom scheduler; if the consumers never wait for the producer, it is not.
 . "$(dirname "$0")/prelude.sh"
 N=$PWD/.peer/exp/n
+# Session 33: first the per-kernel times under graph replay at Qwen3 fp8 T=256 / 1024 / 4096 -- at T <= 1024 every
+# expert holds one 64-row M tile, so a CTA changes expert (and TMA descriptors) on every tile of both GEMMs; if the
+# down GEMM there sits well above its w2 bytes' time (201 MB), that is the second place a per-expert tile order
+# would pay.
+( cd $N && PYTHONPATH=$N HPC_BENCH_PEERS=0 HPC_PROFILE_MOE=qwen3-30b-a3b/fp8_tensor:256,qwen3-30b-a3b/fp8_tensor:1024,\
+qwen3-30b-a3b/fp8_tensor:4096 timeout 150 python3 ../../../tools/profile_kernels.py moe > $OUT/profile_qwen3_fp8.txt 2>&1
+  echo "profile rc=$?"; grep -E "==|after predecessor" $OUT/profile_qwen3_fp8.txt | cut -c1-150 | head -40 )
 SEC="--section SpeedOfLight --section MemoryWorkloadAnalysis --section WarpStateStats --section SchedulerStats --section SourceCounters --section LaunchStats"
 f=$OUT/ncu_grouped_qwen3_fp8_4096.txt
 ( cd $N && PYTHONPATH=$N timeout 240 ncu --clock-control none --cache-control all $SEC -k regex:GroupedGemmEntry -s 2 -c 2 \
