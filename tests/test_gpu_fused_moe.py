@@ -516,6 +516,9 @@ GROUPED_CASES = [
     (700, 6, 4, 256, 128, 5, 7, True, False, False, False),      # EP: local experts 5..10 of 18, other ids skip
     (300, 4, 3, 384, 128, 0, 0, False, False, True, False),      # every token on the first local expert
     (257, 3, 1, 128, 128, 2, 0, False, True, False, False),      # ragged last M tile in every group
+    (2048, 128, 8, 256, 128, 0, 0, False, False, False, False),  # Qwen3's 128 experts: the group walk in 4 rounds of
+                                                                  # 32, persistent CTAs crossing many groups
+    (2560, 96, 6, 256, 128, 32, 32, True, False, False, False),  # EP: local experts 32..127 of 160
 ]
 # H or I a multiple of 64 only (bf16 / fp8_tensor): partial N tiles (H = 192) and K tails (I = 192, fp8 tile K
 # 128), the smallest dims (64)
