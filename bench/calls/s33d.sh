@@ -1,24 +1,32 @@
 #!/usr/bin/env bash
-# session 33 call D (~6 min; carry .peer/exp/n, .peer/exp/e34): experiment 34 -- fp8_block128's 128x128 grouped GEMMs
-# in 2-CTA clusters along N (A by TMA multicast), the form experiment 33 landed for the 128x256 tiles (e34 = main
-# + 5cb7ec1; n = main, both staged after 2d7a247).
-# Tests on e34: the block128 cluster test (4 cases, bitwise vs one-CTA clusters), memcheck + synccheck on two cases.
-# Then, 2 rounds: n | e34 (block128 pairs) | e34 with HPC_XLA_MOE_GEMM_CLUSTER=1 (no pairs anywhere: experiment 33's
-# gain against n, on this card).
-# Predicted e34: DSv3-EP8 T=4096 -1..4% (-8..30 us), T=16384 -1..3%; T <= 1024 unchanged (64-row tiles); the other
-# shapes unchanged (same kernels as n). Refuted if DSv3-EP8 T=4096 and T=16384 both gain < 1%.
+# session 33 call D (~5 min; carry .peer/exp/n, .peer/exp/e34, .peer/exp/e35): experiments 34 and 35 on main (n),
+# their tests; the A/B is s33e.sh (chain it right after).
+# e34 = main + 5cb7ec1: fp8_block128's 128x128 grouped GEMMs in 2-CTA clusters along N (A by TMA multicast), the
+# form experiment 33 landed for the 128x256 tiles. e35 = main + c40e887: every persistent cluster runs one
+# contiguous run of the grouped problem's tiles (CUTLASS's group scheduler hands out q, q+G, ...: a new expert, new
+# TMA descriptors, on almost every tile at Qwen3's shapes).
+# Tests: e34's block128 cluster test + memcheck/synccheck; e35's grouped oracle cases (incl. 128 / 96 experts),
+# cluster pairs, act epilogue, token gather + memcheck on the many-expert cases; then moe_bits.py: e35's outputs
+# on benchmark rows must equal n's bit for bit (same tiles, same MMAs, another order).
+# Predicted (s33e): e34 DSv3-EP8 T=4096 -1..4%, T=16384 -1..3% (refuted if both < 1%); e35 Qwen3 fp8 T=4096 -5..20 us,
+# T=1024 -3..10, Hy3-TP8 T=4096 -5..15, Mixtral unchanged (refuted if no Qwen3 / Hy3 row gains > 1%).
 . "$(dirname "$0")/prelude.sh"
-E=$PWD/.peer/exp/e34
+N=$PWD/.peer/exp/n; E4=$PWD/.peer/exp/e34; E5=$PWD/.peer/exp/e35
 T="python3 -m pytest -q -p no:cacheprovider"
 CS="compute-sanitizer --target-processes all --error-exitcode 99"
 M=tests/test_gpu_fused_moe.py
-in_background "e34 block128 cluster + knobs" d_a.log 240 $E $T $M -k "block128_cluster or knobs_reject"
-in_background "e34 memcheck" d_mc.log 240 $E $CS --tool memcheck $T $M -k "block128_cluster and (case0 or case1)"
-in_background "e34 synccheck" d_sc.log 240 $E $CS --tool synccheck $T $M -k "block128_cluster and case2"
+in_background "e34 block128 cluster + knobs" d_a.log 240 $E4 $T $M -k "block128_cluster or knobs_reject"
+in_background "e34 memcheck" d_mc.log 240 $E4 $CS --tool memcheck $T $M -k "block128_cluster and (case0 or case1)"
+in_background "e35 grouped" d_b.log 240 $E5 $T $M -k "grouped_vs_oracle or cluster_pairs or gather_by_tokens or \
+(act_epilogue and 128x256) or grouped_deterministic"
+in_background "e35 memcheck" d_mc5.log 240 $E5 $CS --tool memcheck $T $M -k "grouped_vs_oracle and (case6 or case7)"
 wait; t
-grep -hE 'ERROR SUMMARY' $R/d_mc.log $R/d_sc.log | sort | uniq -c | head -4
+in_background "e34 synccheck" d_sc.log 200 $E4 $CS --tool synccheck $T $M -k "block128_cluster and case2"
+in_background "e35 synccheck" d_sc5.log 200 $E5 $CS --tool synccheck $T $M -k "cluster_pairs and case3"
+( cd $N && PYTHONPATH=$N timeout 150 python3 ../../../bench/calls/moe_bits.py /tmp/bits_n.npz > $R/d_bits.log 2>&1 )
+( cd $E5 && PYTHONPATH=$E5 timeout 150 python3 ../../../bench/calls/moe_bits.py /tmp/bits_e35.npz >> $R/d_bits.log 2>&1 )
+python3 bench/calls/moe_bits.py /tmp/bits_n.npz /tmp/bits_e35.npz >> $R/d_bits.log 2>&1; tail -12 $R/d_bits.log
+wait; t
+grep -hE 'ERROR SUMMARY' $R/d_mc.log $R/d_mc5.log $R/d_sc.log $R/d_sc5.log | sort | uniq -c | head -4
 collect d_
-env AB_WIDTH=100 AB_TIMEOUT=200 OUT=/tmp/abl tools/ab_bench.sh 2 \
-  "moe --shapes dsv3-ep8,qwen3-30b-a3b/fp8_tensor,mixtral-8x7b/bf16 --tokens 1024,4096,16384" n e34 \
-  e34:HPC_XLA_MOE_GEMM_CLUSTER=1 > $R/d_ab.txt 2>&1; t
-cp $R/d_ab.txt $OUT/; grep -a "│\|==" $R/d_ab.txt | cut -c1-90
+cp $R/d_bits.log $OUT/
