@@ -841,48 +841,6 @@ def test_grouped_cluster_pairs_equal_one_cta(case, request):
         _check_oracle(p, inter_n2)
 
 
-TILE_ORDER_CASES = [
-    (2048, 128, 256, 128, 8, "fp8_tensor", 0, 0, False, 101, False),     # Qwen3's expert count, 128-row tiles (pairs)
-    (2048, 128, 256, 128, 8, None, 0, 0, True, 102, False),              # bf16
-    (600, 128, 256, 128, 8, "fp8_tensor", 0, 0, False, 103, False),      # ~37 rows per expert: 64-row ping-pong tiles
-    (8192, 4, 1024, 512, 2, "fp8_tensor", 0, 0, False, 104, False),      # few experts, many tiles each
-    (2560, 96, 256, 128, 6, "fp8_block128", 32, 32, True, 105, False),   # EP 96 of 160, block128 (one-CTA clusters)
-]
-
-
-def _tile_order_runs(layout):
-    return [({"HPC_XLA_MOE_PATH": "grouped", "HPC_XLA_MOE_TILE_ORDER": order}, layout)
-            for order in ("strided", "blocked", "")]
-
-
-def _check_tile_orders(case, outs, infos):
-    lines = [info["line"] for info in infos]
-    assert len({info["TILE"] for info in infos}) == 1, lines
-    for other in outs[1:]:
-        assert np.array_equal(outs[0].view(np.uint16), other.view(np.uint16)), lines
-    if case[0] <= 2560:
-        p = make_problem(*case[:5], quant=case[5], expert_offset=case[6], extra_experts=case[7], shared=case[8],
-                         seed=case[9], x_fp8=case[10])
-        _check_oracle(p, outs[1])
-
-
-@pytest.mark.parametrize("case", TILE_ORDER_CASES)
-def test_grouped_tile_orders_equal(case, request):
-    """HPC_XLA_MOE_TILE_ORDER (experiment 35): each persistent cluster running one contiguous run of the grouped
-    problem's tiles ("blocked", the default) computes the same tiles with the same MMAs as CUTLASS's strided order,
-    so the outputs are bitwise equal -- with 96-128 experts (the group walk crossing many 32-group rounds), 64- and
-    128-row tiles, 2-CTA clusters, few experts with many tiles, EP and block128 -- and within the oracle's tolerance."""
-    outs, infos = _batched_layouts(request, "case", _tile_order_runs(""))
-    _check_tile_orders(case, outs, infos)
-
-
-@pytest.mark.parametrize("case", [c for c in TILE_ORDER_CASES if c[5] != "fp8_block128"])
-def test_grouped_tile_orders_equal_interleaved(case, request):
-    """The same on the interleaved w13 (the gate-up GEMM with the activation in its epilogue)."""
-    outs, infos = _batched_layouts(request, "case", _tile_order_runs("interleaved"))
-    _check_tile_orders(case, outs, infos)
-
-
 W2_PREFETCH_CASES = [
     (1, 8, 2048, 768, 8, "fp8_tensor", 0, 0, True, 81),    # Qwen3-30B's shape at T=1 (one expert's w2: 1.5 MB)
     (3, 6, 512, 192, 2, "fp8_tensor", 1, 3, False, 82),   # EP with remote and repeated slots, three tokens
@@ -1061,7 +1019,6 @@ except ValueError as e:
     ("HPC_XLA_MOE_W2_PREFETCH", "1", "HPC_XLA_MOE_W2_PREFETCH must be 'bulk', 'lines' or unset; got '1'"),
     ("HPC_XLA_MOE_GATHER", "pairs", "HPC_XLA_MOE_GATHER must be 'rows', 'tokens' or unset; got 'pairs'"),
     ("HPC_XLA_MOE_GEMM_CLUSTER", "2", "HPC_XLA_MOE_GEMM_CLUSTER must be '1', 'n2', 'm2' or unset; got '2'"),
-    ("HPC_XLA_MOE_TILE_ORDER", "random", "HPC_XLA_MOE_TILE_ORDER must be 'blocked', 'strided' or unset; got 'random'"),
 ])
 def test_moe_knobs_reject_unknown_values(knob, value, message):
     r = _run_child(_KNOB_CHILD, **{knob: value})

@@ -41,7 +41,6 @@
 #include "csrc/common/arch.h"
 #include "csrc/common/launch.cuh"
 #include "csrc/moe/grouped_gemm_sm90.h"
-#include "csrc/moe/grouped_tile_order_sm90.h"
 #include "csrc/moe/moe_act_epilogue_sm90.h"
 #include "csrc/moe/moe_common.cuh"
 #include "cute/tensor.hpp"
@@ -63,9 +62,7 @@ std::atomic<int64_t> g_cluster_launches{0};
 
 using namespace cute;
 
-// (M, N, K) per group; our own name for CUTLASS's group problem shape selects the expert-blocked tile order
-// (grouped_tile_order_sm90.h, experiment 35).
-using ProblemShape = MoeGroupProblemShape;
+using ProblemShape = cutlass::gemm::GroupProblemShape<Shape<int, int, int>>;  // (M, N, K) per group
 using ElementD = cutlass::bfloat16_t;
 using LayoutA = cutlass::layout::RowMajor;     // A [rows, K]: K contiguous
 using LayoutB = cutlass::layout::ColumnMajor;  // B [N, K] per expert: K contiguous ("column-major K x N")
@@ -315,8 +312,7 @@ typename Kernel::Arguments MakeArguments(const GroupedGemmGroups& g, const Group
   const ArgArrays w = CarveArgs(p.args, g.experts);
   typename Kernel::Arguments args{};
   args.mode = cutlass::gemm::GemmUniversalMode::kGrouped;
-  // sizes only on the device; the tile order rides along to the scheduler (grouped_tile_order_sm90.h)
-  args.problem_shape = ProblemShape{{g.experts, w.shape, nullptr}, GroupedTileOrderFromEnv() != GroupedTileOrder::kStrided};
+  args.problem_shape = ProblemShape{g.experts, w.shape, nullptr};  // sizes only on the device
   if constexpr (kBlockScaled<Kernel>) {
     args.mainloop = {reinterpret_cast<const ElementAB**>(w.a), w.stride_a, reinterpret_cast<const ElementAB**>(w.b),
                      w.stride_b, w.sfa, w.layout_sfa, w.sfb, w.layout_sfb};

@@ -81,12 +81,6 @@ GroupedAct GroupedActFromEnv();
 enum class GroupedCluster { kOne, kN2, kM2, kInvalid };
 GroupedCluster GroupedClusterFromEnv();
 
-// HPC_XLA_MOE_TILE_ORDER (read once; experiment 35): unset or "blocked" -> each persistent cluster runs one
-// contiguous run of the grouped problem's tiles (grouped_tile_order_sm90.h); "strided" -> CUTLASS's order (cluster
-// q takes q, q + G, ...); anything else -> kInvalid. fused_moe_validate.cc.
-enum class GroupedTileOrder { kBlocked, kStrided, kInvalid };
-GroupedTileOrder GroupedTileOrderFromEnv();
-
 // Whether the gate-up GEMM computes the activation in its epilogue: w13 interleaved, the act not forced into the
 // kernel, and a configuration that has that kernel (fp8_tensor or bf16 on the 128-row cooperative tiles, 128x256 /
 // 128x128, and fp8_tensor on the 64-row ping-pong tiles, 64x256 / 64x128; fp8_block128 never interleaves). tile_m:
