@@ -564,8 +564,8 @@ def test_grouped_deterministic(quant):
 
 # A child that runs make_problem's cases (tokens, experts, H, I, k, quant, offset, extra, shared, seed[, x_fp8]) in
 # turn under its environment's knobs, w13 interleaved when argv[2] says so: case i's output to argv[1] + "_i.npy" and
-# one line "CASE i TILE m ACT a EPILOGUES n GATHERS n PREFETCHES n WGMMA n CLUSTERS n" (launch counters as this case's own
-# increments, so a case reads the same as in a fresh process).
+# one line "CASE i TILE m ACT a EPILOGUES n GATHERS n PREFETCHES n WGMMA n CLUSTERS n" (launch counters as this
+# case's own increments, so a case reads the same as in a fresh process).
 _PATH_CHILD = r"""
 import sys
 import numpy as np
@@ -813,9 +813,8 @@ def test_grouped_cluster_pairs_equal_one_cta(case, request):
     """The 128x256 grouped GEMMs in clusters of 2 CTAs along N, A by TMA multicast (experiment 33; the default, run
     here by the knob's "n2" and by leaving it unset) -- on vLLM's w13 layout (gate-up and down on the plain kernels) and
     on the interleaved one (gate-up with the activation epilogue): bitwise equal to one-CTA clusters
-    (HPC_XLA_MOE_GEMM_CLUSTER=1; multicast moves the same bytes into shared memory;
-    the MMAs and their order are the same), both GEMMs counted as clustered launches, and within the oracle's
-    tolerance. Cases with an odd count of N tiles leave the pair's second CTA without a tile (zero-filled, clipped).
+    (HPC_XLA_MOE_GEMM_CLUSTER=1: multicast moves the same bytes into shared memory, the MMAs and their order are the
+    same), both GEMMs counted as clustered launches, and within the oracle's tolerance. Cases with an odd count of N tiles leave the pair's second CTA without a tile (zero-filled, clipped).
     =m2 (pairs along M sharing B, experiment 18's form, measured beside n2) the same; there an expert with an odd count
     of M tiles leaves the second CTA idle (the groups of 0-3 rows: every expert)."""
     # "" is unset to the knob and overrides a value in the test's own environment

@@ -57,7 +57,7 @@ namespace {
 
 // Gate-up launches whose epilogue computed the activation (FusedMoeActEpilogueLaunches: the tests' proof it ran).
 std::atomic<int64_t> g_act_epilogue_launches{0};
-// Grouped GEMM launches in 2-CTA clusters (FusedMoeGemmClusterLaunches: the tests' proof that the knob took).
+// Grouped GEMM launches in 2-CTA clusters (FusedMoeGemmClusterLaunches: the tests' proof that the pairs ran).
 std::atomic<int64_t> g_cluster_launches{0};
 
 using namespace cute;
@@ -70,8 +70,8 @@ using LayoutD = cutlass::layout::RowMajor;     // D [rows, N]
 using Cluster1 = Shape<_1, _1, _1>;
 // Clusters of 2 CTAs along N: the two N tiles of one M tile share each A (activation) k-block by TMA multicast (the
 // builder picks SM90_TMA_LOAD_MULTICAST for A when the cluster spans N): 8 of the 48 KB a 128x256x128 fp8 k-block
-// loads per CTA, -17% of the L2 -> SM traffic of both GEMMs, which session 31's ncu left neither DRAM- nor
-// tensor-bound at 1 CTA per SM.
+// loads per CTA. Built to take L2 -> SM traffic off; ncu did not show that (L2 throughput rose, Qwen3's GEMMs no
+// faster), but the layer gained 1-6% wherever an expert has many long-K tiles (Mixtral, Hy3 T >= 4096; session 33).
 using ClusterN2 = Shape<_1, _2, _1>;
 // Clusters of 2 along M (HPC_XLA_MOE_GEMM_CLUSTER=m2): B (weight) k-blocks shared, 32 of 48 KB; experiment 18's form,
 // whose pair idles its second CTA on an expert with an odd count of M tiles -- measured beside n2 in one run.
@@ -129,8 +129,6 @@ using Bf16WideKernel = Bf16WideGrouped::Kernel;
 using Fp8TensorWideKernel = Fp8TensorWideGrouped::Kernel;
 using Bf16WideN2Grouped = Bf16WideGroupedIn<ClusterN2>;
 using Fp8TensorWideN2Grouped = Fp8TensorWideGroupedIn<ClusterN2>;
-using Bf16WideN2Kernel = Bf16WideN2Grouped::Kernel;
-using Fp8TensorWideN2Kernel = Fp8TensorWideN2Grouped::Kernel;
 using Bf16WideM2Grouped = Bf16WideGroupedIn<ClusterM2>;
 using Fp8TensorWideM2Grouped = Fp8TensorWideGroupedIn<ClusterM2>;
 using Fp8BlockGrouped = GroupedKernel<cutlass::float_e4m3_t, Shape<_128, _128, _128>,
@@ -482,8 +480,8 @@ Status LaunchGroupedGemm(const GroupedGemmGroups& g, const GroupedGemmProblem& p
       return bf16 ? RunClustered<Bf16WideM2Grouped::Kernel, Bf16WideM2ActKernel>(g, p, stream)
                   : RunClustered<Fp8TensorWideM2Grouped::Kernel, Fp8TensorWideM2ActKernel>(g, p, stream);
     }
-    return bf16 ? RunClustered<Bf16WideN2Kernel, Bf16WideN2ActKernel>(g, p, stream)
-                : RunClustered<Fp8TensorWideN2Kernel, Fp8TensorWideN2ActKernel>(g, p, stream);
+    return bf16 ? RunClustered<Bf16WideN2Grouped::Kernel, Bf16WideN2ActKernel>(g, p, stream)
+                : RunClustered<Fp8TensorWideN2Grouped::Kernel, Fp8TensorWideN2ActKernel>(g, p, stream);
   }
   if (p.act_epilogue) {  // the caller checked GroupedGemmActInEpilogue: 128-row tiles, or fp8_tensor's 64-row ones
     if (narrow && g.quant != MoeQuant::kFp8Tensor) {
