@@ -186,6 +186,9 @@ __global__ void __launch_bounds__(kRowThreads, kRowCtasPerSm)
     const int64_t t = u / segments;
     const int segment = static_cast<int>(u - t * segments);
     const int32_t slot_row = lane < p.top_k ? __ldcg(p.pair_row + t * p.top_k + lane) : -1;  // lane j: slot j's row
+    // Under expert parallelism a token may have no local slot at all (DeepSeek-V3 EP8, 32 of 256 experts, top-8:
+    // ~34% of tokens): skip its load, warp-uniformly (the vote covers every lane's slot).
+    if (!__any_sync(0xffffffffu, slot_row >= 0)) continue;
     const int v0 = segment * kGatherSegmentVecs + lane;
     uint4 val[kGatherUnroll];
     LoadSegment(p, t, v0, val);
