@@ -3,7 +3,7 @@
 # of test_gpu_fused_moe.py at a time (side by side with more, its child-process tests hit their timeouts: session 26),
 # then test_gpu_decode.py, test_gpu_rope_norm.py and the CPU-facing files with the binary. Run after s27d passed.
 . "$(dirname "$0")/prelude.sh"
-N=$PWD/.peer/exp/n
+N=$PWD/.peer/exp/${TREE:-n}  # TREE=f: another staged tree
 T="python3 -m pytest -q -p no:cacheprovider tests/test_gpu_fused_moe.py"
 PT="python3 -m pytest -q -p no:cacheprovider"
 G1="grouped_vs_oracle or grouped_dims or v1_and_grouped or multi_cta or one_token or act_epilogue or interleaved"
