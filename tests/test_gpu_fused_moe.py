@@ -564,7 +564,7 @@ def test_grouped_deterministic(quant):
 
 # A child that runs make_problem's cases (tokens, experts, H, I, k, quant, offset, extra, shared, seed[, x_fp8]) in
 # turn under its environment's knobs, w13 interleaved when argv[2] says so: case i's output to argv[1] + "_i.npy" and
-# one line "CASE i TILE m ACT a EPILOGUES n GATHERS n PREFETCHES n WGMMA n CLUSTERS n PINGPONGS n" (launch counters as this
+# one line "CASE i TILE m ACT a EPILOGUES n GATHERS n PREFETCHES n WGMMA n CLUSTERS n" (launch counters as this
 # case's own increments, so a case reads the same as in a fresh process).
 _PATH_CHILD = r"""
 import sys
@@ -575,8 +575,7 @@ from test_gpu_fused_moe import _tile_m, run_cuda
 from hpc_xla._ext import ext
 counters = [("EPILOGUES", ext().fused_moe_act_epilogue_launches), ("GATHERS", ext().fused_moe_gather_by_tokens_launches),
             ("PREFETCHES", ext().fused_moe_w2_prefetch_launches), ("WGMMA", ext().fused_moe_wgmma_gate_up_launches),
-            ("CLUSTERS", ext().fused_moe_gemm_cluster_launches),
-            ("PINGPONGS", ext().fused_moe_down_pingpong_launches)]
+            ("CLUSTERS", ext().fused_moe_gemm_cluster_launches)]
 interleaved = len(sys.argv) > 2 and sys.argv[2] == "interleaved"
 for i, args in enumerate(%r):
     p = make_problem(*args[:5], quant=args[5], expert_offset=args[6], extra_experts=args[7], shared=args[8],
@@ -841,32 +840,6 @@ def test_grouped_cluster_pairs_equal_one_cta(case, request):
         _check_oracle(p, inter_n2)
 
 
-@pytest.mark.parametrize("case", CLUSTER_CASES)
-def test_grouped_down_pingpong_matches_cooperative(case, request):
-    """HPC_XLA_MOE_DOWN_SCHEDULE=pingpong | pingpong_n2 (experiment 36): the down GEMM on 128x128 tiles in CUTLASS's
-    ping-pong schedule (each consumer warpgroup owns a tile, one's epilogue under the other's MMAs), in one-CTA
-    clusters or pairs along N -- on both w13 layouts. The counters prove the ping-pong down GEMM ran once per layer
-    and that only the pairs' form adds a clustered launch beside the gate-up's. The same k-blocks in the same order
-    feed every output element, so the layer is held to the cooperative 128x256 default's bits (it differs only in
-    which GMMA instruction width covers the element), and to the oracle's tolerance."""
-    base = {"HPC_XLA_MOE_PATH": "grouped", "HPC_XLA_MOE_GEMM_TILE": "128x256"}
-    coop, pp, pp2 = (dict(base, HPC_XLA_MOE_DOWN_SCHEDULE=s) for s in ("", "pingpong", "pingpong_n2"))
-    runs = [(coop, ""), (pp, ""), (pp2, ""), (coop, "interleaved"), (pp, "interleaved"), (pp2, "interleaved")]
-    (plain, plain_pp, plain_pp2, inter, inter_pp, inter_pp2), infos = _batched_layouts(request, "case", runs)
-    lines = [info["line"] for info in infos]
-    assert [info["TILE"] for info in infos] == [GROUPED_TILE] * 6, lines
-    assert [info["PINGPONGS"] for info in infos] == [0, 1, 1, 0, 1, 1], lines
-    assert [info["CLUSTERS"] for info in infos] == [2, 1, 2, 2, 1, 2], lines
-    for other in (plain_pp, plain_pp2):
-        assert np.array_equal(plain.view(np.uint16), other.view(np.uint16))
-    for other in (inter_pp, inter_pp2):
-        assert np.array_equal(inter.view(np.uint16), other.view(np.uint16))
-    if case[0] <= 800:
-        p = make_problem(*case[:5], quant=case[5], expert_offset=case[6], extra_experts=case[7], shared=case[8],
-                         seed=case[9], x_fp8=case[10])
-        _check_oracle(p, inter_pp2)
-
-
 W2_PREFETCH_CASES = [
     (1, 8, 2048, 768, 8, "fp8_tensor", 0, 0, True, 81),    # Qwen3-30B's shape at T=1 (one expert's w2: 1.5 MB)
     (3, 6, 512, 192, 2, "fp8_tensor", 1, 3, False, 82),   # EP with remote and repeated slots, three tokens
@@ -1045,8 +1018,6 @@ except ValueError as e:
     ("HPC_XLA_MOE_W2_PREFETCH", "1", "HPC_XLA_MOE_W2_PREFETCH must be 'bulk', 'lines' or unset; got '1'"),
     ("HPC_XLA_MOE_GATHER", "pairs", "HPC_XLA_MOE_GATHER must be 'rows', 'tokens' or unset; got 'pairs'"),
     ("HPC_XLA_MOE_GEMM_CLUSTER", "2", "HPC_XLA_MOE_GEMM_CLUSTER must be '1', 'n2', 'm2' or unset; got '2'"),
-    ("HPC_XLA_MOE_DOWN_SCHEDULE", "pp", "HPC_XLA_MOE_DOWN_SCHEDULE must be 'cooperative', 'pingpong', 'pingpong_n2' or "
-     "unset; got 'pp'"),
 ])
 def test_moe_knobs_reject_unknown_values(knob, value, message):
     r = _run_child(_KNOB_CHILD, **{knob: value})

@@ -110,8 +110,6 @@ void BindMoe(nb::module_& m) {
         "Gate-up GEMM launches in this process whose epilogue computed the activation (interleaved w13).");
   m.def("fused_moe_gemm_cluster_launches", &FusedMoeGemmClusterLaunches,
         "Grouped GEMM launches in this process in 2-CTA clusters (HPC_XLA_MOE_GEMM_CLUSTER unset / n2 / m2, experiment 33).");
-  m.def("fused_moe_down_pingpong_launches", &FusedMoeDownPingpongLaunches,
-        "Grouped down GEMMs in this process on 128x128 ping-pong tiles (HPC_XLA_MOE_DOWN_SCHEDULE=pingpong*, experiment 36).");
   m.def("fused_moe_gather_by_tokens_launches", &FusedMoeGatherByTokensLaunches,
         "Grouped-path gathers in this process that ran by tokens (HPC_XLA_MOE_GATHER=tokens).");
   m.def("fused_moe_wgmma_gate_up_launches", &FusedMoeWgmmaGateUpLaunches,

@@ -75,8 +75,6 @@ bool FusedMoeActInEpilogue(int64_t tokens, int64_t top_k, int64_t experts, int64
 int64_t FusedMoeActEpilogueLaunches();
 // Grouped GEMM launches in this process in 2-CTA clusters (HPC_XLA_MOE_GEMM_CLUSTER unset / n2 / m2, experiment 33).
 int64_t FusedMoeGemmClusterLaunches();
-// Grouped down GEMMs in this process on the 128x128 ping-pong tiles (HPC_XLA_MOE_DOWN_SCHEDULE=pingpong*, experiment 36).
-int64_t FusedMoeDownPingpongLaunches();
 // Grouped-path gathers in this process that ran by tokens (HPC_XLA_MOE_GATHER=tokens).
 int64_t FusedMoeGatherByTokensLaunches();
 // Stream-path wgmma gate-up launches in this process, and those that prefetched w2 into L2 (HPC_XLA_MOE_W2_PREFETCH).

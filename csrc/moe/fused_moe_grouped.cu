@@ -336,9 +336,8 @@ Status RunGroupedMoe(const FusedMoeArgs& a, const MoePlan& plan, const uint8_t* 
   };
   GroupedGemmProblem gate_up = problem(plan.rows, plan.rows_scale, a.a13_scale, a.w13, a.w13_scale, plan.gate_up,
                                        2 * inter, hidden, plan.gemm_args);
-  GroupedGemmProblem down = problem(plan.inter, plan.inter_scale, a.a2_scale, a.w2, a.w2_scale, plan.down, hidden,
-                                    inter, plan.gemm_args + experts * kGroupedGemmArgsBytesPerExpert);
-  down.down = true;
+  const GroupedGemmProblem down = problem(plan.inter, plan.inter_scale, a.a2_scale, a.w2, a.w2_scale, plan.down, hidden,
+                                          inter, plan.gemm_args + experts * kGroupedGemmArgsBytesPerExpert);
 
   // a_x is the op's bf16 x with fp8 quant exactly when fused_moe.cu left the quantization to the gather
   const bool quantize = fp8 && a.x.dtype == DType::kBF16 && a_x == a.x.data;

@@ -59,8 +59,6 @@ namespace {
 std::atomic<int64_t> g_act_epilogue_launches{0};
 // Grouped GEMM launches in 2-CTA clusters (FusedMoeGemmClusterLaunches: the tests' proof that the pairs ran).
 std::atomic<int64_t> g_cluster_launches{0};
-// Down GEMMs on the 128x128 ping-pong tiles (FusedMoeDownPingpongLaunches: the tests' proof that they ran).
-std::atomic<int64_t> g_down_pingpong_launches{0};
 
 using namespace cute;
 
@@ -84,15 +82,13 @@ using ScaleConfig = cutlass::detail::Sm90BlockwiseScaleConfig<1, kMoeBlock, kMoe
 using LayoutSFA = decltype(ScaleConfig::deduce_layoutSFA());
 using LayoutSFB = decltype(ScaleConfig::deduce_layoutSFB());
 
-// One CUTLASS grouped GEMM kernel type: element type, CTA tile, mainloop schedule, block-scaled or not. The
-// epilogue follows the schedule: cooperative (two consumer warpgroups split one tile: the 128-row tiles) or
-// ping-pong (each consumer warpgroup owns a tile; one's MMAs overlap the other's epilogue: the 64-row tiles, and the
-// down GEMM's 128x128 tiles under HPC_XLA_MOE_DOWN_SCHEDULE=pingpong*).
+// One CUTLASS grouped GEMM kernel type: element type, CTA tile, mainloop schedule, block-scaled or not. Tiles of
+// 128 rows run cooperative (two consumer warpgroups split one tile), tiles of 64 rows ping-pong (each consumer
+// warpgroup owns a tile; one's MMAs overlap the other's epilogue).
 template <class Element, class TileShape, class MainloopSchedule, bool kBlockScaled, class ClusterShape = Cluster1>
 struct GroupedKernel {
   static constexpr int kAlignAB = 16 / sizeof(Element);
-  static constexpr bool kPingpong =
-      cute::is_base_of_v<cutlass::gemm::KernelPtrArrayTmaWarpSpecializedPingpong, MainloopSchedule>;
+  static constexpr bool kPingpong = size<0>(TileShape{}) == 64;
   using EpilogueSchedule = std::conditional_t<kPingpong, cutlass::epilogue::PtrArrayTmaWarpSpecializedPingpong,
                                               cutlass::epilogue::PtrArrayTmaWarpSpecializedCooperative>;
   using Epilogue = typename cutlass::epilogue::collective::CollectiveBuilder<
@@ -139,15 +135,6 @@ using Fp8BlockGrouped = GroupedKernel<cutlass::float_e4m3_t, Shape<_128, _128, _
                                       cutlass::gemm::KernelPtrArrayTmaWarpSpecializedCooperativeFP8BlockScaledAccum,
                                       true>;
 using Fp8BlockKernel = Fp8BlockGrouped::Kernel;
-// The down GEMM's 128x128 ping-pong tiles (experiment 36, HPC_XLA_MOE_DOWN_SCHEDULE): 128 fp32 accumulators per
-// consumer thread, as the 128x256 cooperative tile.
-template <class Cluster>
-using Bf16PingpongDownIn = GroupedKernel<cutlass::bfloat16_t, Shape<_128, _128, _64>,
-                                         cutlass::gemm::KernelPtrArrayTmaWarpSpecializedPingpong, false, Cluster>;
-template <class Cluster>
-using Fp8TensorPingpongDownIn =
-    GroupedKernel<cutlass::float_e4m3_t, Shape<_128, _128, _128>,
-                  cutlass::gemm::KernelPtrArrayTmaWarpSpecializedPingpongFP8FastAccum, false, Cluster>;
 // 64-row tiles (ping-pong) for groups of a few dozen rows: a 128-row tile would run mostly past the expert's rows.
 using Bf16NarrowKernel = GroupedKernel<cutlass::bfloat16_t, Shape<_64, _256, _64>,
                                        cutlass::gemm::KernelPtrArrayTmaWarpSpecializedPingpong, false>::Kernel;
@@ -487,22 +474,6 @@ Status LaunchGroupedGemm(const GroupedGemmGroups& g, const GroupedGemmProblem& p
   const bool narrow = env.m != 0 ? env.m == 64 : g.tile_m == 64;
   const bool wide = env.n != 128;  // N 256 unless the knob says 128
   const GroupedCluster cluster = GroupedClusterFromEnv();
-  const DownSchedule down = DownScheduleFromEnv();
-  if (p.down && !narrow && g.quant != MoeQuant::kFp8Block128 && wide &&
-      (down == DownSchedule::kPingpong || down == DownSchedule::kPingpongN2)) {
-    const bool bf16 = g.quant == MoeQuant::kNone;
-    Status launched;
-    if (down == DownSchedule::kPingpong) {
-      launched = bf16 ? RunKernel<Bf16PingpongDownIn<Cluster1>::Kernel>(g, p, stream)
-                      : RunKernel<Fp8TensorPingpongDownIn<Cluster1>::Kernel>(g, p, stream);
-    } else {
-      launched = bf16 ? RunKernel<Bf16PingpongDownIn<ClusterN2>::Kernel>(g, p, stream)
-                      : RunKernel<Fp8TensorPingpongDownIn<ClusterN2>::Kernel>(g, p, stream);
-      if (launched.ok()) g_cluster_launches.fetch_add(1, std::memory_order_relaxed);
-    }
-    if (launched.ok()) g_down_pingpong_launches.fetch_add(1, std::memory_order_relaxed);
-    return launched;
-  }
   if (wide && !narrow && g.quant != MoeQuant::kFp8Block128 && cluster != GroupedCluster::kOne) {
     const bool bf16 = g.quant == MoeQuant::kNone;
     if (cluster == GroupedCluster::kM2) {
@@ -549,5 +520,4 @@ Status LaunchGroupedGemm(const GroupedGemmGroups& g, const GroupedGemmProblem& p
 namespace hpc {
 int64_t FusedMoeActEpilogueLaunches() { return moe::g_act_epilogue_launches.load(std::memory_order_relaxed); }
 int64_t FusedMoeGemmClusterLaunches() { return moe::g_cluster_launches.load(std::memory_order_relaxed); }
-int64_t FusedMoeDownPingpongLaunches() { return moe::g_down_pingpong_launches.load(std::memory_order_relaxed); }
 }  // namespace hpc

@@ -41,7 +41,6 @@ struct GroupedGemmProblem {
   // d = the intermediate [rows, N / 2] (e4m3 with act_scale = a2 | bf16) instead of gate_up [rows, N] bf16.
   bool act_epilogue = false;
   const float* act_scale = nullptr;
-  bool down = false;  // GEMM2 (DownScheduleFromEnv applies to it alone)
 };
 
 // What both grouped GEMMs of one layer share.
@@ -81,16 +80,6 @@ GroupedAct GroupedActFromEnv();
 // for comparison); anything else -> kInvalid. fused_moe_validate.cc.
 enum class GroupedCluster { kOne, kN2, kM2, kInvalid };
 GroupedCluster GroupedClusterFromEnv();
-
-// HPC_XLA_MOE_DOWN_SCHEDULE (read once; experiment 36): the down GEMM's 128-row bf16 / fp8_tensor tiles. Unset or
-// "cooperative": 128x256 cooperative (both consumer warpgroups on one tile, then both in its epilogue: the tensor
-// cores idle while a tile's 64 KB of bf16 D goes out -- with K = I = 768 at Qwen3, 6 k-blocks per tile);
-// "pingpong": 128x128 tiles in CUTLASS's ping-pong schedule, each consumer warpgroup owning a tile, so one's
-// epilogue overlaps the other's MMAs; "pingpong_n2": the same in clusters of 2 along N (A by TMA multicast, as
-// experiment 33). Only where the 128x256 tile would run: fp8_block128, the 64-row tiles and
-// HPC_XLA_MOE_GEMM_TILE=128x128 keep their kernels. Anything else -> kInvalid.
-enum class DownSchedule { kCooperative, kPingpong, kPingpongN2, kInvalid };
-DownSchedule DownScheduleFromEnv();
 
 // Whether the gate-up GEMM computes the activation in its epilogue: w13 interleaved, the act not forced into the
 // kernel, and a configuration that has that kernel (fp8_tensor or bf16 on the 128-row cooperative tiles, 128x256 /
