@@ -840,6 +840,34 @@ def test_grouped_cluster_pairs_equal_one_cta(case, request):
         _check_oracle(p, inter_n2)
 
 
+BLOCK128_CLUSTER_CASES = [
+    (800, 4, 512, 256, 2, "fp8_block128", 0, 0, True, 91, False),    # gate-up 4 N tiles of 128, down 4
+    (800, 4, 384, 128, 2, "fp8_block128", 1, 2, True, 92, False),    # down N = 384: 3 tiles, a half pair; remote slots
+    (5, 4, 256, 128, 2, "fp8_block128", 1, 2, False, 93, False),     # groups of 0-3 rows
+    (4096, 4, 1024, 512, 4, "fp8_block128", 0, 0, False, 94, False),  # many tiles per persistent pair, expert changes
+]
+
+
+@pytest.mark.parametrize("case", BLOCK128_CLUSTER_CASES)
+def test_grouped_block128_cluster_pairs_equal_one_cta(case, request):
+    """fp8_block128's 128x128 grouped GEMMs in clusters of 2 CTAs along N, A by TMA multicast (experiment 34; under
+    the default and "n2"): bitwise equal to one-CTA clusters (HPC_XLA_MOE_GEMM_CLUSTER=1), both GEMMs counted as
+    clustered launches, and within the oracle's tolerance; "m2" leaves these tiles in one-CTA clusters."""
+    one, n2, m2, default = ({"HPC_XLA_MOE_PATH": "grouped", "HPC_XLA_MOE_GEMM_TILE": "128x128",
+                             "HPC_XLA_MOE_GEMM_CLUSTER": c} for c in ("1", "n2", "m2", ""))
+    (base, out_n2, out_m2, out_def), infos = _batched_layouts(request, "case", [(one, ""), (n2, ""), (m2, ""),
+                                                                                (default, "")])
+    lines = [info["line"] for info in infos]
+    assert [info["TILE"] for info in infos] == [GROUPED_TILE] * 4, lines
+    assert [info["CLUSTERS"] for info in infos] == [0, 2, 0, 2], lines
+    for other in (out_n2, out_m2, out_def):
+        assert np.array_equal(base.view(np.uint16), other.view(np.uint16))
+    if case[0] <= 800:
+        p = make_problem(*case[:5], quant=case[5], expert_offset=case[6], extra_experts=case[7], shared=case[8],
+                         seed=case[9], x_fp8=case[10])
+        _check_oracle(p, out_def)
+
+
 W2_PREFETCH_CASES = [
     (1, 8, 2048, 768, 8, "fp8_tensor", 0, 0, True, 81),    # Qwen3-30B's shape at T=1 (one expert's w2: 1.5 MB)
     (3, 6, 512, 192, 2, "fp8_tensor", 1, 3, False, 82),   # EP with remote and repeated slots, three tokens

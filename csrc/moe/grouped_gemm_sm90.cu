@@ -11,7 +11,8 @@
 // The 128x256 tiles run in clusters of 2 along N by default (experiment 33, HPC_XLA_MOE_GEMM_CLUSTER): both CTAs of
 // a pair work on one M tile, so no CTA idles however small a group is, and every benchmark shape has an even count of
 // 256-wide N tiles. Pairs along M (=m2, experiment 18's form) idle their second CTA on an expert with an odd count of
-// M tiles (Qwen3 fp8 T=4096 +35 us); the 64-row and fp8_block128 tiles stay in one-CTA clusters.
+// M tiles (Qwen3 fp8 T=4096 +35 us). fp8_block128's 128x128 tiles pair along N too (experiment 34); the 64-row
+// tiles stay in one-CTA clusters.
 // w13 interleaved in blocks of 64 rows: GEMM1 (fp8_tensor | bf16, 128x256 / 128x128; fp8_tensor's 64-row ping-pong
 // tiles too) writes silu(gate) * up itself from its accumulators (moe_act_epilogue_sm90.h) instead of gate_up for the
 // act kernel (GroupedGemmActInEpilogue).
@@ -131,10 +132,15 @@ using Bf16WideN2Grouped = Bf16WideGroupedIn<ClusterN2>;
 using Fp8TensorWideN2Grouped = Fp8TensorWideGroupedIn<ClusterN2>;
 using Bf16WideM2Grouped = Bf16WideGroupedIn<ClusterM2>;
 using Fp8TensorWideM2Grouped = Fp8TensorWideGroupedIn<ClusterM2>;
-using Fp8BlockGrouped = GroupedKernel<cutlass::float_e4m3_t, Shape<_128, _128, _128>,
-                                      cutlass::gemm::KernelPtrArrayTmaWarpSpecializedCooperativeFP8BlockScaledAccum,
-                                      true>;
-using Fp8BlockKernel = Fp8BlockGrouped::Kernel;
+template <class Cluster>
+using Fp8BlockGroupedIn =
+    GroupedKernel<cutlass::float_e4m3_t, Shape<_128, _128, _128>,
+                  cutlass::gemm::KernelPtrArrayTmaWarpSpecializedCooperativeFP8BlockScaledAccum, true, Cluster>;
+using Fp8BlockKernel = Fp8BlockGroupedIn<Cluster1>::Kernel;
+// fp8_block128's 128x128 tiles in pairs along N (experiment 34, the default since session 34): A multicast saves 8 of
+// the 32 KB a CTA loads per k-block (25%, against 17% for the 128x256 tiles); the blockwise scales still load per
+// CTA. Measured (H100, 2 rounds): DeepSeek-V3 EP8 T=4096 819-830 -> 757-763 us, T=16384 2446-2455 -> 2149-2185.
+using Fp8BlockN2Kernel = Fp8BlockGroupedIn<ClusterN2>::Kernel;
 // 64-row tiles (ping-pong) for groups of a few dozen rows: a 128-row tile would run mostly past the expert's rows.
 using Bf16NarrowKernel = GroupedKernel<cutlass::bfloat16_t, Shape<_64, _256, _64>,
                                        cutlass::gemm::KernelPtrArrayTmaWarpSpecializedPingpong, false>::Kernel;
@@ -171,7 +177,8 @@ constexpr bool kActEpilogue = std::is_same_v<typename Kernel::CollectiveEpilogue
 
 // Kernels on CUTLASS's blockwise-scaled mainloop (its arguments carry the scale factors).
 template <class Kernel>
-constexpr bool kBlockScaled = std::is_same_v<Kernel, Fp8BlockKernel> || std::is_same_v<Kernel, Fp8BlockNarrowKernel>;
+constexpr bool kBlockScaled = std::is_same_v<Kernel, Fp8BlockKernel> || std::is_same_v<Kernel, Fp8BlockN2Kernel> ||
+                              std::is_same_v<Kernel, Fp8BlockNarrowKernel>;
 
 // The CUTLASS kernel body behind a PDL wait (see the top of the file). No static shared memory here: the
 // kernel's SharedStorage must start at the dynamic shared-memory base (TMA swizzle alignment).
@@ -455,14 +462,20 @@ Status LaunchGroupedGemmSetup(const GroupedGemmGroups& g, const GroupedGemmProbl
   return Launch("fused_moe grouped GEMM setup launch", GroupedGemmSetupKernel, dim3(1), dim3(threads), 0, stream, sp);
 }
 
-// A 128x256 clustered kernel pair (the activation epilogue's or the plain one), counted for the tests.
+// A clustered kernel, its launch counted for the tests.
+template <class Kernel>
+Status RunClusteredKernel(const GroupedGemmGroups& g, const GroupedGemmProblem& p, cudaStream_t stream) {
+  const Status launched = RunKernel<Kernel>(g, p, stream);
+  if (launched.ok()) g_cluster_launches.fetch_add(1, std::memory_order_relaxed);
+  return launched;
+}
+
+// A 128x256 clustered kernel pair: the activation epilogue's or the plain one.
 template <class Plain, class Act>
 Status RunClustered(const GroupedGemmGroups& g, const GroupedGemmProblem& p, cudaStream_t stream) {
-  const Status launched = p.act_epilogue ? RunKernel<Act>(g, p, stream) : RunKernel<Plain>(g, p, stream);
-  if (launched.ok()) {
-    if (p.act_epilogue) g_act_epilogue_launches.fetch_add(1, std::memory_order_relaxed);
-    g_cluster_launches.fetch_add(1, std::memory_order_relaxed);
-  }
+  if (!p.act_epilogue) return RunClusteredKernel<Plain>(g, p, stream);
+  const Status launched = RunClusteredKernel<Act>(g, p, stream);
+  if (launched.ok()) g_act_epilogue_launches.fetch_add(1, std::memory_order_relaxed);
   return launched;
 }
 
@@ -474,6 +487,9 @@ Status LaunchGroupedGemm(const GroupedGemmGroups& g, const GroupedGemmProblem& p
   const bool narrow = env.m != 0 ? env.m == 64 : g.tile_m == 64;
   const bool wide = env.n != 128;  // N 256 unless the knob says 128
   const GroupedCluster cluster = GroupedClusterFromEnv();
+  if (!narrow && g.quant == MoeQuant::kFp8Block128 && cluster == GroupedCluster::kN2) {
+    return RunClusteredKernel<Fp8BlockN2Kernel>(g, p, stream);  // experiment 34 (=m2 keeps one-CTA clusters here)
+  }
   if (wide && !narrow && g.quant != MoeQuant::kFp8Block128 && cluster != GroupedCluster::kOne) {
     const bool bf16 = g.quant == MoeQuant::kNone;
     if (cluster == GroupedCluster::kM2) {

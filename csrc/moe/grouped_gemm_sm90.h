@@ -75,7 +75,9 @@ GroupedAct GroupedActFromEnv();
 
 // HPC_XLA_MOE_GEMM_CLUSTER (read once; experiment 33): unset or "n2" -> the 128x256 bf16 / fp8_tensor tiles (both
 // GEMMs, with or without the activation epilogue) run in clusters of 2 CTAs along N whose A k-blocks arrive by TMA
-// multicast (the default since session 33: Mixtral -2..6%, Hy3 T >= 4096 -1..3%, Qwen3 unchanged on the H100);
+// multicast (the default since session 33: Mixtral -2..6%, Hy3 T >= 4096 -1..3%, Qwen3 unchanged on the H100), and
+// so do fp8_block128's 128x128 tiles (experiment 34, session 34: DeepSeek-V3 EP8 -8% at T=4096, -11% at 16384 on
+// the H100; =m2 leaves those one-CTA);
 // "1" -> one-CTA clusters (the kernels before it); "m2" -> clusters of 2 along M sharing B (experiment 18's form, kept
 // for comparison); anything else -> kInvalid. fused_moe_validate.cc.
 enum class GroupedCluster { kOne, kN2, kM2, kInvalid };
