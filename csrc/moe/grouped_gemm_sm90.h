@@ -82,9 +82,6 @@ GroupedAct GroupedActFromEnv();
 // for comparison); anything else -> kInvalid. fused_moe_validate.cc.
 enum class GroupedCluster { kOne, kN2, kM2, kInvalid };
 GroupedCluster GroupedClusterFromEnv();
-// HPC_XLA_MOE_NARROW_CLUSTER (read once; experiment 37): the 64-row ping-pong tiles (every quant) in one-CTA clusters
-// (unset or "1") or in clusters of 2 along N with A by TMA multicast ("n2"); anything else -> kInvalid.
-GroupedCluster NarrowClusterFromEnv();
 
 // Whether the gate-up GEMM computes the activation in its epilogue: w13 interleaved, the act not forced into the
 // kernel, and a configuration that has that kernel (fp8_tensor or bf16 on the 128-row cooperative tiles, 128x256 /
