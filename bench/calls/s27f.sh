@@ -13,7 +13,7 @@ in_background "decode + rope" f_b.log 290 $N $PT tests/test_gpu_decode.py tests/
 wait; t
 # the rest in two groups side by side (session 34: one group of it ran ~107 of ~124 tests in 280 s, since bd37859's
 # many-expert cases), then the CPU-facing files (~95 s)
-G2="cuda_vs_oracle or random_problems or i_multiple or stream_path or one_token or cuda_deterministic or out_of_range \
+G2="cuda_vs_oracle or random_problems or i_multiple or stream_path or cuda_deterministic or out_of_range \
 or bad_id or skipped_inside or cuda_errors or cuda_graph or jax_jit or fused_routing"
 in_background "moe B1" f_c.log 280 $N $T -k "not ($G1) and ($G2)"
 in_background "moe B2" f_e.log 280 $N $T -k "not ($G1) and not ($G2)"

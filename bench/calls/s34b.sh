@@ -2,7 +2,7 @@
 # session 34 call B (~6 min; carry .peer/exp/n, .peer/exp/e37): experiment 37 -- the 64-row ping-pong grouped tiles in
 # 2-CTA clusters along N (HPC_XLA_MOE_NARROW_CLUSTER=n2, A by TMA multicast), e37 = main + d1cfeb5. Tests: its own
 # (8 cases over every 64-row kernel, bitwise vs one-CTA, counts, oracle), knob refusals, the grouped oracle and
-# other-tile cases with n2 forced; memcheck + synccheck; then the A/B, 2 rounds: n | e37 n2 (| e37 unset = n's kernels).
+# other-tile cases with n2 forced; memcheck + synccheck; then the A/B, 2 rounds: n | e37 n2.
 # Predicted: DSv3-EP8 T=1024 / 2048 -4..10%, Hy3-EP8 T=1024 -2..6%, Qwen3 fp8 T=1024 -1..4%; T=2048 Qwen3 / Hy3
 # (128-row tiles) unchanged. Refuted if no row gains > 1%.
 . "$(dirname "$0")/prelude.sh"
