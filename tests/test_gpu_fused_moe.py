@@ -81,6 +81,12 @@ def run_cuda(p, poison=True, workspace=None, t=None):
     return from_torch(y)
 
 
+def _case_problem(case):
+    """make_problem for a case tuple (tokens, experts, H, I, k, quant, offset, extra, shared, seed[, x_fp8])."""
+    return make_problem(*case[:5], quant=case[5], expert_offset=case[6], extra_experts=case[7], shared=case[8],
+                        seed=case[9], x_fp8=len(case) > 10 and case[10])
+
+
 def _check_oracle(p, out):
     assert out.dtype == BF16
     assert np.all(np.isfinite(out.astype(np.float32)))
@@ -570,16 +576,14 @@ _PATH_CHILD = r"""
 import sys
 import numpy as np
 sys.path.insert(0, "tests")
-from test_fused_moe import make_problem
-from test_gpu_fused_moe import _tile_m, run_cuda
+from test_gpu_fused_moe import _case_problem, _tile_m, run_cuda
 from hpc_xla._ext import ext
 counters = [("EPILOGUES", ext().fused_moe_act_epilogue_launches), ("GATHERS", ext().fused_moe_gather_by_tokens_launches),
             ("PREFETCHES", ext().fused_moe_w2_prefetch_launches), ("WGMMA", ext().fused_moe_wgmma_gate_up_launches),
             ("CLUSTERS", ext().fused_moe_gemm_cluster_launches)]
 interleaved = len(sys.argv) > 2 and sys.argv[2] == "interleaved"
 for i, args in enumerate(%r):
-    p = make_problem(*args[:5], quant=args[5], expert_offset=args[6], extra_experts=args[7], shared=args[8],
-                     seed=args[9], x_fp8=len(args) > 10 and args[10])
+    p = _case_problem(args)
     if interleaved:  # w13 in the layout a deployment prepares once (hpc_xla.moe_layout)
         from hpc_xla.moe_layout import interleave_w13
         p["w13"], p["w13_interleaved"] = interleave_w13(p["w13"]), True
@@ -673,8 +677,7 @@ def test_v1_and_grouped_paths_agree(args, request):
         request, "args", [("v1", {}), ("grouped", {}), ("stream", {})])
     assert STREAM_TILE < v1_tile < GROUPED_TILE and grouped_tile == GROUPED_TILE
     assert stream_tile == (STREAM_TILE if tokens * 2 <= 512 else GROUPED_TILE)
-    p = make_problem(*args[:5], quant=args[5], expert_offset=args[6], extra_experts=args[7], shared=args[8],
-                     seed=args[9])
+    p = _case_problem(args)
     for name, out in (("v1", v1), ("grouped", grouped), ("stream", stream)):
         _check_oracle(p, out)
         err = reference.relative_error(out, v1.astype(np.float64))
@@ -691,8 +694,7 @@ def test_grouped_multi_cta_align_equals_one_cta(quant, tmp_path):
                                          tmp_path)
     assert tile == GROUPED_TILE
     assert np.array_equal(multi.view(np.uint16), one.view(np.uint16))
-    p = make_problem(*args[:5], quant=args[5], expert_offset=args[6], extra_experts=args[7], shared=args[8],
-                     seed=args[9])
+    p = _case_problem(args)
     _check_oracle(p, multi)
 
 
@@ -707,8 +709,7 @@ def test_grouped_other_tiles_agree(args, request):
     test_v1_and_grouped_paths_agree."""
     tiles = ("128x128", "64x256", "64x128")
     runs = _batched_paths(request, "args", [("v1", {})] + [("grouped", {"HPC_XLA_MOE_GEMM_TILE": t}) for t in tiles])
-    p = make_problem(*args[:5], quant=args[5], expert_offset=args[6], extra_experts=args[7], shared=args[8],
-                     seed=args[9])
+    p = _case_problem(args)
     v1 = runs[0][0]
     for tile, (out, tile_m) in zip(tiles, runs[1:]):
         assert tile_m == GROUPED_TILE
@@ -760,8 +761,7 @@ def test_grouped_act_epilogue_equals_kernel(case, tile, request):
     for other in (kernel, epi, epi2):
         assert np.array_equal(plain.view(np.uint16), other.view(np.uint16))
     if case[0] <= 800:
-        p = make_problem(*case[:5], quant=case[5], expert_offset=case[6], extra_experts=case[7], shared=case[8],
-                         seed=case[9], x_fp8=case[10])
+        p = _case_problem(case)
         _check_oracle(p, epi)
 
 
@@ -792,8 +792,7 @@ def test_grouped_gather_by_tokens_equals_rows(case, request):
     (rows, tokens), infos = _batched_layouts(request, "case", runs)
     assert [info["GATHERS"] > 0 for info in infos] == [False, True], [info["line"] for info in infos]
     assert np.array_equal(rows.view(np.uint16), tokens.view(np.uint16))
-    p = make_problem(*case[:5], quant=case[5], expert_offset=case[6], extra_experts=case[7], shared=case[8],
-                     seed=case[9], x_fp8=case[10])
+    p = _case_problem(case)
     _check_oracle(p, tokens)
 
 
@@ -835,8 +834,7 @@ def test_grouped_cluster_pairs_equal_one_cta(case, request):
         assert np.array_equal(inter.view(np.uint16), other.view(np.uint16))
     assert np.array_equal(plain.view(np.uint16), inter.view(np.uint16))  # the act epilogue's own guarantee
     if case[0] <= 800:
-        p = make_problem(*case[:5], quant=case[5], expert_offset=case[6], extra_experts=case[7], shared=case[8],
-                         seed=case[9], x_fp8=case[10])
+        p = _case_problem(case)
         _check_oracle(p, inter_n2)
 
 
@@ -863,8 +861,7 @@ def test_grouped_block128_cluster_pairs_equal_one_cta(case, request):
     for other in (out_n2, out_m2, out_def):
         assert np.array_equal(base.view(np.uint16), other.view(np.uint16))
     if case[0] <= 800:
-        p = make_problem(*case[:5], quant=case[5], expert_offset=case[6], extra_experts=case[7], shared=case[8],
-                         seed=case[9], x_fp8=case[10])
+        p = _case_problem(case)
         _check_oracle(p, out_def)
 
 
@@ -893,8 +890,7 @@ def test_w2_prefetch_leaves_results_unchanged(args, request):
     assert [info["PREFETCHES"] > 0 for info in infos] == [False, True, True], printed
     assert np.array_equal(off.view(np.uint16), bulk.view(np.uint16))
     assert np.array_equal(off.view(np.uint16), lines.view(np.uint16))
-    p = make_problem(*args[:5], quant=args[5], expert_offset=args[6], extra_experts=args[7], shared=args[8],
-                     seed=args[9], x_fp8=len(args) > 10 and args[10])
+    p = _case_problem(args)
     _check_oracle(p, bulk)
 
 
@@ -932,8 +928,7 @@ def test_interleaved_w13_equals_plain_on_every_path(env, case, tile, tmp_path):
         assert info["TILE"] == tile, info["line"]
         assert (info["WGMMA"] > 0) == (env.get("HPC_XLA_MOE_UP_WGMMA") == "1"), info["line"]
     assert np.array_equal(plain.view(np.uint16), inter.view(np.uint16))
-    p = make_problem(*case[:5], quant=case[5], expert_offset=case[6], extra_experts=case[7], shared=case[8],
-                     seed=case[9])
+    p = _case_problem(case)
     _check_oracle(p, inter)
 
 
