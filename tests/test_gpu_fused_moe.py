@@ -865,6 +865,48 @@ def test_grouped_block128_cluster_pairs_equal_one_cta(case, request):
         _check_oracle(p, out_def)
 
 
+# (case, HPC_XLA_MOE_GEMM_TILE, w13 layouts run): every 64-row kernel -- fp8_tensor 64x256 and 64x128 (plain and with
+# the act epilogue), bf16 64x256, block128 64x128 (never interleaved)
+NARROW_CLUSTER_CASES = [
+    ((300, 6, 512, 256, 2, "fp8_tensor", 1, 2, True, 91, False), "64x256", "both"),   # ~100 rows per expert: 2 M tiles
+    ((5, 4, 256, 128, 2, "fp8_tensor", 1, 2, False, 93, False), "64x256", "both"),     # groups of 0-3 rows
+    ((600, 4, 512, 192, 4, "fp8_tensor", 3, 4, True, 94, False), "64x256", "both"),    # EP 4 of 11; 2I = 384: half a pair idle
+    ((2560, 96, 256, 128, 4, "fp8_tensor", 0, 0, False, 97, False), "64x256", "both"),  # 96 experts: several group rounds
+    ((300, 6, 512, 384, 2, None, 0, 0, True, 95, False), "64x256", "both"),            # bf16 (no act epilogue at 64 rows)
+    ((300, 6, 512, 256, 2, "fp8_tensor", 1, 2, True, 92, False), "64x128", "both"),
+    ((300, 6, 512, 256, 2, "fp8_block128", 1, 2, True, 96, False), "64x128", "plain"),
+    ((2560, 96, 256, 128, 4, "fp8_block128", 0, 0, False, 98, False), "64x128", "plain"),
+]
+
+
+@pytest.mark.parametrize("case, tile, layouts", NARROW_CLUSTER_CASES)
+def test_grouped_narrow_cluster_pairs_equal_one_cta(case, tile, layouts, request):
+    """The 64-row ping-pong tiles in clusters of 2 CTAs along N, A by TMA multicast (experiment 37; the default, run
+    here by HPC_XLA_MOE_NARROW_CLUSTER=n2 and by leaving it unset) -- bitwise equal to one-CTA clusters (=1) on vLLM's
+    w13 layout and on the interleaved one (fp8_tensor's gate-up with the act epilogue; fp8_block128 never
+    interleaves): multicast moves the same bytes into shared memory, the MMAs and their order are the same. Both GEMMs
+    count as clustered launches under n2 and unset and none under =1 (HPC_XLA_MOE_GEMM_CLUSTER=1 keeps any 128-row
+    tile out of the count); within the oracle's tolerance."""
+    base = {"HPC_XLA_MOE_PATH": "grouped", "HPC_XLA_MOE_GEMM_TILE": tile, "HPC_XLA_MOE_GEMM_CLUSTER": "1"}
+    one, n2, unset = (dict(base, HPC_XLA_MOE_NARROW_CLUSTER=c) for c in ("1", "n2", ""))
+    runs = [(one, ""), (n2, ""), (unset, "")]
+    if layouts == "both":
+        runs += [(one, "interleaved"), (n2, "interleaved")]
+    outs, infos = _batched_layouts(request, "case", runs, tile=tile, layouts=layouts)
+    lines = [info["line"] for info in infos]
+    assert [info["CLUSTERS"] for info in infos] == [0, 2, 2, 0, 2][:len(runs)], lines
+    if case[5] == "fp8_tensor":  # the 64-row act epilogue exists for fp8_tensor only
+        assert [info["EPILOGUES"] > 0 for info in infos] == [False, False, False, True, True], lines
+    plain = outs[0]
+    for other in outs[1:3]:
+        assert np.array_equal(plain.view(np.uint16), other.view(np.uint16))
+    if layouts == "both":
+        assert np.array_equal(outs[3].view(np.uint16), outs[4].view(np.uint16))
+    p = _case_problem(case)
+    for out in outs[1::3]:  # n2 on each layout
+        _check_oracle(p, out)
+
+
 W2_PREFETCH_CASES = [
     (1, 8, 2048, 768, 8, "fp8_tensor", 0, 0, True, 81),    # Qwen3-30B's shape at T=1 (one expert's w2: 1.5 MB)
     (3, 6, 512, 192, 2, "fp8_tensor", 1, 3, False, 82),   # EP with remote and repeated slots, three tokens
@@ -1041,6 +1083,7 @@ except ValueError as e:
     ("HPC_XLA_MOE_W2_PREFETCH", "1", "HPC_XLA_MOE_W2_PREFETCH must be 'bulk', 'lines' or unset; got '1'"),
     ("HPC_XLA_MOE_GATHER", "pairs", "HPC_XLA_MOE_GATHER must be 'rows', 'tokens' or unset; got 'pairs'"),
     ("HPC_XLA_MOE_GEMM_CLUSTER", "2", "HPC_XLA_MOE_GEMM_CLUSTER must be '1', 'n2', 'm2' or unset; got '2'"),
+    ("HPC_XLA_MOE_NARROW_CLUSTER", "m2", "HPC_XLA_MOE_NARROW_CLUSTER must be '1', 'n2' or unset; got 'm2'"),
 ])
 def test_moe_knobs_reject_unknown_values(knob, value, message):
     r = _run_child(_KNOB_CHILD, **{knob: value})

@@ -48,6 +48,7 @@ constexpr const char* kActWords[] = {"kernel", "epilogue"};
 constexpr const char* kW2PrefetchWords[] = {"bulk", "lines"};
 constexpr const char* kGatherWords[] = {"rows", "tokens"};
 constexpr const char* kClusterWords[] = {"1", "n2", "m2"};
+constexpr const char* kNarrowClusterWords[] = {"1", "n2"};
 
 // 1 + the index of the variable's value in `words`, 0 when it is unset or empty, -1 for anything else.
 template <size_t N>
@@ -147,6 +148,13 @@ GroupedCluster GroupedClusterFromEnv() {
   using C = GroupedCluster;
   static const C cluster = EnvChoice("HPC_XLA_MOE_GEMM_CLUSTER", kClusterWords, C::kN2, {C::kOne, C::kN2, C::kM2},
                                    C::kInvalid);
+  return cluster;
+}
+
+GroupedCluster NarrowClusterFromEnv() {
+  using C = GroupedCluster;
+  static const C cluster =
+      EnvChoice("HPC_XLA_MOE_NARROW_CLUSTER", kNarrowClusterWords, C::kN2, {C::kOne, C::kN2}, C::kInvalid);
   return cluster;
 }
 
@@ -331,6 +339,9 @@ Status ValidateFusedMoeCuda(const FusedMoeArgs& a) {
   }
   if (moe::GroupedClusterFromEnv() == moe::GroupedCluster::kInvalid) {
     return c.Fail(EnvWordRefusal("HPC_XLA_MOE_GEMM_CLUSTER", kClusterWords));
+  }
+  if (moe::NarrowClusterFromEnv() == moe::GroupedCluster::kInvalid) {
+    return c.Fail(EnvWordRefusal("HPC_XLA_MOE_NARROW_CLUSTER", kNarrowClusterWords));
   }
   const int64_t tokens = a.x.shape[0], hidden = a.x.shape[1], experts = a.w13.shape[0], inter = a.w13.shape[1] / 2;
   if (hidden % 64 != 0) return c.Fail("the CUDA path needs H (x.shape[1]) to be a multiple of 64; got " + std::to_string(hidden));

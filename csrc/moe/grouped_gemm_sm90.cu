@@ -142,18 +142,31 @@ using Fp8BlockKernel = Fp8BlockGroupedIn<Cluster1>::Kernel;
 // CTA. Measured (H100, 2 rounds): DeepSeek-V3 EP8 T=4096 819-830 -> 757-763 us, T=16384 2446-2455 -> 2149-2185.
 using Fp8BlockN2Kernel = Fp8BlockGroupedIn<ClusterN2>::Kernel;
 // 64-row tiles (ping-pong) for groups of a few dozen rows: a 128-row tile would run mostly past the expert's rows.
-using Bf16NarrowKernel = GroupedKernel<cutlass::bfloat16_t, Shape<_64, _256, _64>,
-                                       cutlass::gemm::KernelPtrArrayTmaWarpSpecializedPingpong, false>::Kernel;
-using Fp8TensorNarrowGrouped = GroupedKernel<cutlass::float_e4m3_t, Shape<_64, _256, _128>,
-                                             cutlass::gemm::KernelPtrArrayTmaWarpSpecializedPingpongFP8FastAccum, false>;
-using Fp8TensorNarrow128Grouped = GroupedKernel<cutlass::float_e4m3_t, Shape<_64, _128, _128>,
-                                                cutlass::gemm::KernelPtrArrayTmaWarpSpecializedPingpongFP8FastAccum,
-                                                false>;
+// In a given cluster shape: ClusterN2 (the default, experiment 37: pairs along N sharing A by TMA multicast), or
+// Cluster1 (HPC_XLA_MOE_NARROW_CLUSTER=1). Measured (H100, 2 rounds, session 35): DeepSeek-V3 EP8 T=2048 708-709 ->
+// 653-654 us, Qwen3 fp8 T=1024 301-302 -> 291-292, the other 64-row rows -0.3..1%, none slower.
+template <class Cluster>
+using Bf16NarrowIn = GroupedKernel<cutlass::bfloat16_t, Shape<_64, _256, _64>,
+                                   cutlass::gemm::KernelPtrArrayTmaWarpSpecializedPingpong, false, Cluster>;
+template <class Cluster>
+using Fp8TensorNarrowIn = GroupedKernel<cutlass::float_e4m3_t, Shape<_64, _256, _128>,
+                                        cutlass::gemm::KernelPtrArrayTmaWarpSpecializedPingpongFP8FastAccum, false,
+                                        Cluster>;
+template <class Cluster>
+using Fp8TensorNarrow128In = GroupedKernel<cutlass::float_e4m3_t, Shape<_64, _128, _128>,
+                                           cutlass::gemm::KernelPtrArrayTmaWarpSpecializedPingpongFP8FastAccum, false,
+                                           Cluster>;
+template <class Cluster>
+using Fp8BlockNarrowIn = GroupedKernel<cutlass::float_e4m3_t, Shape<_64, _128, _128>,
+                                       cutlass::gemm::KernelPtrArrayTmaWarpSpecializedPingpongFP8BlockScaledAccum,
+                                       true, Cluster>;
+using Fp8TensorNarrowGrouped = Fp8TensorNarrowIn<Cluster1>;
+using Fp8TensorNarrow128Grouped = Fp8TensorNarrow128In<Cluster1>;
+using Bf16NarrowKernel = Bf16NarrowIn<Cluster1>::Kernel;
 using Fp8TensorNarrowKernel = Fp8TensorNarrowGrouped::Kernel;
 using Fp8TensorNarrow128Kernel = Fp8TensorNarrow128Grouped::Kernel;
-using Fp8BlockNarrowKernel = GroupedKernel<cutlass::float_e4m3_t, Shape<_64, _128, _128>,
-                                           cutlass::gemm::KernelPtrArrayTmaWarpSpecializedPingpongFP8BlockScaledAccum,
-                                           true>::Kernel;
+using Fp8BlockNarrowKernel = Fp8BlockNarrowIn<Cluster1>::Kernel;
+using Fp8BlockNarrowN2Kernel = Fp8BlockNarrowIn<ClusterN2>::Kernel;
 
 // The same kernels with the activation in the epilogue (moe_act_epilogue_sm90.h; w13 interleaved, gate-up only): the builder's mainloop unchanged (same stages: the carve-out for the TMA epilogue's smem stays unused), only
 // the epilogue differs.
@@ -171,6 +184,8 @@ using Bf16WideM2ActKernel = ActEpilogueKernelOf<Bf16WideM2Grouped, MoeQuant::kNo
 // warpgroup owns its tile, whose accumulators are the same one 64xN GMMA atom per warpgroup the epilogue reads.
 using Fp8TensorNarrowActKernel = ActEpilogueKernelOf<Fp8TensorNarrowGrouped, MoeQuant::kFp8Tensor>;
 using Fp8TensorNarrow128ActKernel = ActEpilogueKernelOf<Fp8TensorNarrow128Grouped, MoeQuant::kFp8Tensor>;
+using Fp8TensorNarrowN2ActKernel = ActEpilogueKernelOf<Fp8TensorNarrowIn<ClusterN2>, MoeQuant::kFp8Tensor>;
+using Fp8TensorNarrow128N2ActKernel = ActEpilogueKernelOf<Fp8TensorNarrow128In<ClusterN2>, MoeQuant::kFp8Tensor>;
 template <class Kernel>
 constexpr bool kActEpilogue = std::is_same_v<typename Kernel::CollectiveEpilogue, MoeActEpilogue<MoeQuant::kFp8Tensor>> ||
                               std::is_same_v<typename Kernel::CollectiveEpilogue, MoeActEpilogue<MoeQuant::kNone>>;
@@ -178,7 +193,8 @@ constexpr bool kActEpilogue = std::is_same_v<typename Kernel::CollectiveEpilogue
 // Kernels on CUTLASS's blockwise-scaled mainloop (its arguments carry the scale factors).
 template <class Kernel>
 constexpr bool kBlockScaled = std::is_same_v<Kernel, Fp8BlockKernel> || std::is_same_v<Kernel, Fp8BlockN2Kernel> ||
-                              std::is_same_v<Kernel, Fp8BlockNarrowKernel>;
+                              std::is_same_v<Kernel, Fp8BlockNarrowKernel> ||
+                              std::is_same_v<Kernel, Fp8BlockNarrowN2Kernel>;
 
 // The CUTLASS kernel body behind a PDL wait (see the top of the file). No static shared memory here: the
 // kernel's SharedStorage must start at the dynamic shared-memory base (TMA swizzle alignment).
@@ -470,13 +486,30 @@ Status RunClusteredKernel(const GroupedGemmGroups& g, const GroupedGemmProblem& 
   return launched;
 }
 
-// A 128x256 clustered kernel pair: the activation epilogue's or the plain one.
+// A clustered kernel pair: the activation epilogue's or the plain one.
 template <class Plain, class Act>
 Status RunClustered(const GroupedGemmGroups& g, const GroupedGemmProblem& p, cudaStream_t stream) {
   if (!p.act_epilogue) return RunClusteredKernel<Plain>(g, p, stream);
   const Status launched = RunClusteredKernel<Act>(g, p, stream);
   if (launched.ok()) g_act_epilogue_launches.fetch_add(1, std::memory_order_relaxed);
   return launched;
+}
+
+// The 64-row ping-pong tiles in pairs along N (experiment 37): both CTAs of a pair on one expert's 64 rows, A by TMA
+// multicast -- 8 of the 40 KB a 64x256 fp8 CTA loads per k-block, 8 of 24 KB for 64x128. These tiles run where an
+// expert has a few dozen rows and many N tiles of a long K (Qwen3 fp8 T=1024: 6 gate-up N tiles, K = 2048; Hy3-EP8
+// T=1024: 12, K = 4096; DeepSeek-V3 EP8 T=1024: 32, K = 7168), the shape of tile experiments 33 / 34 gained on.
+Status LaunchNarrowN2(const GroupedGemmGroups& g, const GroupedGemmProblem& p, bool wide, cudaStream_t stream) {
+  switch (g.quant) {
+    case MoeQuant::kNone:
+      return RunClusteredKernel<Bf16NarrowIn<ClusterN2>::Kernel>(g, p, stream);
+    case MoeQuant::kFp8Tensor:
+      return wide ? RunClustered<Fp8TensorNarrowIn<ClusterN2>::Kernel, Fp8TensorNarrowN2ActKernel>(g, p, stream)
+                  : RunClustered<Fp8TensorNarrow128In<ClusterN2>::Kernel, Fp8TensorNarrow128N2ActKernel>(g, p, stream);
+    case MoeQuant::kFp8Block128:
+      return RunClusteredKernel<Fp8BlockNarrowN2Kernel>(g, p, stream);
+  }
+  return Status::Internal("fused_moe grouped GEMM: unknown quant");
 }
 
 Status LaunchGroupedGemm(const GroupedGemmGroups& g, const GroupedGemmProblem& p, cudaStream_t stream) {
@@ -499,10 +532,11 @@ Status LaunchGroupedGemm(const GroupedGemmGroups& g, const GroupedGemmProblem& p
     return bf16 ? RunClustered<Bf16WideN2Grouped::Kernel, Bf16WideN2ActKernel>(g, p, stream)
                 : RunClustered<Fp8TensorWideN2Grouped::Kernel, Fp8TensorWideN2ActKernel>(g, p, stream);
   }
+  if (p.act_epilogue && narrow && g.quant != MoeQuant::kFp8Tensor) {
+    return Status::Internal("fused_moe grouped GEMM: no bf16 activation epilogue for 64-row tiles");
+  }
+  if (narrow && NarrowClusterFromEnv() == GroupedCluster::kN2) return LaunchNarrowN2(g, p, wide, stream);
   if (p.act_epilogue) {  // the caller checked GroupedGemmActInEpilogue: 128-row tiles, or fp8_tensor's 64-row ones
-    if (narrow && g.quant != MoeQuant::kFp8Tensor) {
-      return Status::Internal("fused_moe grouped GEMM: no bf16 activation epilogue for 64-row tiles");
-    }
     Status launched;
     if (narrow) {
       launched = wide ? RunKernel<Fp8TensorNarrowActKernel>(g, p, stream)

@@ -82,6 +82,10 @@ GroupedAct GroupedActFromEnv();
 // for comparison); anything else -> kInvalid. fused_moe_validate.cc.
 enum class GroupedCluster { kOne, kN2, kM2, kInvalid };
 GroupedCluster GroupedClusterFromEnv();
+// HPC_XLA_MOE_NARROW_CLUSTER (read once; experiment 37): the 64-row ping-pong tiles (every quant) in clusters of 2
+// along N with A by TMA multicast (unset or "n2", the default since session 35) or in one-CTA clusters ("1");
+// anything else -> kInvalid. Independent of HPC_XLA_MOE_GEMM_CLUSTER, which picks the 128-row tiles' clusters.
+GroupedCluster NarrowClusterFromEnv();
 
 // Whether the gate-up GEMM computes the activation in its epilogue: w13 interleaved, the act not forced into the
 // kernel, and a configuration that has that kernel (fp8_tensor or bf16 on the 128-row cooperative tiles, 128x256 /
