@@ -570,7 +570,7 @@ def test_grouped_deterministic(quant):
 
 # A child that runs make_problem's cases (tokens, experts, H, I, k, quant, offset, extra, shared, seed[, x_fp8]) in
 # turn under its environment's knobs, w13 interleaved when argv[2] says so: case i's output to argv[1] + "_i.npy" and
-# one line "CASE i TILE m ACT a EPILOGUES n GATHERS n PREFETCHES n WGMMA n CLUSTERS n" (launch counters as this
+# one line "CASE i TILE m ACT a EPILOGUES n GATHERS n WGMMA n CLUSTERS n" (launch counters as this
 # case's own increments, so a case reads the same as in a fresh process).
 _PATH_CHILD = r"""
 import sys
@@ -579,8 +579,7 @@ sys.path.insert(0, "tests")
 from test_gpu_fused_moe import _case_problem, _tile_m, run_cuda
 from hpc_xla._ext import ext
 counters = [("EPILOGUES", ext().fused_moe_act_epilogue_launches), ("GATHERS", ext().fused_moe_gather_by_tokens_launches),
-            ("PREFETCHES", ext().fused_moe_w2_prefetch_launches), ("WGMMA", ext().fused_moe_wgmma_gate_up_launches),
-            ("CLUSTERS", ext().fused_moe_gemm_cluster_launches)]
+            ("WGMMA", ext().fused_moe_wgmma_gate_up_launches), ("CLUSTERS", ext().fused_moe_gemm_cluster_launches)]
 interleaved = len(sys.argv) > 2 and sys.argv[2] == "interleaved"
 for i, args in enumerate(%r):
     p = _case_problem(args)
@@ -907,35 +906,6 @@ def test_grouped_narrow_cluster_pairs_equal_one_cta(case, tile, layouts, request
         _check_oracle(p, out)
 
 
-W2_PREFETCH_CASES = [
-    (1, 8, 2048, 768, 8, "fp8_tensor", 0, 0, True, 81),    # Qwen3-30B's shape at T=1 (one expert's w2: 1.5 MB)
-    (3, 6, 512, 192, 2, "fp8_tensor", 1, 3, False, 82),   # EP with remote and repeated slots, three tokens
-    (1, 4, 256, 128, 4, "fp8_tensor", 0, 0, False, 83, True),  # fp8 x
-]
-
-
-@pytest.mark.parametrize("args", W2_PREFETCH_CASES)
-def test_w2_prefetch_leaves_results_unchanged(args, request):
-    """HPC_XLA_MOE_W2_PREFETCH=bulk | lines (experiment 27): the wgmma gate-up CTAs prefetch the down kernel's w2
-    into L2 once their own copies land. A prefetch moves no data the kernels read, so the stream path's output is
-    bitwise the one without; the launch counter shows the prefetching kernel ran (a prefetch that silently stayed
-    off would pass the comparison). Whether memcheck checks prefetch addresses at all is not known: the ranges'
-    bounds are the kernel's arithmetic (shares of [0, H * I) of a local expert)."""
-    env = {"HPC_XLA_MOE_UP_WGMMA": "1"}
-    runs = [(dict(env), ""), (dict(env, HPC_XLA_MOE_W2_PREFETCH="bulk"), ""),
-            (dict(env, HPC_XLA_MOE_W2_PREFETCH="lines"), "")]
-    for run_env, _ in runs:
-        run_env["HPC_XLA_MOE_PATH"] = "stream"
-    (off, bulk, lines), infos = _batched_layouts(request, "args", runs)
-    printed = [info["line"] for info in infos]
-    assert [info["TILE"] for info in infos] == [STREAM_TILE] * 3, printed
-    assert [info["PREFETCHES"] > 0 for info in infos] == [False, True, True], printed
-    assert np.array_equal(off.view(np.uint16), bulk.view(np.uint16))
-    assert np.array_equal(off.view(np.uint16), lines.view(np.uint16))
-    p = _case_problem(args)
-    _check_oracle(p, bulk)
-
-
 # (path env, make_problem's args, the M tile it must run): every path that reads w13 other than the epilogue, on
 # I = 192 (three 64-blocks: the interleaved layout's odd case) or 256
 INTERLEAVED_PATH_CASES = [
@@ -1080,7 +1050,6 @@ except ValueError as e:
     ("HPC_XLA_MOE_TILED_M", "64", "HPC_XLA_MOE_TILED_M must be '16', '32' or unset; got '64'"),
     ("HPC_XLA_MOE_REDUCE", "fast", "HPC_XLA_MOE_REDUCE must be 'dense', 'sparse' or unset; got 'fast'"),
     ("HPC_XLA_MOE_ACT", "fused", "HPC_XLA_MOE_ACT must be 'kernel', 'epilogue' or unset; got 'fused'"),
-    ("HPC_XLA_MOE_W2_PREFETCH", "1", "HPC_XLA_MOE_W2_PREFETCH must be 'bulk', 'lines' or unset; got '1'"),
     ("HPC_XLA_MOE_GATHER", "pairs", "HPC_XLA_MOE_GATHER must be 'rows', 'tokens' or unset; got 'pairs'"),
     ("HPC_XLA_MOE_GEMM_CLUSTER", "2", "HPC_XLA_MOE_GEMM_CLUSTER must be '1', 'n2', 'm2' or unset; got '2'"),
     ("HPC_XLA_MOE_NARROW_CLUSTER", "m2", "HPC_XLA_MOE_NARROW_CLUSTER must be '1', 'n2' or unset; got 'm2'"),

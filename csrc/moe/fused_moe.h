@@ -77,9 +77,8 @@ int64_t FusedMoeActEpilogueLaunches();
 int64_t FusedMoeGemmClusterLaunches();
 // Grouped-path gathers in this process that ran by tokens (HPC_XLA_MOE_GATHER=tokens).
 int64_t FusedMoeGatherByTokensLaunches();
-// Stream-path wgmma gate-up launches in this process, and those that prefetched w2 into L2 (HPC_XLA_MOE_W2_PREFETCH).
+// Stream-path wgmma gate-up launches in this process.
 int64_t FusedMoeWgmmaGateUpLaunches();
-int64_t FusedMoeW2PrefetchLaunches();
 // What one call with `tokens` tokens needs (the CUDA path checks the workspace against it). experts_global and
 // w13_interleaved as the call passes them (num_experts_global, 0 if not given): with an interleaved w13 the grouped
 // path computes the activation in its gate-up epilogue and needs no gate_up rows (FusedMoeActInEpilogue).

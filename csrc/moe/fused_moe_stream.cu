@@ -718,9 +718,6 @@ Status LaunchWgmmaGateUp(const StreamParams& p, cudaStream_t stream) {
   a.inter = static_cast<uint8_t*>(p.inter);
   a.tokens = p.tokens, a.top_k = p.top_k, a.experts = p.experts, a.expert_offset = p.expert_offset;
   a.hidden = p.hidden, a.inter_size = p.inter_size;
-  a.w2 = p.w2;
-  const bool fits = static_cast<int64_t>(p.pairs) * p.hidden * p.inter_size <= kW2PrefetchMaxBytes;
-  a.w2_prefetch = fits ? static_cast<int>(W2PrefetchFromEnv()) : 0;  // kInvalid never gets here: validated
   return LaunchStreamGateUpWgmma(a, stream);
 }
 

@@ -45,7 +45,6 @@ constexpr const char* kReduceWords[] = {"dense", "sparse"};
 constexpr const char* kTiledMWords[] = {"16", "32"};
 constexpr const char* kGemmTileWords[] = {"128x256", "128x128", "64x256", "64x128"};
 constexpr const char* kActWords[] = {"kernel", "epilogue"};
-constexpr const char* kW2PrefetchWords[] = {"bulk", "lines"};
 constexpr const char* kGatherWords[] = {"rows", "tokens"};
 constexpr const char* kClusterWords[] = {"1", "n2", "m2"};
 constexpr const char* kNarrowClusterWords[] = {"1", "n2"};
@@ -135,13 +134,6 @@ GroupedAct GroupedActFromEnv() {
   using A = GroupedAct;
   static const A act = EnvChoice("HPC_XLA_MOE_ACT", kActWords, A::kEpilogue, {A::kKernel, A::kEpilogue}, A::kInvalid);
   return act;
-}
-
-W2Prefetch W2PrefetchFromEnv() {
-  using W = W2Prefetch;
-  static const W prefetch =
-      EnvChoice("HPC_XLA_MOE_W2_PREFETCH", kW2PrefetchWords, W::kOff, {W::kBulk, W::kLines}, W::kInvalid);
-  return prefetch;
 }
 
 GroupedCluster GroupedClusterFromEnv() {
@@ -331,9 +323,6 @@ Status ValidateFusedMoeCuda(const FusedMoeArgs& a) {
   if (moe::MoeTiledMFromEnv() < 0) return c.Fail(EnvWordRefusal("HPC_XLA_MOE_TILED_M", kTiledMWords));
   if (!moe::GroupedGemmTileFromEnv().valid) return c.Fail(EnvWordRefusal("HPC_XLA_MOE_GEMM_TILE", kGemmTileWords));
   if (moe::GroupedActFromEnv() == moe::GroupedAct::kInvalid) return c.Fail(EnvWordRefusal("HPC_XLA_MOE_ACT", kActWords));
-  if (moe::W2PrefetchFromEnv() == moe::W2Prefetch::kInvalid) {
-    return c.Fail(EnvWordRefusal("HPC_XLA_MOE_W2_PREFETCH", kW2PrefetchWords));
-  }
   if (moe::GroupedGatherFromEnv() == moe::GroupedGather::kInvalid) {
     return c.Fail(EnvWordRefusal("HPC_XLA_MOE_GATHER", kGatherWords));
   }

@@ -40,10 +40,8 @@ namespace {
 
 namespace cg = cooperative_groups;
 
-// Launches of this kernel, and those that prefetched w2 (FusedMoeWgmmaGateUpLaunches, FusedMoeW2PrefetchLaunches:
-// the tests' proof of which kernel ran).
+// Launches of this kernel (FusedMoeWgmmaGateUpLaunches: the tests' proof of which kernel ran).
 std::atomic<int64_t> g_launches{0};
-std::atomic<int64_t> g_w2_prefetch_launches{0};
 
 constexpr int kThreads = 128;       // one warpgroup
 constexpr int kUnitCols = 32;       // columns of I per unit: 32 gate + 32 up rows = the wgmma M of 64
@@ -66,29 +64,6 @@ __device__ __forceinline__ uint32_t PackE4M3x4(float a, float b, float c, float 
   const uint32_t lo = __nv_cvt_float2_to_fp8x2(make_float2(a * mul, b * mul), __NV_SATFINITE, __NV_E4M3);
   const uint32_t hi = __nv_cvt_float2_to_fp8x2(make_float2(c * mul, d * mul), __NV_SATFINITE, __NV_E4M3);
   return lo | (hi << 16);
-}
-
-// Experiment 27 (HPC_XLA_MOE_W2_PREFETCH): share `share` of `shares` of expert e's w2 [H, I] (contiguous, e4m3) into
-// L2 for the down kernel, issued once this CTA's own weight copies have landed. Why: at T = 1 the down kernel streams
-// w2 (12.6 MB at Qwen3) only after the gate-up grid has drained and handed over (~7.6 us, 1.65 TB/s), while DRAM
-// idles through the gate-up's tail (MMAs, cluster reduce, epilogue, drain). Session 11 prefetched at the kernel's
-// START and ran 2.2x slower (the prefetches queued ahead of the gate-up's own copies); here they only follow them.
-// Shares are 128-byte aligned (H * I is a multiple of 128).
-__device__ __forceinline__ void PrefetchW2Share(const WgmmaGateUpArgs& a, int e, int share, int shares, int tid) {
-  const int64_t bytes = static_cast<int64_t>(a.hidden) * a.inter_size;
-  const int64_t lo = bytes * share / shares / 128 * 128, hi = bytes * (share + 1) / shares / 128 * 128;
-  const uint8_t* base = a.w2 + static_cast<int64_t>(e) * bytes;
-  if (a.w2_prefetch == 1) {
-    if (tid == 0 && hi > lo) {
-      asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(__cvta_generic_to_global(base + lo)),
-                   "r"(static_cast<uint32_t>(hi - lo))
-                   : "memory");
-    }
-    return;
-  }
-  for (int64_t off = lo + 128 * tid; off < hi; off += 128 * kThreads) {
-    asm volatile("prefetch.global.L2 [%0];" ::"l"(__cvta_generic_to_global(base + off)));
-  }
 }
 
 template <bool kXFp8>
@@ -173,8 +148,6 @@ __global__ void __launch_bounds__(kThreads) GateUpWgmmaKernel(const __grid_const
       WgmmaGroupE4M3(acc, a_base + s * kAGroupBytes, b_base + s * kBGroupBytes);
     }
   }
-  // every copy of this CTA has landed (the last wait above): the down kernel's weights may follow in DRAM's queue
-  if (a.w2_prefetch != 0) PrefetchW2Share(a, e, cb * p.cluster + rank, p.col_blocks * p.cluster, tid);
 
   // The cluster's partial tiles, added in rank order on rank 0 (its A tiles are free once every CTA is past the
   // first barrier: each waited for its own wgmmas).
@@ -252,7 +225,6 @@ Status LaunchStreamGateUpWgmma(const WgmmaGateUpArgs& a, cudaStream_t stream) {
   HPC_RETURN_IF_ERROR(LaunchCluster("fused_moe stream gate-up (wgmma) launch", kernel, dim3(static_cast<unsigned>(ctas)),
                                     dim3(kThreads), smem, static_cast<unsigned>(p.cluster), stream, p));
   g_launches.fetch_add(1, std::memory_order_relaxed);
-  if (a.w2_prefetch != 0) g_w2_prefetch_launches.fetch_add(1, std::memory_order_relaxed);
   return Status::Ok();
 }
 
@@ -260,5 +232,4 @@ Status LaunchStreamGateUpWgmma(const WgmmaGateUpArgs& a, cudaStream_t stream) {
 
 namespace hpc {
 int64_t FusedMoeWgmmaGateUpLaunches() { return moe::g_launches.load(std::memory_order_relaxed); }
-int64_t FusedMoeW2PrefetchLaunches() { return moe::g_w2_prefetch_launches.load(std::memory_order_relaxed); }
 }  // namespace hpc

@@ -21,21 +21,8 @@ struct WgmmaGateUpArgs {
   const float* a2_scale;     // [1]: the intermediate's static scale
   const int32_t* ids;        // [T, top_k] global expert ids
   uint8_t* inter;            // [T * top_k, I] e4m3 out
-  const uint8_t* w2;         // [E, H, I] e4m3: the down kernel's weights (w2_prefetch)
   int tokens, top_k, experts, expert_offset, hidden, inter_size;
-  int w2_prefetch;           // W2Prefetch: 0 none; each CTA pulls a share of its expert's w2 into L2 once its
-                             // own copies have landed (1 one bulk prefetch, 2 per-line prefetches)
 };
-
-// HPC_XLA_MOE_W2_PREFETCH (read once; an A/B switch, experiment 27): unset -> kOff; "bulk" | "lines" -> the wgmma
-// gate-up CTAs prefetch the down kernel's w2 into L2 after their own weight copies land (where pairs x H x I bytes
-// <= kW2PrefetchMaxBytes, counting remote and repeated slots: fused_moe_stream.cu); anything else -> kInvalid.
-// fused_moe_validate.cc.
-enum class W2Prefetch { kOff = 0, kBulk = 1, kLines = 2, kInvalid = -1 };
-W2Prefetch W2PrefetchFromEnv();
-// At most this many bytes of w2 (pairs x H x I) are prefetched: a third of Hopper's 50 MB L2, so the gate-up's own
-// stream and the prefetched lines do not evict each other (the session 11 budget).
-constexpr int64_t kW2PrefetchMaxBytes = int64_t{16} << 20;
 
 // Shapes it takes: T <= 8 (every token is a column of one n8 MMA), H a multiple of 128 up to 8192 (a cluster of at
 // most 8 CTAs, each <= 8 K groups of 128), I a multiple of 32 (units of 32 gate + 32 up rows).
