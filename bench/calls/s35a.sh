@@ -7,11 +7,12 @@
 # lane up to ~2x slower at spin 0. (2) main's binary (n = main with experiment 37 the default and experiment 27
 # removed): the narrow-cluster test (its unset run now expects clusters), the knob refusals, the stream path's tests.
 . "$(dirname "$0")/prelude.sh"
+R=$OUT  # logs straight into $OUT: what ran comes back even if the budget ends the call
 N=$PWD/.peer/exp/n
 T="python3 -m pytest -q -p no:cacheprovider"
 M=tests/test_gpu_fused_moe.py
-in_background "narrow pairs + knobs" a_a.log 200 $N $T $M -k "narrow_cluster or knobs_reject"
-in_background "stream path + every path" a_b.log 200 $N $T $M -k "stream_path or every_path"
+in_background "narrow pairs + knobs" a_a.log 150 $N $T $M -k "narrow_cluster or knobs_reject"
+in_background "stream path" a_b.log 150 $N $T $M -k "stream_path"
 timeout 60 .peer/probe/gather_tma_probe > $OUT/gather_probe.txt 2>&1; echo "probe rc=$?"; t
 timeout 60 compute-sanitizer --tool memcheck --error-exitcode 99 .peer/probe/gather_tma_probe --check-only \
   > $R/a_probe_mc.log 2>&1; echo "probe memcheck rc=$?: $(grep 'ERROR SUMMARY' $R/a_probe_mc.log)"
