@@ -11,11 +11,12 @@ R=$OUT  # logs straight into $OUT: what ran comes back even if the budget ends t
 N=$PWD/.peer/exp/n
 T="python3 -m pytest -q -p no:cacheprovider"
 M=tests/test_gpu_fused_moe.py
-in_background "narrow pairs + knobs" a_a.log 150 $N $T $M -k "narrow_cluster or knobs_reject"
-in_background "stream path" a_b.log 150 $N $T $M -k "stream_path"
 timeout 60 .peer/probe/gather_tma_probe > $OUT/gather_probe.txt 2>&1; echo "probe rc=$?"; t
 timeout 60 compute-sanitizer --tool memcheck --error-exitcode 99 .peer/probe/gather_tma_probe --check-only \
   > $R/a_probe_mc.log 2>&1; echo "probe memcheck rc=$?: $(grep 'ERROR SUMMARY' $R/a_probe_mc.log)"
+# the probe alone on the GPU first (its timings), then the tests
+in_background "narrow pairs + knobs" a_a.log 150 $N $T $M -k "narrow_cluster or knobs_reject"
+in_background "stream path" a_b.log 150 $N $T $M -k "stream_path"
 wait; t
 collect a_
 cat $OUT/gather_probe.txt
