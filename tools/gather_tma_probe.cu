@@ -12,7 +12,9 @@
 //          32768 rows (4096 tokens x top-8) in 256 tiles of 128, 6 N tiles of 256, K = 2048 (16 k-blocks); A rows
 //          from x_q [4096, 2048] (8 MB, L2-resident) through random token ids, against today's contiguous gathered
 //          rows [32768, 2048] (67 MB); B from a [128 x 1536, 2048] weight (403 MB, streamed).
-//          Issuers: one lane issues all 128 row boxes, or the 32 lanes of the producer warp 4 each.
+//          Issuers: one lane issues all 128 row boxes, or the 32 lanes of the producer warp 4 each; or (cp.async,
+//          added after session 35 measured the row boxes at ~58 cycles each) the producer warpgroup's 128 threads
+//          copy the rows by 16-byte cp.async into the same swizzled layout, completing through the full barrier.
 //   nvcc -std=c++17 -I. -I$CUTLASS_INCLUDE -gencode arch=compute_90a,code=sm_90a -O3 -o gather_tma_probe \
 //        tools/gather_tma_probe.cu && ./gather_tma_probe [--check-only]
 #include <cuda.h>
@@ -36,7 +38,8 @@ constexpr int kBRows = 256;        // the B tile's rows (N = 256)
 constexpr int kStages = 4;
 constexpr int kABytes = kRows * kKBytes;    // 16 KB
 constexpr int kBBytes = kBRows * kKBytes;   // 32 KB
-constexpr int kThreads = 160;               // warp 0 produces, warps 1-4 consume (a consumer warpgroup)
+constexpr int kThreads = 256;               // warps 0-3 produce (a producer warpgroup), 4-7 consume
+constexpr int kProducerThreads = 128;       // TMA modes issue from warp 0 only; cp.async uses all four warps
 constexpr int kConsumerWarps = 4;
 
 // Qwen3-30B-A3B's gate-up at T=4096, fp8
@@ -44,7 +47,7 @@ constexpr int kTokens = 4096, kTopK = 8, kHidden = 2048, kExperts = 128, kN = 15
 constexpr int kPairs = kTokens * kTopK;
 constexpr int kMTiles = kPairs / kRows, kNTiles = kN / kBRows, kKBlocks = kHidden / kKBytes;
 
-enum class AMode { kBox, kRowsOneLane, kRowsWarp };
+enum class AMode { kBox, kRowsOneLane, kRowsWarp, kCpAsync };
 
 struct Smem {
   alignas(1024) uint8_t a[kStages][kABytes];
@@ -80,10 +83,31 @@ __device__ __forceinline__ void LoadA(const CUtensorMap* box_map, const CUtensor
   }
 }
 
+// The cp.async gather (CUTLASS's KernelCpAsyncWarpSpecialized form): producer thread t copies 16-byte chunk t % 8 of
+// rows t / 8 + 16 j (j = 0..7) -- a warp instruction moves 4 whole 128-byte rows -- to where the 128B swizzle puts
+// it (chunk c of row r at 128 r + 16 (c ^ (r % 8))). `tok` holds the thread's 8 rows' tokens.
+__device__ __forceinline__ void GatherA(const uint8_t* x, uint8_t* dst, int kb, const int (&tok)[8], int t) {
+  const int chunk = t % 8, row0 = t / 8;
+#pragma unroll
+  for (int j = 0; j < 8; ++j) {
+    const int r = row0 + 16 * j;
+    const uint32_t d = cute::cast_smem_ptr_to_uint(dst + r * kKBytes + 16 * (chunk ^ (r % 8)));
+    const uint8_t* src = x + static_cast<int64_t>(tok[j]) * kHidden + kb * kKBytes + 16 * chunk;
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(d), "l"(src) : "memory");
+  }
+}
+
+// This thread's cp.asyncs so far arrive on `bar` when they land (noinc: the arrival is one of the barrier's count).
+__device__ __forceinline__ void CpAsyncArriveNoinc(uint64_t* bar) {
+  asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];" ::"r"(cute::cast_smem_ptr_to_uint(bar))
+               : "memory");
+}
+
 struct Params {
   CUtensorMap a_box;   // gathered rows [kPairs, kHidden], box {128, 128}
   CUtensorMap a_row;   // x_q [kTokens, kHidden], box {128, 1}
   CUtensorMap b_box;   // w [kExperts * kN, kHidden], box {128, 256}
+  const uint8_t* x;    // x_q [kTokens, kHidden] (the cp.async mode's source)
   const int* ids;      // [kPairs] token of each sorted row
   int tiles;           // work tiles (M tile x N tile), handed out tile += gridDim.x
   int spin;            // consumer cycles per stage after it landed (~ the stage's MMAs)
@@ -98,7 +122,8 @@ __global__ void __launch_bounds__(kThreads, 1) RingKernel(const __grid_constant_
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   if (threadIdx.x == 0) {
     for (int i = 0; i < kStages; ++i) {
-      Barrier::init(&s.full[i], 1);
+      // cp.async: every producer thread's noinc arrival, plus thread 0's (which carries B's transaction bytes)
+      Barrier::init(&s.full[i], kMode == AMode::kCpAsync ? kProducerThreads + 1 : 1);
       EmptyBarrier::init(&s.empty[i], kConsumerWarps);
     }
     cutlass::arch::fence_barrier_init();
@@ -106,6 +131,33 @@ __global__ void __launch_bounds__(kThreads, 1) RingKernel(const __grid_constant_
   __syncthreads();
   const uint32_t bytes = kABytes + (p.with_b ? kBBytes : 0);
   int it = 0;
+  if constexpr (kMode == AMode::kCpAsync) {
+    if (warp < 4) {
+      const int t = threadIdx.x;
+      for (int tile = blockIdx.x; tile < p.tiles; tile += gridDim.x) {
+        const int m = tile % kMTiles, n = tile / kMTiles, expert = (m * kRows / (kPairs / kExperts)) % kExperts;
+        int tok[8];
+#pragma unroll
+        for (int j = 0; j < 8; ++j) tok[j] = p.ids[m * kRows + t / 8 + 16 * j];
+        for (int kb = 0; kb < kKBlocks; ++kb, ++it) {
+          const int st = it % kStages;
+          if (it >= kStages) EmptyBarrier::wait(&s.empty[st], ((it / kStages) - 1) & 1);
+          if (t == 0) {
+            if (p.with_b) {
+              Barrier::arrive_and_expect_tx(&s.full[st], kBBytes);
+              LoadRow(&p.b_box, &s.full[st], s.b[st], kb * kKBytes, expert * kN + n * kBRows);
+            } else {
+              Barrier::arrive(&s.full[st]);
+            }
+          }
+          GatherA(p.x, s.a[st], kb, tok, t);
+          CpAsyncArriveNoinc(&s.full[st]);
+        }
+      }
+      return;
+    }
+  }
+  if (warp >= 1 && warp < 4) return;  // TMA modes: warp 0 issues
   if (warp == 0) {
     for (int tile = blockIdx.x; tile < p.tiles; tile += gridDim.x) {
       const int m = tile % kMTiles, n = tile / kMTiles, expert = (m * kRows / (kPairs / kExperts)) % kExperts;
@@ -127,6 +179,8 @@ __global__ void __launch_bounds__(kThreads, 1) RingKernel(const __grid_constant_
       for (int kb = 0; kb < kKBlocks; ++kb, ++it) {
         const int st = it % kStages;
         Barrier::wait(&s.full[st], (it / kStages) & 1);
+        // generic-proxy (cp.async) writes before the async proxy's (wgmma's) reads: the real consumer's fence
+        if constexpr (kMode == AMode::kCpAsync) cutlass::arch::fence_view_async_shared();
         acc += s.a[st][(threadIdx.x * 37) % kABytes];
         if (p.spin > 0) {
           const long long t0 = clock64();
@@ -142,7 +196,8 @@ __global__ void __launch_bounds__(kThreads, 1) RingKernel(const __grid_constant_
 }
 
 // One CTA: tile 0's rows through random ids, by row boxes, checked byte for byte against the SW128 formula; then
-// rows 0-127 of x by one box against the same formula (the formula's own check). Mismatches counted into out[0], [1].
+// rows 0-127 of x by one box against the same formula (the formula's own check); then the cp.async gather's rows.
+// Mismatches counted into out[0], [1], [2]. Run with 128 threads.
 __global__ void CheckKernel(const __grid_constant__ Params p, const uint8_t* x, int kb, uint32_t* out) {
   extern __shared__ uint8_t dyn[];
   Smem& s = *reinterpret_cast<Smem*>((reinterpret_cast<uintptr_t>(dyn) + 1023) / 1024 * 1024);
@@ -163,18 +218,26 @@ __global__ void CheckKernel(const __grid_constant__ Params p, const uint8_t* x, 
       LoadRow(&p.a_box, &s.full[1], s.a[1], kb * kKBytes, 0);
     }
   }
+  int tok[8];
+#pragma unroll
+  for (int j = 0; j < 8; ++j) tok[j] = s.ids[threadIdx.x / 8 + 16 * j];
+  GatherA(x, s.a[2], kb, tok, threadIdx.x);
+  asm volatile("cp.async.wait_all;" ::: "memory");
   Barrier::wait(&s.full[0], 0);
   Barrier::wait(&s.full[1], 0);
-  uint32_t bad_rows = 0, bad_box = 0;
+  __syncthreads();
+  uint32_t bad_rows = 0, bad_box = 0, bad_cp = 0;
   for (int i = threadIdx.x; i < kABytes; i += blockDim.x) {
     const int r = i / kKBytes, c = i % kKBytes;
     const int at = r * kKBytes + 16 * ((c / 16) ^ (r % 8)) + c % 16;
     bad_rows += s.a[0][at] != x[static_cast<int64_t>(s.ids[r]) * kHidden + kb * kKBytes + c];
     // the box holds rows 0..127 of the gathered buffer, which the host filled as x[ids[row]]
     bad_box += s.a[1][at] != x[static_cast<int64_t>(p.ids[r]) * kHidden + kb * kKBytes + c];
+    bad_cp += s.a[2][at] != x[static_cast<int64_t>(s.ids[r]) * kHidden + kb * kKBytes + c];
   }
   atomicAdd(&out[0], bad_rows);
   atomicAdd(&out[1], bad_box);
+  atomicAdd(&out[2], bad_cp);
 }
 
 PFN_cuTensorMapEncodeTiled_v12000 Encoder() {
@@ -245,6 +308,7 @@ int main(int argc, char** argv) {
   p.a_box = Map2D(dxg, kPairs, kHidden, kRows);
   p.a_row = Map2D(dx, kTokens, kHidden, 1);
   p.b_box = Map2D(dw, static_cast<int64_t>(kExperts) * kN, kHidden, kBRows);
+  p.x = dx;
   p.ids = dids;
   p.tiles = kMTiles * kNTiles;
   p.sink = sink;
@@ -252,15 +316,15 @@ int main(int argc, char** argv) {
 
   // check, on two k-blocks
   CHECK(cudaFuncSetAttribute(CheckKernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
-  uint32_t bad[2] = {0, 0};
+  uint32_t bad[3] = {0, 0, 0};
   for (int kb : {0, 5}) {
     CheckKernel<<<1, 128, smem>>>(p, dx, kb, dout);
     CHECK(cudaDeviceSynchronize());
   }
-  CHECK(cudaMemcpy(bad, dout, 8, cudaMemcpyDeviceToHost));
-  std::printf("check: row boxes vs SW128 formula: %u bad bytes of %d; one 128-row box vs formula: %u bad bytes\n",
-              bad[0], 2 * kABytes, bad[1]);
-  if (check_only) return bad[0] + bad[1] == 0 ? 0 : 2;
+  CHECK(cudaMemcpy(bad, dout, 12, cudaMemcpyDeviceToHost));
+  std::printf("check (bad bytes of %d each): row boxes vs SW128 formula %u; one 128-row box vs formula %u; cp.async "
+              "gather vs formula %u\n", 2 * kABytes, bad[0], bad[1], bad[2]);
+  if (check_only) return bad[0] + bad[1] + bad[2] == 0 ? 0 : 2;
 
   const double a_mb = static_cast<double>(kPairs) * kHidden * kNTiles / 1e6;  // A bytes the GEMM loads (per N tile)
   const double b_mb = static_cast<double>(kMTiles) * kNTiles * kBBytes * kKBlocks / 1e6;
@@ -271,10 +335,10 @@ int main(int argc, char** argv) {
     for (int spin : {0, 1000, 1700}) {
       p.with_b = with_b;
       p.spin = spin;
-      const double t[3] = {Time<AMode::kBox>(p, sms, smem), Time<AMode::kRowsOneLane>(p, sms, smem),
-                           Time<AMode::kRowsWarp>(p, sms, smem)};
-      const char* names[3] = {"box (today)", "rows, 1 lane", "rows, warp"};
-      for (int i = 0; i < 3; ++i) {
+      const double t[4] = {Time<AMode::kBox>(p, sms, smem), Time<AMode::kRowsOneLane>(p, sms, smem),
+                           Time<AMode::kRowsWarp>(p, sms, smem), Time<AMode::kCpAsync>(p, sms, smem)};
+      const char* names[4] = {"box (today)", "rows, 1 lane", "rows, warp", "cp.async, WG"};
+      for (int i = 0; i < 4; ++i) {
         const double kblocks_per_sm = static_cast<double>(p.tiles) * kKBlocks / sms;
         std::printf("%-8s %-6d %-14s %10.1f %12.0f %14.0f\n", with_b ? "yes" : "no", spin, names[i], t[i],
                     a_mb * 1e3 / t[i], t[i] * clock_khz / 1e3 / kblocks_per_sm);
