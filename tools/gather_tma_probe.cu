@@ -14,7 +14,8 @@
 //          rows [32768, 2048] (67 MB); B from a [128 x 1536, 2048] weight (403 MB, streamed).
 //          Issuers: one lane issues all 128 row boxes, or the 32 lanes of the producer warp 4 each; or (cp.async,
 //          added after session 35 measured the row boxes at ~58 cycles each) the producer warpgroup's 128 threads
-//          copy the rows by 16-byte cp.async into the same swizzled layout, completing through the full barrier.
+//          copy the rows by 16-byte cp.async into the same swizzled layout, completing through the full barrier;
+//          or one warp does (32 cp.async per lane per k-block: the ptr-array kernel's spare MainloopAux warp).
 //   nvcc -std=c++17 -I. -I$CUTLASS_INCLUDE -gencode arch=compute_90a,code=sm_90a -O3 -o gather_tma_probe \
 //        tools/gather_tma_probe.cu && ./gather_tma_probe [--check-only]
 #include <cuda.h>
@@ -47,7 +48,9 @@ constexpr int kTokens = 4096, kTopK = 8, kHidden = 2048, kExperts = 128, kN = 15
 constexpr int kPairs = kTokens * kTopK;
 constexpr int kMTiles = kPairs / kRows, kNTiles = kN / kBRows, kKBlocks = kHidden / kKBytes;
 
-enum class AMode { kBox, kRowsOneLane, kRowsWarp, kCpAsync };
+// kCpAsync: the producer warpgroup (4 warps) gathers; kCpAsyncOneWarp: one warp does (CUTLASS's ptr-array kernels
+// have one spare producer warp, MainloopAux, that the blockwise-scaling collective already feeds by cp.async).
+enum class AMode { kBox, kRowsOneLane, kRowsWarp, kCpAsync, kCpAsyncOneWarp };
 
 struct Smem {
   alignas(1024) uint8_t a[kStages][kABytes];
@@ -97,6 +100,19 @@ __device__ __forceinline__ void GatherA(const uint8_t* x, uint8_t* dst, int kb, 
   }
 }
 
+// The same from one warp: lane l copies chunk l % 8 of rows l / 8 + 4 j (j = 0..31), tokens from the tile's ids in
+// shared memory (32 per lane would not fit a producer warp's ~40 registers).
+__device__ __forceinline__ void GatherAOneWarp(const uint8_t* x, uint8_t* dst, int kb, const int* ids, int lane) {
+  const int chunk = lane % 8, row0 = lane / 8;
+#pragma unroll 8
+  for (int j = 0; j < kRows / 4; ++j) {
+    const int r = row0 + 4 * j;
+    const uint32_t d = cute::cast_smem_ptr_to_uint(dst + r * kKBytes + 16 * (chunk ^ (r % 8)));
+    const uint8_t* src = x + static_cast<int64_t>(ids[r]) * kHidden + kb * kKBytes + 16 * chunk;
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(d), "l"(src) : "memory");
+  }
+}
+
 // This thread's cp.asyncs so far arrive on `bar` when they land (noinc: the arrival is one of the barrier's count).
 __device__ __forceinline__ void CpAsyncArriveNoinc(uint64_t* bar) {
   asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];" ::"r"(cute::cast_smem_ptr_to_uint(bar))
@@ -123,7 +139,8 @@ __global__ void __launch_bounds__(kThreads, 1) RingKernel(const __grid_constant_
   if (threadIdx.x == 0) {
     for (int i = 0; i < kStages; ++i) {
       // cp.async: every producer thread's noinc arrival, plus thread 0's (which carries B's transaction bytes)
-      Barrier::init(&s.full[i], kMode == AMode::kCpAsync ? kProducerThreads + 1 : 1);
+      const int arrivals = kMode == AMode::kCpAsync ? kProducerThreads + 1 : kMode == AMode::kCpAsyncOneWarp ? 33 : 1;
+      Barrier::init(&s.full[i], arrivals);
       EmptyBarrier::init(&s.empty[i], kConsumerWarps);
     }
     cutlass::arch::fence_barrier_init();
@@ -157,6 +174,31 @@ __global__ void __launch_bounds__(kThreads, 1) RingKernel(const __grid_constant_
       return;
     }
   }
+  if constexpr (kMode == AMode::kCpAsyncOneWarp) {
+    if (warp == 0) {
+      for (int tile = blockIdx.x; tile < p.tiles; tile += gridDim.x) {
+        const int m = tile % kMTiles, n = tile / kMTiles, expert = (m * kRows / (kPairs / kExperts)) % kExperts;
+        __syncwarp();
+        for (int r = lane; r < kRows; r += 32) s.ids[r] = p.ids[m * kRows + r];
+        __syncwarp();
+        for (int kb = 0; kb < kKBlocks; ++kb, ++it) {
+          const int st = it % kStages;
+          if (it >= kStages) EmptyBarrier::wait(&s.empty[st], ((it / kStages) - 1) & 1);
+          if (lane == 0) {
+            if (p.with_b) {
+              Barrier::arrive_and_expect_tx(&s.full[st], kBBytes);
+              LoadRow(&p.b_box, &s.full[st], s.b[st], kb * kKBytes, expert * kN + n * kBRows);
+            } else {
+              Barrier::arrive(&s.full[st]);
+            }
+          }
+          GatherAOneWarp(p.x, s.a[st], kb, s.ids, lane);
+          CpAsyncArriveNoinc(&s.full[st]);
+        }
+      }
+    }
+    if (warp < 4) return;
+  }
   if (warp >= 1 && warp < 4) return;  // TMA modes: warp 0 issues
   if (warp == 0) {
     for (int tile = blockIdx.x; tile < p.tiles; tile += gridDim.x) {
@@ -180,7 +222,9 @@ __global__ void __launch_bounds__(kThreads, 1) RingKernel(const __grid_constant_
         const int st = it % kStages;
         Barrier::wait(&s.full[st], (it / kStages) & 1);
         // generic-proxy (cp.async) writes before the async proxy's (wgmma's) reads: the real consumer's fence
-        if constexpr (kMode == AMode::kCpAsync) cutlass::arch::fence_view_async_shared();
+        if constexpr (kMode == AMode::kCpAsync || kMode == AMode::kCpAsyncOneWarp) {
+          cutlass::arch::fence_view_async_shared();
+        }
         acc += s.a[st][(threadIdx.x * 37) % kABytes];
         if (p.spin > 0) {
           const long long t0 = clock64();
@@ -287,7 +331,9 @@ int main(int argc, char** argv) {
   std::vector<uint8_t> x(static_cast<size_t>(kTokens) * kHidden);
   for (size_t i = 0; i < x.size(); ++i) x[i] = static_cast<uint8_t>((i * 2654435761u) >> 13);
   std::vector<uint8_t> xg(static_cast<size_t>(kPairs) * kHidden);
-  for (int i = 0; i < kPairs; ++i) std::copy_n(&x[static_cast<size_t>(ids[i]) * kHidden], kHidden, &xg[static_cast<size_t>(i) * kHidden]);
+  for (int i = 0; i < kPairs; ++i) {
+    std::copy_n(&x[static_cast<size_t>(ids[i]) * kHidden], kHidden, &xg[static_cast<size_t>(i) * kHidden]);
+  }
   uint8_t *dx, *dxg, *dw;
   int* dids;
   uint32_t *dout, *sink;
@@ -335,10 +381,11 @@ int main(int argc, char** argv) {
     for (int spin : {0, 1000, 1700}) {
       p.with_b = with_b;
       p.spin = spin;
-      const double t[4] = {Time<AMode::kBox>(p, sms, smem), Time<AMode::kRowsOneLane>(p, sms, smem),
-                           Time<AMode::kRowsWarp>(p, sms, smem), Time<AMode::kCpAsync>(p, sms, smem)};
-      const char* names[4] = {"box (today)", "rows, 1 lane", "rows, warp", "cp.async, WG"};
-      for (int i = 0; i < 4; ++i) {
+      const double t[5] = {Time<AMode::kBox>(p, sms, smem), Time<AMode::kRowsOneLane>(p, sms, smem),
+                           Time<AMode::kRowsWarp>(p, sms, smem), Time<AMode::kCpAsync>(p, sms, smem),
+                           Time<AMode::kCpAsyncOneWarp>(p, sms, smem)};
+      const char* names[5] = {"box (today)", "rows, 1 lane", "rows, warp", "cp.async, WG", "cp.async, warp"};
+      for (int i = 0; i < 5; ++i) {
         const double kblocks_per_sm = static_cast<double>(p.tiles) * kKBlocks / sms;
         std::printf("%-8s %-6d %-14s %10.1f %12.0f %14.0f\n", with_b ? "yes" : "no", spin, names[i], t[i],
                     a_mb * 1e3 / t[i], t[i] * clock_khz / 1e3 / kblocks_per_sm);

@@ -3,8 +3,10 @@
 # header -- and .peer/exp/m = main): (1) the gather probe with its cp.async mode (the producer warpgroup's 128 threads gathering A rows of x_q by
 # 16-byte cp.async into the 128B-swizzled layout, completion by cp.async.mbarrier.arrive.noinc; the consumer fences
 # the async proxy as wgmma needs). Session 35 measured the box and the per-row TMA modes (bench/NOTES.md).
-# Predicted: check 0 bad bytes in all three; cp.async at spin 0 900-1500 cycles per k-block (x_q is L2-resident,
-# 16 KB per k-block per SM), and with B at spin 1700 within 10% of the box's 3012. If so, a grouped mainloop that
+# Predicted: check 0 bad bytes in all three; cp.async (4 warps) at spin 0 900-1500 cycles per k-block (x_q is
+# L2-resident, 16 KB per k-block per SM), and with B at spin 1700 within 10% of the box's 3012; one warp (the form a
+# CUTLASS ptr-array kernel's spare MainloopAux warp could run: 32 cp.async per lane per k-block) 1.2-2x the four
+# warps' cycles at spin 0 and within 10% of the box with B at spin 1700. If so, a grouped mainloop that
 # gathers A by cp.async (CUTLASS's KernelCpAsyncWarpSpecialized producer, ptr-array B by TMA) is worth building: it
 # removes the token gather (Qwen3 fp8 T=4096 ~28 us of ~480, Hy3-TP8 ~66 of ~575 on the H100). If cp.async is > 25%
 # slower than the box with B and spin, the lead is closed.
