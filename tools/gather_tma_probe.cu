@@ -148,71 +148,39 @@ __global__ void __launch_bounds__(kThreads, 1) RingKernel(const __grid_constant_
   __syncthreads();
   const uint32_t bytes = kABytes + (p.with_b ? kBBytes : 0);
   int it = 0;
-  if constexpr (kMode == AMode::kCpAsync) {
-    if (warp < 4) {
-      const int t = threadIdx.x;
-      for (int tile = blockIdx.x; tile < p.tiles; tile += gridDim.x) {
-        const int m = tile % kMTiles, n = tile / kMTiles, expert = (m * kRows / (kPairs / kExperts)) % kExperts;
-        int tok[8];
+  constexpr bool kByCpAsync = kMode == AMode::kCpAsync || kMode == AMode::kCpAsyncOneWarp;
+  if (warp < 4) {  // the producer warpgroup: all four warps gather in kCpAsync, warp 0 issues in the other modes
+    if (kMode != AMode::kCpAsync && warp > 0) return;
+    const int t = threadIdx.x;
+    for (int tile = blockIdx.x; tile < p.tiles; tile += gridDim.x) {
+      const int m = tile % kMTiles, n = tile / kMTiles, expert = (m * kRows / (kPairs / kExperts)) % kExperts;
+      int tok[8];  // kCpAsync: this thread's 8 rows' tokens; the other modes read the tile's ids from shared memory
+      if constexpr (kMode == AMode::kCpAsync) {
 #pragma unroll
         for (int j = 0; j < 8; ++j) tok[j] = p.ids[m * kRows + t / 8 + 16 * j];
-        for (int kb = 0; kb < kKBlocks; ++kb, ++it) {
-          const int st = it % kStages;
-          if (it >= kStages) EmptyBarrier::wait(&s.empty[st], ((it / kStages) - 1) & 1);
-          if (t == 0) {
-            if (p.with_b) {
-              Barrier::arrive_and_expect_tx(&s.full[st], kBBytes);
-              LoadRow(&p.b_box, &s.full[st], s.b[st], kb * kKBytes, expert * kN + n * kBRows);
-            } else {
-              Barrier::arrive(&s.full[st]);
-            }
-          }
-          GatherA(p.x, s.a[st], kb, tok, t);
-          CpAsyncArriveNoinc(&s.full[st]);
-        }
-      }
-      return;
-    }
-  }
-  if constexpr (kMode == AMode::kCpAsyncOneWarp) {
-    if (warp == 0) {
-      for (int tile = blockIdx.x; tile < p.tiles; tile += gridDim.x) {
-        const int m = tile % kMTiles, n = tile / kMTiles, expert = (m * kRows / (kPairs / kExperts)) % kExperts;
+      } else {
         __syncwarp();
         for (int r = lane; r < kRows; r += 32) s.ids[r] = p.ids[m * kRows + r];
         __syncwarp();
-        for (int kb = 0; kb < kKBlocks; ++kb, ++it) {
-          const int st = it % kStages;
-          if (it >= kStages) EmptyBarrier::wait(&s.empty[st], ((it / kStages) - 1) & 1);
-          if (lane == 0) {
-            if (p.with_b) {
-              Barrier::arrive_and_expect_tx(&s.full[st], kBBytes);
-              LoadRow(&p.b_box, &s.full[st], s.b[st], kb * kKBytes, expert * kN + n * kBRows);
-            } else {
-              Barrier::arrive(&s.full[st]);
-            }
-          }
-          GatherAOneWarp(p.x, s.a[st], kb, s.ids, lane);
-          CpAsyncArriveNoinc(&s.full[st]);
-        }
       }
-    }
-    if (warp < 4) return;
-  }
-  if (warp >= 1 && warp < 4) return;  // TMA modes: warp 0 issues
-  if (warp == 0) {
-    for (int tile = blockIdx.x; tile < p.tiles; tile += gridDim.x) {
-      const int m = tile % kMTiles, n = tile / kMTiles, expert = (m * kRows / (kPairs / kExperts)) % kExperts;
-      __syncwarp();
-      for (int r = lane; r < kRows; r += 32) s.ids[r] = p.ids[m * kRows + r];
-      __syncwarp();
       for (int kb = 0; kb < kKBlocks; ++kb, ++it) {
         const int st = it % kStages;
         if (it >= kStages) EmptyBarrier::wait(&s.empty[st], ((it / kStages) - 1) & 1);
-        if (lane == 0) Barrier::arrive_and_expect_tx(&s.full[st], bytes);
-        __syncwarp();
-        LoadA<kMode>(&p.a_box, &p.a_row, &s.full[st], s.a[st], kb, m * kRows, s.ids, lane);
-        if (p.with_b && lane == 0) LoadRow(&p.b_box, &s.full[st], s.b[st], kb * kKBytes, expert * kN + n * kBRows);
+        // thread 0 arrives first, carrying the TMA bytes (B's only when A comes by cp.async)
+        if (t == 0) Barrier::arrive_and_expect_tx(&s.full[st], kByCpAsync ? bytes - kABytes : bytes);
+        if constexpr (!kByCpAsync) __syncwarp();
+        const int b_row = expert * kN + n * kBRows;
+        // B: before the cp.async gather (in flight while the lanes copy), after the TMA modes' A (as measured)
+        if (kByCpAsync && p.with_b && t == 0) LoadRow(&p.b_box, &s.full[st], s.b[st], kb * kKBytes, b_row);
+        if constexpr (kMode == AMode::kCpAsync) {
+          GatherA(p.x, s.a[st], kb, tok, t);
+        } else if constexpr (kMode == AMode::kCpAsyncOneWarp) {
+          GatherAOneWarp(p.x, s.a[st], kb, s.ids, lane);
+        } else {
+          LoadA<kMode>(&p.a_box, &p.a_row, &s.full[st], s.a[st], kb, m * kRows, s.ids, lane);
+          if (p.with_b && t == 0) LoadRow(&p.b_box, &s.full[st], s.b[st], kb * kKBytes, b_row);
+        }
+        if constexpr (kByCpAsync) CpAsyncArriveNoinc(&s.full[st]);
       }
     }
   } else {
@@ -222,9 +190,7 @@ __global__ void __launch_bounds__(kThreads, 1) RingKernel(const __grid_constant_
         const int st = it % kStages;
         Barrier::wait(&s.full[st], (it / kStages) & 1);
         // generic-proxy (cp.async) writes before the async proxy's (wgmma's) reads: the real consumer's fence
-        if constexpr (kMode == AMode::kCpAsync || kMode == AMode::kCpAsyncOneWarp) {
-          cutlass::arch::fence_view_async_shared();
-        }
+        if constexpr (kByCpAsync) cutlass::arch::fence_view_async_shared();
         acc += s.a[st][(threadIdx.x * 37) % kABytes];
         if (p.spin > 0) {
           const long long t0 = clock64();
