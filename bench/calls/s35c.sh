@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# session 35 call C (~6 min; carry .peer/exp/m = main, .peer/exp/e38 = main + experiment 38): the gate-up GEMM that
+# session 35 call C (~6 min; carry .peer/exp/m = main, .peer/exp/e38 = main + fa932a8): the gate-up GEMM that
 # gathers its own A rows (HPC_XLA_MOE_GATHER=producer; csrc/moe/moe_gather_mainloop_sm90.h). Run only if s35b's
 # probe says the one-warp cp.async gather keeps up (within 10% of the box with B at spin 1700).
 # Tests: its own (5 cases, both w13 layouts: bitwise vs the token gather, launch counters, oracle), the knob refusals,
