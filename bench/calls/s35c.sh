@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # session 35 call C (~6 min; carry .peer/exp/m = main, .peer/exp/e38 = main + ec18974): the gate-up GEMM that
-# gathers its own A rows (HPC_XLA_MOE_GATHER=producer; csrc/moe/moe_gather_mainloop_sm90.h). Run only if s35b's
-# probe says the one-warp cp.async gather keeps up (within 10% of the box with B at spin 1700).
+# gathers its own A rows (HPC_XLA_MOE_GATHER=producer; csrc/moe/moe_gather_mainloop_sm90.h). Run right after s35b
+# (its probe of the one-warp cp.async gather explains what this A/B measures).
 # Tests: its own (7 cases, fp8_tensor and bf16, both w13 layouts: bitwise vs the token gather, launch counters,
 # oracle), the knob refusals, the grouped oracle / deterministic tests with the knob set; memcheck, racecheck,
 # synccheck on case 0 (fp8) and case 5 (bf16).
