@@ -570,7 +570,7 @@ def test_grouped_deterministic(quant):
 
 # A child that runs make_problem's cases (tokens, experts, H, I, k, quant, offset, extra, shared, seed[, x_fp8]) in
 # turn under its environment's knobs, w13 interleaved when argv[2] says so: case i's output to argv[1] + "_i.npy" and
-# one line "CASE i TILE m ACT a EPILOGUES n GATHERS n INGEMM n WGMMA n CLUSTERS n" (launch counters as this
+# one line "CASE i TILE m ACT a EPILOGUES n GATHERS n WGMMA n CLUSTERS n" (launch counters as this
 # case's own increments, so a case reads the same as in a fresh process).
 _PATH_CHILD = r"""
 import sys
@@ -579,7 +579,6 @@ sys.path.insert(0, "tests")
 from test_gpu_fused_moe import _case_problem, _tile_m, run_cuda
 from hpc_xla._ext import ext
 counters = [("EPILOGUES", ext().fused_moe_act_epilogue_launches), ("GATHERS", ext().fused_moe_gather_by_tokens_launches),
-            ("INGEMM", ext().fused_moe_gather_in_gemm_launches),
             ("WGMMA", ext().fused_moe_wgmma_gate_up_launches), ("CLUSTERS", ext().fused_moe_gemm_cluster_launches)]
 interleaved = len(sys.argv) > 2 and sys.argv[2] == "interleaved"
 for i, args in enumerate(%r):
@@ -794,44 +793,6 @@ def test_grouped_gather_by_tokens_equals_rows(case, request):
     assert np.array_equal(rows.view(np.uint16), tokens.view(np.uint16))
     p = _case_problem(case)
     _check_oracle(p, tokens)
-
-
-# (make_problem's (tokens, experts, H, I, k, quant, offset, extra, shared, seed, x_fp8), whether the gate-up gathers its
-# own rows): fp8_tensor with more than 64 rows per expert and bf16 (128-row tiles) do; 64-row tiles fall back to the
-# token gather
-GATHER_IN_GEMM_CASES = [
-    ((800, 4, 256, 256, 2, "fp8_tensor", 0, 0, True, 111, False), True),     # ~400 rows per expert, last tile partial
-    ((600, 4, 384, 128, 4, "fp8_tensor", 3, 4, True, 112, False), True),     # EP 4 of 11: remote slots
-    ((800, 4, 256, 256, 2, "fp8_tensor", 0, 0, False, 113, True), True),     # fp8 x as given: no quant kernel
-    ((300, 8, 512, 256, 8, "fp8_tensor", 0, 0, False, 114, False), True),    # top-8 of 8: every token in every group
-    ((8192, 4, 1024, 512, 2, "fp8_tensor", 0, 0, False, 115, False), True),  # many tiles per CTA, 8 k-blocks
-    ((700, 4, 256, 384, 2, None, 1, 2, True, 116, False), True),             # bf16 from x itself, remote slots
-    ((800, 4, 512, 256, 2, None, 0, 0, False, 117, False), True),            # bf16, 8 k-blocks of 64
-    ((5, 4, 256, 128, 2, "fp8_tensor", 1, 2, False, 118, False), False),     # 64-row tiles: the token gather
-]
-
-
-@pytest.mark.parametrize("case, in_gemm", GATHER_IN_GEMM_CASES)
-def test_grouped_gather_in_gemm_equals_tokens(case, in_gemm, request):
-    """HPC_XLA_MOE_GATHER=producer (experiment 38): the gate-up GEMM's spare producer warp gathers its A rows from x_q
-    (bf16: x) by cp.async (moe_gather_mainloop_sm90.h) instead of reading the rows the token gather wrote -- the same
-    bytes in the same shared-memory layout, the same MMAs: bitwise equal layer output to the default, on vLLM's w13
-    layout (plain epilogue, then the act kernel) and on the interleaved one (act epilogue). The launch counter proves
-    the gathering kernel ran (and the token gather did not) -- or, where the form does not apply (64-row tiles), that
-    the token gather ran instead; within the oracle's tolerance."""
-    env = {"HPC_XLA_MOE_PATH": "grouped"}
-    producer = dict(env, HPC_XLA_MOE_GATHER="producer")
-    runs = [(env, ""), (producer, ""), (env, "interleaved"), (producer, "interleaved")]
-    (base, gathered, base_i, gathered_i), infos = _batched_layouts(request, "case", runs)
-    lines = [info["line"] for info in infos]
-    assert [info["TILE"] for info in infos] == [GROUPED_TILE] * 4, lines
-    assert [info["INGEMM"] > 0 for info in infos] == [False, in_gemm, False, in_gemm], lines
-    assert [info["GATHERS"] > 0 for info in infos] == [True, not in_gemm, True, not in_gemm], lines
-    assert np.array_equal(base.view(np.uint16), gathered.view(np.uint16))
-    assert np.array_equal(base_i.view(np.uint16), gathered_i.view(np.uint16))
-    p = _case_problem(case)
-    _check_oracle(p, gathered)
-    _check_oracle(p, gathered_i)
 
 
 # make_problem's (tokens, experts, H, I, k, quant, offset, extra, shared, seed, x_fp8)
@@ -1089,7 +1050,7 @@ except ValueError as e:
     ("HPC_XLA_MOE_TILED_M", "64", "HPC_XLA_MOE_TILED_M must be '16', '32' or unset; got '64'"),
     ("HPC_XLA_MOE_REDUCE", "fast", "HPC_XLA_MOE_REDUCE must be 'dense', 'sparse' or unset; got 'fast'"),
     ("HPC_XLA_MOE_ACT", "fused", "HPC_XLA_MOE_ACT must be 'kernel', 'epilogue' or unset; got 'fused'"),
-    ("HPC_XLA_MOE_GATHER", "pairs", "HPC_XLA_MOE_GATHER must be 'rows', 'tokens', 'producer' or unset; got 'pairs'"),
+    ("HPC_XLA_MOE_GATHER", "pairs", "HPC_XLA_MOE_GATHER must be 'rows', 'tokens' or unset; got 'pairs'"),
     ("HPC_XLA_MOE_GEMM_CLUSTER", "2", "HPC_XLA_MOE_GEMM_CLUSTER must be '1', 'n2', 'm2' or unset; got '2'"),
     ("HPC_XLA_MOE_NARROW_CLUSTER", "m2", "HPC_XLA_MOE_NARROW_CLUSTER must be '1', 'n2' or unset; got 'm2'"),
 ])

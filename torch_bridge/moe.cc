@@ -112,8 +112,6 @@ void BindMoe(nb::module_& m) {
         "Grouped GEMM launches in this process in 2-CTA clusters (HPC_XLA_MOE_GEMM_CLUSTER unset / n2 / m2, experiment 33).");
   m.def("fused_moe_gather_by_tokens_launches", &FusedMoeGatherByTokensLaunches,
         "Grouped-path gathers in this process that ran by tokens (HPC_XLA_MOE_GATHER=tokens).");
-  m.def("fused_moe_gather_in_gemm_launches", &FusedMoeGatherInGemmLaunches,
-        "Grouped-path gate-up launches in this process that gathered their own A rows (HPC_XLA_MOE_GATHER=producer).");
   m.def("fused_moe_wgmma_gate_up_launches", &FusedMoeWgmmaGateUpLaunches,
         "Stream-path gate-up launches in this process on wgmma (HPC_XLA_MOE_UP_WGMMA, or the T=1 default).");
   m.def("moe_route", &MoeRouteBinding, nb::arg("router_logits"), nb::arg("correction_bias").none(),

@@ -337,15 +337,11 @@ Status FusedMoeCuda(const FusedMoeArgs& a, cudaStream_t stream) {
                              align_smem, stream, ap));
 
   // 2. activation quant (fp8 with bf16 x), once per token -- unless the grouped path quantizes in its gather (per
-  // row, or per token with HPC_XLA_MOE_GATHER=tokens); the gate-up GEMM that gathers its own rows (experiment 38)
-  // reads x_q
+  // row, or per token with HPC_XLA_MOE_GATHER=tokens)
   const uint8_t* a_x = static_cast<const uint8_t*>(a.x.data);
   const float* a_x_scale = block ? a.x_scale.ptr<const float>() : nullptr;
-  const int tile_m = moe::GroupedCtaRows(plan.pairs, experts, a.num_experts_global, a.quant);
-  const bool gather_in_gemm = plan.grouped && moe::GroupedGatherInGemm(a.quant, tile_m, hidden);
-  const bool quant_in_gather = plan.grouped && !gather_in_gemm &&
-                               (moe::GroupedGatherByTokens(top_k) ||
-                                moe::GroupedQuantizeInGather(tokens, plan.pairs, experts, global));
+  const bool quant_in_gather = plan.grouped && (moe::GroupedGatherByTokens(top_k) ||
+                                                moe::GroupedQuantizeInGather(tokens, plan.pairs, experts, global));
   if (fp8 && a.x.dtype == DType::kBF16 && !quant_in_gather) {
     // x_q's room is what the plan left before x_q_scale (MakeMoePlan drops it under the token gather, by the same
     // predicate as above): refuse rather than write over the next region should the two ever disagree

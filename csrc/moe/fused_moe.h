@@ -77,8 +77,6 @@ int64_t FusedMoeActEpilogueLaunches();
 int64_t FusedMoeGemmClusterLaunches();
 // Grouped-path gathers in this process that ran by tokens (HPC_XLA_MOE_GATHER=tokens).
 int64_t FusedMoeGatherByTokensLaunches();
-// Grouped-path gate-up launches in this process that gathered their own A rows (HPC_XLA_MOE_GATHER=producer).
-int64_t FusedMoeGatherInGemmLaunches();
 // Stream-path wgmma gate-up launches in this process.
 int64_t FusedMoeWgmmaGateUpLaunches();
 // What one call with `tokens` tokens needs (the CUDA path checks the workspace against it). experts_global and

@@ -370,14 +370,7 @@ Status RunGroupedMoe(const FusedMoeArgs& a, const MoePlan& plan, const uint8_t* 
   gp.mode = !quantize ? GatherMode::kCopy : (block ? GatherMode::kQuantBlock : GatherMode::kQuantTensor);
   gp.pair_row = reinterpret_cast<const int32_t*>(ws + plan.pair_row);
   gp.tokens = static_cast<int>(tokens);
-  if (GroupedGatherInGemm(a.quant, groups.tile_m, hidden)) {  // fused_moe.cu ran the quant kernel for the same test
-    if (fp8 && a_x == a.x.data && a.x.dtype == DType::kBF16) {
-      return Status::Internal("fused_moe: the gate-up gathering its rows found no quantized x");
-    }
-    gate_up.gather_src = a_x;
-    gate_up.gather_pairs = gp.sorted_pairs;
-    gate_up.gather_top_k = static_cast<int>(top_k);
-  } else if (GroupedGatherByTokens(top_k)) {  // fused_moe.cu skipped the quant kernel for the same predicate
+  if (GroupedGatherByTokens(top_k)) {  // fused_moe.cu skipped the quant kernel for the same predicate
     auto* gather = gp.mode == GatherMode::kCopy          ? &MoeGatherTokensKernel<GatherMode::kCopy>
                    : gp.mode == GatherMode::kQuantTensor ? &MoeGatherTokensKernel<GatherMode::kQuantTensor>
                                                          : &MoeGatherTokensKernel<GatherMode::kQuantBlock>;

@@ -151,31 +151,18 @@ inline bool GroupedQuantizeInGather(int64_t tokens, int64_t pairs, int64_t exper
 // where GroupedQuantizeInGather says once per token. Anything else -> kInvalid (fused_moe_validate.cc). Measured on
 // the H100 (session 31, us, rows -> tokens): Qwen3-30B fp8 T=4096 537.8 -> 527.9, bf16 879.0 -> 847.8, Hy3-TP8 fp8
 // T=4096 616.2 -> 591.5, T=1024 291.1 -> 286.0; within ~1% either way elsewhere (Qwen3 fp8 T=1024 +2.6, Hy3-EP8
-// T=4096 +3.6, one round each). "producer" (experiment 38): GroupedGatherInGemm below; where it does not apply, the
-// token form.
-enum class GroupedGather { kRows, kTokens, kProducer, kInvalid };
+// T=4096 +3.6, one round each).
+enum class GroupedGather { kRows, kTokens, kInvalid };
 GroupedGather GroupedGatherFromEnv();
-// The token form where asked for (or where the producer form does not apply: the callers test GroupedGatherInGemm
-// first) and a token's slots fit one warp's lanes (top_k <= 32).
+// The token form where asked for and a token's slots fit one warp's lanes (top_k <= 32).
 inline bool GroupedGatherByTokens(int64_t top_k) {
-  const GroupedGather g = GroupedGatherFromEnv();
-  return (g == GroupedGather::kTokens || g == GroupedGather::kProducer) && top_k <= 32;
+  return GroupedGatherFromEnv() == GroupedGather::kTokens && top_k <= 32;
 }
 
 inline int GroupedCtaRows(int64_t pairs, int64_t experts, int64_t experts_global, MoeQuant quant) {
   const int64_t e = std::max<int64_t>(experts_global > 0 ? experts_global : experts, 1);
   const int64_t rows = (pairs + e - 1) / e;
   return quant != MoeQuant::kNone && rows <= kGroupedNarrowMaxRows ? 64 : kGroupedTileM;
-}
-
-// Experiment 38 (HPC_XLA_MOE_GATHER=producer): the gate-up on 128-row tiles (fp8_tensor, bf16) gathers its A rows
-// inside the GEMM through the sorted pairs (moe_gather_mainloop_sm90.h), from x quantized once per token (the quant
-// kernel's x_q, or fp8 x as given) or from bf16 x itself: no gather kernel, no rows [P, H] round trip. Rows of whole
-// 128-byte k-blocks (H % 128 == 0 for e4m3, % 64 for bf16). tile_m: GroupedCtaRows.
-inline bool GroupedGatherInGemm(MoeQuant quant, int tile_m, int64_t hidden) {
-  const bool e4m3 = quant == MoeQuant::kFp8Tensor;
-  return GroupedGatherFromEnv() == GroupedGather::kProducer && (e4m3 || quant == MoeQuant::kNone) &&
-         tile_m == kGroupedTileM && hidden % (e4m3 ? 128 : 64) == 0;
 }
 
 // Stream path, down kernel: K splits per (expert, 16 output rows) task, a pure function of the shapes (so a
@@ -313,9 +300,8 @@ inline MoePlan MakeMoePlan(int64_t tokens, int64_t top_k, int64_t experts, int64
     p.gemm_ws = take(kGroupedGemmWorkspaceBytes);
     p.rows = take(p.pairs * hidden * 2);  // bf16 down rows >= A rows (1 or 2 bytes)
     p.rows_scale = take(block ? p.pairs * (hidden / kMoeBlock) * 4 : 0);
-    // the token gather quantizes x itself (fused_moe.cu runs no quant kernel then): no x_q -- unless the gate-up may
-    // gather its own rows from it (experiment 38: decided later, from the tile; the room is the same either way)
-    const bool x_q = !GroupedGatherByTokens(top_k) || GroupedGatherFromEnv() == GroupedGather::kProducer;
+    // the token gather quantizes x itself (fused_moe.cu runs no quant kernel then): no x_q
+    const bool x_q = !GroupedGatherByTokens(top_k);
     p.x_q = take(fp8 && x_q ? tokens * hidden : 0);
     p.x_q_scale = take(block && x_q ? tokens * (hidden / kMoeBlock) * 4 : 0);
     p.act_in_epilogue = act_in_epilogue;

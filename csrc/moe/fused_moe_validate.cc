@@ -45,7 +45,7 @@ constexpr const char* kReduceWords[] = {"dense", "sparse"};
 constexpr const char* kTiledMWords[] = {"16", "32"};
 constexpr const char* kGemmTileWords[] = {"128x256", "128x128", "64x256", "64x128"};
 constexpr const char* kActWords[] = {"kernel", "epilogue"};
-constexpr const char* kGatherWords[] = {"rows", "tokens", "producer"};
+constexpr const char* kGatherWords[] = {"rows", "tokens"};
 constexpr const char* kClusterWords[] = {"1", "n2", "m2"};
 constexpr const char* kNarrowClusterWords[] = {"1", "n2"};
 
@@ -153,7 +153,7 @@ GroupedCluster NarrowClusterFromEnv() {
 GroupedGather GroupedGatherFromEnv() {
   using G = GroupedGather;
   static const G gather =
-      EnvChoice("HPC_XLA_MOE_GATHER", kGatherWords, G::kTokens, {G::kRows, G::kTokens, G::kProducer}, G::kInvalid);
+      EnvChoice("HPC_XLA_MOE_GATHER", kGatherWords, G::kTokens, {G::kRows, G::kTokens}, G::kInvalid);
   return gather;
 }
 

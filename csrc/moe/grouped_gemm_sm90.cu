@@ -44,7 +44,6 @@
 #include "csrc/moe/grouped_gemm_sm90.h"
 #include "csrc/moe/moe_act_epilogue_sm90.h"
 #include "csrc/moe/moe_common.cuh"
-#include "csrc/moe/moe_gather_mainloop_sm90.h"
 #include "cute/tensor.hpp"
 #include "cutlass/cutlass.h"
 #include "cutlass/detail/blockwise_scale_layout.hpp"
@@ -61,8 +60,6 @@ namespace {
 std::atomic<int64_t> g_act_epilogue_launches{0};
 // Grouped GEMM launches in 2-CTA clusters (FusedMoeGemmClusterLaunches: the tests' proof that the pairs ran).
 std::atomic<int64_t> g_cluster_launches{0};
-// Gate-up launches that gathered their own A rows (FusedMoeGatherInGemmLaunches; experiment 38).
-std::atomic<int64_t> g_gather_in_gemm_launches{0};
 
 using namespace cute;
 
@@ -189,19 +186,6 @@ using Fp8TensorNarrowActKernel = ActEpilogueKernelOf<Fp8TensorNarrowGrouped, Moe
 using Fp8TensorNarrow128ActKernel = ActEpilogueKernelOf<Fp8TensorNarrow128Grouped, MoeQuant::kFp8Tensor>;
 using Fp8TensorNarrowN2ActKernel = ActEpilogueKernelOf<Fp8TensorNarrowIn<ClusterN2>, MoeQuant::kFp8Tensor>;
 using Fp8TensorNarrow128N2ActKernel = ActEpilogueKernelOf<Fp8TensorNarrow128In<ClusterN2>, MoeQuant::kFp8Tensor>;
-// Experiment 38: the 128x256 gate-up (fp8_tensor, bf16) gathering its own A rows (moe_gather_mainloop_sm90.h),
-// one-CTA clusters (A is per CTA: nothing to multicast), with the plain epilogue or the activation epilogue.
-template <class G, MoeQuant kQuant>
-struct GatherKernels {
-  using Mainloop = MoeGatherAMainloop<typename G::Mainloop>;
-  using Plain = cutlass::gemm::kernel::GemmUniversal<ProblemShape, Mainloop, typename G::Epilogue>;
-  using Act = cutlass::gemm::kernel::GemmUniversal<ProblemShape, Mainloop, MoeActEpilogue<kQuant>>;
-};
-using Fp8TensorGather = GatherKernels<Fp8TensorWideGrouped, MoeQuant::kFp8Tensor>;
-using Bf16Gather = GatherKernels<Bf16WideGrouped, MoeQuant::kNone>;
-template <class Kernel>
-constexpr bool kGatherA = std::is_same_v<typename Kernel::CollectiveMainloop, Fp8TensorGather::Mainloop> ||
-                          std::is_same_v<typename Kernel::CollectiveMainloop, Bf16Gather::Mainloop>;
 template <class Kernel>
 constexpr bool kActEpilogue = std::is_same_v<typename Kernel::CollectiveEpilogue, MoeActEpilogue<MoeQuant::kFp8Tensor>> ||
                               std::is_same_v<typename Kernel::CollectiveEpilogue, MoeActEpilogue<MoeQuant::kNone>>;
@@ -353,13 +337,6 @@ typename Kernel::Arguments MakeArguments(const GroupedGemmGroups& g, const Group
   if constexpr (kBlockScaled<Kernel>) {
     args.mainloop = {reinterpret_cast<const ElementAB**>(w.a), w.stride_a, reinterpret_cast<const ElementAB**>(w.b),
                      w.stride_b, w.sfa, w.layout_sfa, w.sfb, w.layout_sfb};
-  } else if constexpr (kGatherA<Kernel>) {  // A's pointers only seed TMA descriptors that are never used
-    args.mainloop.ptr_A = reinterpret_cast<const ElementAB**>(w.a);
-    args.mainloop.dA = w.stride_a;
-    args.mainloop.ptr_B = reinterpret_cast<const ElementAB**>(w.b);
-    args.mainloop.dB = w.stride_b;
-    args.mainloop.gather = {p.gather_src, p.gather_pairs, g.expert_first, p.k * static_cast<int64_t>(sizeof(ElementAB)),
-                            p.gather_top_k};
   } else {
     args.mainloop = {reinterpret_cast<const ElementAB**>(w.a), w.stride_a, reinterpret_cast<const ElementAB**>(w.b),
                      w.stride_b};
@@ -539,26 +516,6 @@ Status LaunchGroupedGemm(const GroupedGemmGroups& g, const GroupedGemmProblem& p
   if (p.act_epilogue && (g.quant == MoeQuant::kFp8Block128 || (g.quant == MoeQuant::kFp8Tensor && !p.act_scale))) {
     return Status::Internal("fused_moe grouped GEMM: activation epilogue requested for fp8_block128 or without a2");
   }
-  if (p.gather_src != nullptr) {  // experiment 38: the tile and cluster knobs do not apply to this kernel
-    const bool bf16 = g.quant == MoeQuant::kNone;
-    if ((!bf16 && g.quant != MoeQuant::kFp8Tensor) || g.tile_m != 128 || p.k % (bf16 ? 64 : 128) != 0 ||
-        p.gather_top_k < 1) {
-      return Status::Internal("fused_moe grouped GEMM: the row-gathering gate-up needs fp8_tensor or bf16, 128-row "
-                              "tiles, 128-byte k-blocks and top_k >= 1");
-    }
-    Status launched;
-    if (bf16) {
-      launched = p.act_epilogue ? RunKernel<Bf16Gather::Act>(g, p, stream) : RunKernel<Bf16Gather::Plain>(g, p, stream);
-    } else {
-      launched = p.act_epilogue ? RunKernel<Fp8TensorGather::Act>(g, p, stream)
-                                : RunKernel<Fp8TensorGather::Plain>(g, p, stream);
-    }
-    if (launched.ok()) {
-      g_gather_in_gemm_launches.fetch_add(1, std::memory_order_relaxed);
-      if (p.act_epilogue) g_act_epilogue_launches.fetch_add(1, std::memory_order_relaxed);
-    }
-    return launched;
-  }
   const GroupedGemmTile env = GroupedGemmTileFromEnv();  // invalid never gets here: ValidateFusedMoeCuda
   const bool narrow = env.m != 0 ? env.m == 64 : g.tile_m == 64;
   const bool wide = env.n != 128;  // N 256 unless the knob says 128
@@ -613,5 +570,4 @@ Status LaunchGroupedGemm(const GroupedGemmGroups& g, const GroupedGemmProblem& p
 namespace hpc {
 int64_t FusedMoeActEpilogueLaunches() { return moe::g_act_epilogue_launches.load(std::memory_order_relaxed); }
 int64_t FusedMoeGemmClusterLaunches() { return moe::g_cluster_launches.load(std::memory_order_relaxed); }
-int64_t FusedMoeGatherInGemmLaunches() { return moe::g_gather_in_gemm_launches.load(std::memory_order_relaxed); }
 }  // namespace hpc

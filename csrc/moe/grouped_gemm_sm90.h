@@ -41,12 +41,6 @@ struct GroupedGemmProblem {
   // d = the intermediate [rows, N / 2] (e4m3 with act_scale = a2 | bf16) instead of gate_up [rows, N] bf16.
   bool act_epilogue = false;
   const float* act_scale = nullptr;
-  // Gate-up gathering its own A rows (experiment 38, GroupedGatherInGemm): a is not read; row r of group e is
-  // gather_src[gather_pairs[expert_first[e] + r] / gather_top_k] (x_q [T, K] e4m3 | x [T, K] bf16). fp8_tensor or
-  // bf16, 128-row tiles.
-  const uint8_t* gather_src = nullptr;
-  const int32_t* gather_pairs = nullptr;
-  int gather_top_k = 0;
 };
 
 // What both grouped GEMMs of one layer share.
