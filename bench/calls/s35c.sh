@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
-# session 35 call C (~6 min; carry .peer/exp/m = main, .peer/exp/e38 = main + ec18974): the gate-up GEMM that
+# session 35 call C (~6 min; carry .peer/exp/m = main, .peer/exp/e38 = main + a1c2a4a): the gate-up GEMM that
 # gathers its own A rows (HPC_XLA_MOE_GATHER=producer; csrc/moe/moe_gather_mainloop_sm90.h). Run right after s35b
 # (its probe of the one-warp cp.async gather explains what this A/B measures).
-# Tests: its own (7 cases, fp8_tensor and bf16, both w13 layouts: bitwise vs the token gather, launch counters,
-# oracle), the knob refusals, the grouped oracle / deterministic tests with the knob set; memcheck, racecheck,
-# synccheck on case 0 (fp8) and case 5 (bf16).
+# Tests: its own (8 cases, fp8_tensor and bf16 and a 64-row fallback, both w13 layouts: bitwise vs the token gather,
+# launch counters, oracle), the knob refusals, the grouped oracle / deterministic tests with the knob set; memcheck,
+# racecheck, synccheck on case 0 (fp8) and case 5 (bf16).
 # Then the A/B, 2 rounds: m | e38 producer (the gate-up then runs one-CTA clusters: m's N-pairs gained 1-6% on
 # Mixtral / Hy3 at T >= 4096, so a third arm gives m with HPC_XLA_MOE_GEMM_CLUSTER=1 to separate the two effects).
 # Predicted (H100): Qwen3 fp8 T=4096 -3..5% (the 28 us gather gone, a ~10 us quant kernel back), Hy3-TP8 T=4096
