@@ -867,11 +867,11 @@ def test_grouped_block128_cluster_pairs_equal_one_cta(case, request):
 # (case, HPC_XLA_MOE_GEMM_TILE, w13 layouts run): every 64-row kernel -- fp8_tensor 64x256 and 64x128 (plain and with
 # the act epilogue), bf16 64x256, block128 64x128 (never interleaved)
 NARROW_CLUSTER_CASES = [
-    ((300, 6, 512, 256, 2, "fp8_tensor", 1, 2, True, 91, False), "64x256", "both"),   # ~100 rows per expert: 2 M tiles
+    ((300, 6, 512, 256, 2, "fp8_tensor", 1, 2, True, 91, False), "64x256", "both"),   # ~100 rows per expert
     ((5, 4, 256, 128, 2, "fp8_tensor", 1, 2, False, 93, False), "64x256", "both"),     # groups of 0-3 rows
-    ((600, 4, 512, 192, 4, "fp8_tensor", 3, 4, True, 94, False), "64x256", "both"),    # EP 4 of 11; 2I = 384: half a pair idle
-    ((2560, 96, 256, 128, 4, "fp8_tensor", 0, 0, False, 97, False), "64x256", "both"),  # 96 experts: several group rounds
-    ((300, 6, 512, 384, 2, None, 0, 0, True, 95, False), "64x256", "both"),            # bf16 (no act epilogue at 64 rows)
+    ((600, 4, 512, 192, 4, "fp8_tensor", 3, 4, True, 94, False), "64x256", "both"),    # EP 4 of 11; half a pair idle
+    ((2560, 96, 256, 128, 4, "fp8_tensor", 0, 0, False, 97, False), "64x256", "both"),  # 96 experts
+    ((300, 6, 512, 384, 2, None, 0, 0, True, 95, False), "64x256", "both"),            # bf16: no 64-row act epilogue
     ((300, 6, 512, 256, 2, "fp8_tensor", 1, 2, True, 92, False), "64x128", "both"),
     ((300, 6, 512, 256, 2, "fp8_block128", 1, 2, True, 96, False), "64x128", "plain"),
     ((2560, 96, 256, 128, 4, "fp8_block128", 0, 0, False, 98, False), "64x128", "plain"),
