@@ -1,7 +1,7 @@
 // Does the gathering producer of experiment 38 (csrc/moe/moe_gather_mainloop_sm90.h) write A where CUTLASS's
 // mainloop expects it? (dev tool, host only; session 35.) The producer puts byte c of row r of stage s at
-// a = s * 128 * BLK_M + 128 r + c, swizzled a ^ (((a >> 7) & 7) << 4) (the 128B swizzle of a shared-memory address, what
-// TMA does: tools/gather_tma_probe.cu). CUTLASS's SmemLayoutA for the gate-up kernels is a ComposedLayout of a
+// a = s * 128 * BLK_M + 128 r + c, swizzled a ^ (((a >> 7) & 7) << 4) (the 128B swizzle of a shared-memory
+// address, what TMA does: tools/gather_tma_probe.cu). CUTLASS's SmemLayoutA for the gate-up kernels is a ComposedLayout of a
 // Swizzle with a smem_ptr flag: the inner layout gives the element offset, the swizzle then acts on the byte address
 // of the pointer (cute's swizzle_ptr). This compares the two for every (r, c, s) of the fp8 and bf16 128x256 tiles,
 // with the stage base 1024-aligned (as the kernel's shared storage is).
@@ -28,7 +28,8 @@ int Mismatches(const char* name) {
   typename Mainloop::SmemLayoutA layout{};
   auto inner = layout.layout_b();  // element offsets before the swizzle
   auto swizzle = layout.layout_a();
-  constexpr int rows = size<0>(decltype(inner){}), cols = size<1>(decltype(inner){}), stages = size<2>(decltype(inner){});
+  using Inner = decltype(inner);
+  constexpr int rows = size<0>(Inner{}), cols = size<1>(Inner{}), stages = size<2>(Inner{});
   int bad = 0;
   for (int s = 0; s < stages; ++s) {
     for (int r = 0; r < rows; ++r) {
