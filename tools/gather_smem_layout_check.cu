@@ -1,10 +1,10 @@
 // Does the gathering producer of experiment 38 (csrc/moe/moe_gather_mainloop_sm90.h) write A where CUTLASS's
-// mainloop expects it? (dev tool, host only; session 35.) The producer puts byte c of row r of stage s at
-// a = s * 128 * BLK_M + 128 r + c, swizzled a ^ (((a >> 7) & 7) << 4) (the 128B swizzle of a shared-memory
-// address, what TMA does: tools/gather_tma_probe.cu). CUTLASS's SmemLayoutA for the gate-up kernels is a ComposedLayout of a
-// Swizzle with a smem_ptr flag: the inner layout gives the element offset, the swizzle then acts on the byte address
-// of the pointer (cute's swizzle_ptr). This compares the two for every (r, c, s) of the fp8 and bf16 128x256 tiles,
-// with the stage base 1024-aligned (as the kernel's shared storage is).
+// mainloop expects it? (dev tool, host only; session 35.) The producer puts byte c of row r of stage s at a = s *
+// 128 * BLK_M + 128 r + c, swizzled a ^ (((a >> 7) & 7) << 4) (the 128B swizzle of a shared-memory address, what TMA
+// does: tools/gather_tma_probe.cu). CUTLASS's SmemLayoutA for the gate-up kernels is a ComposedLayout of a Swizzle
+// with a smem_ptr flag: the inner layout gives the element offset, the swizzle then acts on the byte address of the
+// pointer (cute's swizzle_ptr). This compares the two for every (r, c, s) of the fp8 and bf16 128x256 tiles, with
+// the stage base 1024-aligned (as the kernel's shared storage is).
 //   nvcc -std=c++17 -gencode arch=compute_90a,code=sm_90a --expt-relaxed-constexpr -I$CUTLASS_INCLUDE \
 //        -o gather_smem_layout_check tools/gather_smem_layout_check.cu && ./gather_smem_layout_check
 #include <cstdio>
