@@ -11,8 +11,8 @@
 // The 128x256 tiles run in clusters of 2 along N by default (experiment 33, HPC_XLA_MOE_GEMM_CLUSTER): both CTAs of
 // a pair work on one M tile, so no CTA idles however small a group is, and every benchmark shape has an even count of
 // 256-wide N tiles. Pairs along M (=m2, experiment 18's form) idle their second CTA on an expert with an odd count of
-// M tiles (Qwen3 fp8 T=4096 +35 us). fp8_block128's 128x128 tiles pair along N too (experiment 34); the 64-row
-// tiles stay in one-CTA clusters.
+// M tiles (Qwen3 fp8 T=4096 +35 us). fp8_block128's 128x128 tiles pair along N too (experiment 34), and so do the
+// 64-row ping-pong tiles of every quant (experiment 37, HPC_XLA_MOE_NARROW_CLUSTER).
 // w13 interleaved in blocks of 64 rows: GEMM1 (fp8_tensor | bf16, 128x256 / 128x128; fp8_tensor's 64-row ping-pong
 // tiles too) writes silu(gate) * up itself from its accumulators (moe_act_epilogue_sm90.h) instead of gate_up for the
 // act kernel (GroupedGemmActInEpilogue).
