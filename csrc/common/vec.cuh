@@ -93,9 +93,8 @@ __device__ __forceinline__ void StoreE4M3x8(uint8_t* dst, const float (&x)[8], f
   StoreE4M3x8Scaled(dst, x, QuantMultiplier(scale));  // same rule as QuantizeE4M3 (the CPU reference)
 }
 
-// `mask`: the lanes taking part, the full warp by default. A partial mask that ptxas cannot prove constant costs a
-// convergence check (S2R, MATCH.ANY, REDUX.OR) before each reduction: rope_norm's paired kernel gave its groups'
-// masks up for the full warp (see its row loop).
+// `mask`: the lanes taking part. The full warp by default; a kernel whose groups of one warp take different
+// branches passes GroupLanesMask<G>() so each group synchronizes only with itself.
 template <int G>
 __device__ __forceinline__ float GroupSum(float v, uint32_t mask = 0xffffffffu) {
 #pragma unroll
@@ -118,6 +117,16 @@ __device__ __forceinline__ void GroupSumMax(float& sum, float& max, uint32_t mas
   for (int offset = G / 2; offset > 0; offset /= 2) {
     const float s = __shfl_xor_sync(mask, sum, offset), m = __shfl_xor_sync(mask, max, offset);
     sum += s, max = fmaxf(max, m);
+  }
+}
+
+// The G lanes of this thread's aligned group.
+template <int G>
+__device__ __forceinline__ uint32_t GroupLanesMask() {
+  if constexpr (G == 32) {
+    return 0xffffffffu;
+  } else {
+    return ((1u << G) - 1u) << ((threadIdx.x % 32) & ~static_cast<unsigned>(G - 1));
   }
 }
 

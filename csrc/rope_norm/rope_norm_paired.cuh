@@ -8,7 +8,7 @@
 // token's cos/sin are loaded once per thread for all its rows (and, with several rows, folded into per-thread
 // coefficients); V rows of a 16-bit cache are copied without unpacking. A token's rows are split into q groups,
 // k groups and v groups of up to R rows (heads h, h + step, ...), numbered kind-major within small token tiles
-// so that a warp's groups run one branch; shuffles name the whole warp (the row loop says why that is safe).
+// so that a warp's groups run one branch; groups synchronize only within themselves (GroupLanesMask).
 #pragma once
 
 #include <type_traits>
@@ -113,18 +113,6 @@ __device__ __forceinline__ void MakePairedCoeffs(bool neox, bool norm_before_rop
 // RN(max_i |y_i| * inv) for inv > 0 (rounding is monotone), so it needs no second reduction after inv. Where the
 // product is NaN (0 * inf: an all-zero row with eps = 0; inf * 0: a sum of squares that overflowed) every
 // element's product was 0 or NaN, which the per-element max skips: 0.
-// max(0, max_i |x_i|) as a tree (depth 5, not a chain of 16 dependent FMNMX): the same bits in every case, since
-// fmaxf drops a NaN operand (a NaN pair gives NaN, which the next level or the final 0 drops) and +-0 leave fabsf
-// as +0.
-__device__ __forceinline__ float MaxAbs16(const float (&x)[16]) {
-  float m[8];
-#pragma unroll
-  for (int i = 0; i < 8; ++i) m[i] = fmaxf(fabsf(x[i]), fabsf(x[8 + i]));
-#pragma unroll
-  for (int i = 0; i < 4; ++i) m[i] = fmaxf(m[i], m[4 + i]);
-  return fmaxf(fmaxf(fmaxf(m[0], m[2]), fmaxf(m[1], m[3])), 0.0f);
-}
-
 template <int G, bool kAmax>
 __device__ __forceinline__ float TransformRowFolded(bool neox, bool normalize, const PairedCoeffs& k, float (&x)[16],
                                                     uint32_t mask, float inv_head_dim, float eps) {
@@ -142,7 +130,10 @@ __device__ __forceinline__ float TransformRowFolded(bool neox, bool normalize, c
     for (int i = 0; i < 16; ++i) y[i] = fmaf(x[i], k.A[i], x[i ^ 1] * k.B[i]);
   }
   float amax = 0.0f, inv = 1.0f;
-  if constexpr (kAmax) amax = MaxAbs16(y);
+  if constexpr (kAmax) {
+#pragma unroll
+    for (int i = 0; i < 16; ++i) amax = fmaxf(amax, fabsf(y[i]));
+  }
   if (normalize) {
     float sum = ss0 + ss1;
     if constexpr (kAmax) {
@@ -311,6 +302,7 @@ __global__ void __launch_bounds__(kPairedThreads, kPairedMinBlocks<R>)
   PdlWait();  // inputs may come from the previous kernel in the stream
   const int ahead_pos = CosSinAheadPosition<G>(p, group, lane);
   if (token >= p.tokens) return;  // whole groups leave together (one token per group)
+  const uint32_t mask = GroupLanesMask<G>();
   const int heads = kind == RowKind::kQ ? p.num_q_heads : p.num_kv_heads;
   const int head_step = kind == RowKind::kQ ? p.q_groups : p.kv_groups;
   const LaneChunks ch = PairedChunks(lane, G, p.rotary_dim, p.neox);
@@ -397,12 +389,6 @@ __global__ void __launch_bounds__(kPairedThreads, kPairedMinBlocks<R>)
   const float k_mul = kFp8Cache && kind == RowKind::kK ? QuantMultiplier(*p.k_scale) : 1.0f;
   PdlLaunchDependents();
 
-  // Full-warp shuffles. Why: with a partial mask (the group's lanes) ptxas checks convergence before every row's
-  // reduction -- S2R of the lane id, then MATCH.ANY and REDUX.OR, a dependent chain on each row's critical path --
-  // where the full mask costs one BRA.DIV. Safe because every lane of the warp that has not exited runs the same rows' shuffles:
-  // a warp holds one kind, and its groups the same number of rows (the token tiles: rope_norm.cu, uneven_rows);
-  // lanes that left above have exited, and exited lanes may be named in a mask.
-  constexpr uint32_t mask = 0xffffffffu;
 #pragma unroll
   for (int i = 0; i < R; ++i) {
     const int head = first_head + i * head_step;
@@ -427,12 +413,16 @@ __global__ void __launch_bounds__(kPairedThreads, kPairedMinBlocks<R>)
     float mul = 1.0f;
     if constexpr (kFp8Q) {
       float amax = folded_amax;
-      if constexpr (!kFolded) amax = GroupMax<G>(MaxAbs16(x), mask);
+      if constexpr (!kFolded) {
+#pragma unroll
+        for (int j = 0; j < 16; ++j) amax = fmaxf(amax, fabsf(x[j]));
+        amax = GroupMax<G>(amax, mask);
+      }
       if (!pos_ok) amax = 0.0f;  // the rows are NaN: the per-element max skips NaN
       // amax / 448 and 1 / scale bit for bit, without the division's slow-path calls (fp8_scale.cuh)
-      const Fp8RowScale rs = Fp8RowScaleOfAmax(amax);
-      if (lane == 0) p.q_scale[static_cast<int64_t>(token) * p.num_q_heads + head] = rs.scale;
-      mul = rs.mul;
+      const float scale = Fp8ScaleOfAmax(amax);
+      if (lane == 0) p.q_scale[static_cast<int64_t>(token) * p.num_q_heads + head] = scale;
+      mul = QuantMultiplierNoCall(scale);
     }
     StoreRow16<T, kFp8Q>(p.q_out, off, ch, x, mul);
   }
