@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# session 36 call A (~6 min; carry .peer/exp/m = main, .peer/exp/e39 = main + experiment 39, e1863fd): rope_norm's paired kernel
-# with a shorter critical path per row (csrc/rope_norm/rope_norm_paired.cuh, csrc/common/fp8_scale.cuh):
+# session 36 call A (~6 min; carry .peer/exp/m = main, .peer/exp/e39 = main + experiment 39, e1863fd): rope_norm's
+# paired kernel with a shorter critical path per row (csrc/rope_norm/rope_norm_paired.cuh, csrc/common/fp8_scale.cuh):
 #   (1) full-warp shuffles -- a partial mask made ptxas check convergence (S2R, MATCH.ANY, REDUX.OR) before every
 #       row's reduction; safe because a warp's live lanes now always run the same rows (tiles of a warp of tokens
 #       where heads do not divide by the groups: rope_norm.cu, uneven_rows);
