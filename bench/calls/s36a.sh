@@ -21,9 +21,9 @@
 # B). Predicted vs m: fp8 T=16384 -8..20%, bf16 -3..+3%, T=1024 +-3%; refuted if not > 2% faster than e39 on fp8.
 # Tests: e39's and e40's rope GPU files (the self-check now has 3 counters; test_every_rows_per_group_setting has a
 # 10/3 case whose q and kv groups are uneven at 2 and 4 rows, and e40's an 8/4 gptj fp8 case on the phased path),
-# e40's CPU-facing rope files; memcheck and synccheck (the shuffles' masks) on the special-rows and rows-per-group
-# tests of both. Then the A/B, 2 rounds, m | e39 | e40, rope_norm T=1024 / 16384, all heads, bf16 and fp8.
-# Landing: e40 if it wins (it holds 39), else e39 if it does, each only with its tests and sanitizers clean.
+# e40's CPU-facing rope files; memcheck and synccheck (the shuffles' masks) on e40's special-rows and rows-per-group
+# tests (e40 holds 39's masks and tiles). Then the A/B, 2 rounds, m | e39 | e40, rope_norm T=1024 / 16384, all
+# heads, bf16 and fp8. Landing: e40 if it wins, else e39 if it does (then its own sanitizer run first).
 . "$(dirname "$0")/prelude.sh"
 E=$PWD/.peer/exp/e39
 T="python3 -m pytest -q -p no:cacheprovider"
@@ -32,13 +32,10 @@ E4=$PWD/.peer/exp/e40
 in_background "e39 rope gpu file" a_g.log 420 $E $T tests/test_gpu_rope_norm.py
 in_background "e40 rope gpu file" a_g40.log 420 $E4 $T tests/test_gpu_rope_norm.py
 in_background "e40 rope cpu-facing" a_h.log 300 $E4 $T tests/test_rope_norm.py tests/test_rope_norm_errors.py
-for x in 39 40; do
-  D=$PWD/.peer/exp/e$x
-  in_background "e$x memcheck" a_mc$x.log 420 $D $CS --tool memcheck $T tests/test_gpu_rope_norm.py \
-    -k "special_rows or every_rows_per_group"
-  in_background "e$x synccheck" a_sc$x.log 420 $D $CS --tool synccheck $T tests/test_gpu_rope_norm.py \
-    -k "special_rows or every_rows_per_group or large_batch"
-done
+in_background "e40 memcheck" a_mc.log 420 $E4 $CS --tool memcheck $T tests/test_gpu_rope_norm.py \
+  -k "special_rows or every_rows_per_group"
+in_background "e40 synccheck" a_sc.log 420 $E4 $CS --tool synccheck $T tests/test_gpu_rope_norm.py \
+  -k "special_rows or every_rows_per_group or large_batch"
 wait; t
 for f in $R/a_mc*.log $R/a_sc*.log; do
   echo "$(basename $f): $(grep -E 'ERROR SUMMARY' $f | sort | uniq -c | head -2 | tr '\n' ' ')"
