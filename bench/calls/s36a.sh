@@ -25,16 +25,16 @@
 # tests (e40 holds 39's masks and tiles). Then the A/B, 2 rounds, m | e39 | e40, rope_norm T=1024 / 16384, all
 # heads, bf16 and fp8. Landing: e40 if it wins, else e39 if it does (then its own sanitizer run first).
 . "$(dirname "$0")/prelude.sh"
-E=$PWD/.peer/exp/e39
+E39=$PWD/.peer/exp/e39
+E40=$PWD/.peer/exp/e40
 T="python3 -m pytest -q -p no:cacheprovider"
 CS="compute-sanitizer --target-processes all --error-exitcode 99"
-E4=$PWD/.peer/exp/e40
-in_background "e39 rope gpu file" a_g.log 420 $E $T tests/test_gpu_rope_norm.py
-in_background "e40 rope gpu file" a_g40.log 420 $E4 $T tests/test_gpu_rope_norm.py
-in_background "e40 rope cpu-facing" a_h.log 300 $E4 $T tests/test_rope_norm.py tests/test_rope_norm_errors.py
-in_background "e40 memcheck" a_mc.log 420 $E4 $CS --tool memcheck $T tests/test_gpu_rope_norm.py \
+in_background "e39 rope gpu file" a_g39.log 420 $E39 $T tests/test_gpu_rope_norm.py
+in_background "e40 rope gpu file" a_g40.log 420 $E40 $T tests/test_gpu_rope_norm.py
+in_background "e40 rope cpu-facing" a_h.log 300 $E40 $T tests/test_rope_norm.py tests/test_rope_norm_errors.py
+in_background "e40 memcheck" a_mc.log 420 $E40 $CS --tool memcheck $T tests/test_gpu_rope_norm.py \
   -k "special_rows or every_rows_per_group"
-in_background "e40 synccheck" a_sc.log 420 $E4 $CS --tool synccheck $T tests/test_gpu_rope_norm.py \
+in_background "e40 synccheck" a_sc.log 420 $E40 $CS --tool synccheck $T tests/test_gpu_rope_norm.py \
   -k "special_rows or every_rows_per_group or large_batch"
 wait; t
 for f in $R/a_mc*.log $R/a_sc*.log; do
