@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # session 37 call A (~6 min, any Hopper; carry .peer/exp/e41 only, = ece8e74 staged: the knob is off by default, so
 # e41 unset IS the baseline -- main plus the bitwise-neutral LaunchWith / PackE4M3x4 refactors): experiment 41, the
-# single-token
-# fp8_tensor layer as ONE cooperative kernel (HPC_XLA_MOE_ONE_KERNEL=1 | nopdl; csrc/moe/stream_one_kernel.cu).
+# single-token fp8_tensor layer as ONE cooperative kernel (HPC_XLA_MOE_ONE_KERNEL=1 | nopdl;
+# csrc/moe/stream_one_kernel.cu).
 # Tests: its own (10 problems x 2 runs bitwise, launch counters, oracle + CPU, a CUDA graph replayed with new routing
 # == eager) under both knob values, the knob refusal, the stream-path tests (PackE4M3x4 moved); memcheck, racecheck
 # and synccheck on the knob-1 test (a hang is a timeout: the grid barriers).
