@@ -189,7 +189,9 @@ def test_every_rows_per_group_setting():
     """The paired kernel with 1, 2 and 4 rows per lane group (HPC_XLA_ROPE_ROWS, read once per process, so each
     setting runs in its own process) over head counts that do and do not divide by the rows, both rope styles,
     partial rotary, norm after rope, fp8 cache and q, D 64/128/256 (Hkv 1 and 2 at 2 or 4 rows take merged k/v
-    groups, Hkv 3 and 4 separate ones); plus shapes that take the general kernel."""
+    groups, Hkv 3 and 4 separate ones; 5 and 10 q heads and 3 kv heads in 2 groups leave some groups a row short,
+    which the kernel's full-warp shuffles need a warp of tokens per tile for; groups holding all their rows -- 8/2
+    and 12/4 neox, 8/4 gptj with fp8 -- take the kernel's phased path); plus shapes that take the general kernel."""
     code = """
 from rope_norm_harness import Case, check, make_inputs, run_torch
 cases = [
@@ -200,6 +202,9 @@ cases = [
          head_dim=64, dtype="float16"),
     Case(tokens=37, num_q_heads=4, num_kv_heads=2, page_size=8, num_blocks=6, head_dim=256, q_fp8=True,
          weight_dtype="bfloat16", k_norm=False),
+    Case(tokens=37, num_q_heads=10, num_kv_heads=3, page_size=8, num_blocks=6, cache_fp8=True, q_fp8=True),
+    Case(tokens=37, num_q_heads=8, num_kv_heads=4, page_size=8, num_blocks=6, rope_style="gptj", cache_fp8=True,
+         q_fp8=True),
     Case(tokens=37, num_q_heads=4, num_kv_heads=2, page_size=8, num_blocks=6, head_dim=96),  # general kernel
     Case(tokens=37, num_q_heads=4, num_kv_heads=2, page_size=8, num_blocks=6, rotary_dim=40),  # general kernel
 ]
@@ -213,18 +218,18 @@ print("OK", len(cases), "ROWS", *launched)
 """
     for rows in ("1", "2", "4"):
         out = _run_python(code, HPC_XLA_ROPE_ROWS=rows)
-        assert "OK 7" in out, (rows, out)
+        assert "OK 9" in out, (rows, out)
         # the knob really took effect: the paired cases ran with these rows, the last two took the general kernel
-        assert out.split("ROWS")[1].split() == [rows] * 5 + ["0", "0"], (rows, out)
+        assert out.split("ROWS")[1].split() == [rows] * 7 + ["0", "0"], (rows, out)
 
 
 def test_fp8_scale_helpers_match_ieee_division_on_every_float():
     """The paired kernel's per-row fp8 scale math (csrc/common/fp8_scale.cuh: amax / 448 and 1 / scale by double FMAs
-    from the hardware's approximate reciprocal, no division call) against the float division it replaces, on all
-    2^32 bit patterns, on this GPU."""
+    from the hardware's approximate reciprocal, no division call; and the per-row pair in single precision where it
+    is exact) against the float divisions it replaces, on all 2^32 bit patterns, on this GPU."""
     from hpc_xla._ext import ext
 
-    assert tuple(ext().fp8_scale_selfcheck(0)) == (0, 0)
+    assert tuple(ext().fp8_scale_selfcheck(0)) == (0, 0, 0)
 
 
 def test_fp8_q_scale_of_special_rows():

@@ -55,10 +55,11 @@ void BindRopeNorm(nb::module_& m) {
   m.def("fp8_scale_selfcheck", [](int device) {
     Fp8ScaleCheckResult r;
     ThrowIfError(Fp8ScaleSelfCheck(device, &r));
-    return nb::make_tuple(r.scale_mismatches, r.multiplier_mismatches);
+    return nb::make_tuple(r.scale_mismatches, r.multiplier_mismatches, r.row_mismatches);
   }, nb::arg("device") = 0,
-     "(amax/448 mismatches, 1/scale mismatches) of the call-free fp8 scale helpers over every float bit pattern "
-     "on GPU `device` (csrc/common/fp8_scale.cuh); both 0 when they are bit-exact. Synchronous.");
+     "(amax/448 mismatches, 1/scale mismatches, per-row pair mismatches) of the call-free fp8 scale helpers over "
+     "every float bit pattern on GPU `device` (csrc/common/fp8_scale.cuh); all 0 when they are bit-exact. "
+     "Synchronous.");
 }
 
 }  // namespace hpc::bridge

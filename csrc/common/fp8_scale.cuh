@@ -5,8 +5,8 @@
 // operands it cannot prove in range. The call's ABI makes ptxas save live registers around it, so a kernel that
 // divides inside an unrolled per-row loop spills there: rope_norm's 4-row fp8-q kernels stored 32-36 B and
 // reloaded 80-88 B per thread on the path every row takes (the spills sit around the two calls per row in the
-// SASS), while the same kernels without fp8 q did not spill at all. (Experiment 29, staged for its first GPU run, uses
-// them there; main's kernels still divide.)
+// SASS), while the same kernels without fp8 q did not spill at all (experiment 29, landed in session 31, took them
+// out of that loop; Fp8RowScaleOfAmax below now takes the double chain off its common path too).
 //
 // How, in double precision, with FMAs only:
 //   Fp8ScaleOfAmax: q0 = a * RN(1/448), r = a - 448 q0 (exact by FMA), q = q0 + r RN(1/448) is the correctly
@@ -44,6 +44,59 @@ __device__ __forceinline__ float QuantMultiplierNoCall(float scale) {
   y = fma(y, fma(-s, y, 1.0), y);
   y = fma(y, fma(-s, y, 1.0), y);
   return scale > 0.0f && !isinf(scale) ? static_cast<float>(y) : 0.0f;
+}
+
+// Both of a row's numbers at once, scale = amax / 448 and its multiplier 1 / scale, in single precision where that
+// is exact and through the double-precision helpers above elsewhere. Why: the double chain (two conversions to
+// double, MUFU.RCP64H, six DFMAs, two conversions back: ~130 cycles) sat on every fp8 q row's critical path in
+// rope_norm, whose fp8 rows are latency-bound (they take as long as the bf16 rows for 25% fewer bytes). Here, for
+// amax in [2^-116, FLT_MAX]:
+//   scale: q0 = RN(a RN(1/448)), r = a - 448 q0 (exact by FMA), RN(q0 + r RN(1/448)). Equal to the float division
+//     for every float a >= 2^-120 (tools/check_fp8_scale_math.c runs all of them; below 2^-120 the quotient nears
+//     the subnormals and the correction step is not exact), so [2^-116, ...) keeps a margin of four binades.
+//   multiplier: the seed rcp.approx.ftz.f32 (MUFU.RCP) and one Newton step by FMA, e = 1 - s y, y + y e -- the
+//     instructions nvcc emits for the IEEE reciprocal (rcp.rn.f32, 1.0f / s) on its fast path, which it takes for
+//     every s whose exponent field is in [1, 252]; scale's is in [3, 246] here. Fp8ScaleSelfCheck compares both
+//     numbers with the float divisions on every float on the GPU.
+struct Fp8RowScale {
+  float scale, mul;
+};
+
+// amax in [2^-116, FLT_MAX] (and not negative): the single-precision pair is exact there.
+__device__ __forceinline__ bool Fp8RowScaleIsFast(float amax) {
+  constexpr uint32_t kLow = 0x05800000u;  // 2^-116
+  return __float_as_uint(amax) - kLow < 0x7f800000u - kLow;
+}
+
+__device__ __forceinline__ Fp8RowScale Fp8RowScaleFast(float amax) {
+  constexpr float kRcp = 1.0f / kFp8E4M3Max;  // RN(1/448)
+  const float q0 = __fmul_rn(amax, kRcp);
+  const float scale = __fmaf_rn(__fmaf_rn(-q0, kFp8E4M3Max, amax), kRcp, q0);
+  float y;
+  asm("rcp.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(scale));
+  return {scale, __fmaf_rn(y, __fmaf_rn(-scale, y, 1.0f), y)};
+}
+
+__device__ __forceinline__ Fp8RowScale Fp8RowScaleOfAmax(float amax) {
+  if (Fp8RowScaleIsFast(amax)) return Fp8RowScaleFast(amax);
+  const float scale = Fp8ScaleOfAmax(amax);
+  return {scale, QuantMultiplierNoCall(scale)};
+}
+
+// N rows' pairs behind one range test (one branch, so the rows' chains can overlap): the fast forms when every
+// amax is in range, else row by row.
+template <int N>
+__device__ __forceinline__ void Fp8RowScalesOfAmax(const float (&amax)[N], Fp8RowScale (&out)[N]) {
+  bool fast = true;
+#pragma unroll
+  for (int i = 0; i < N; ++i) fast = fast && Fp8RowScaleIsFast(amax[i]);
+  if (fast) {
+#pragma unroll
+    for (int i = 0; i < N; ++i) out[i] = Fp8RowScaleFast(amax[i]);
+  } else {
+#pragma unroll
+    for (int i = 0; i < N; ++i) out[i] = Fp8RowScaleOfAmax(amax[i]);
+  }
 }
 
 }  // namespace hpc

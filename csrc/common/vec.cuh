@@ -93,41 +93,61 @@ __device__ __forceinline__ void StoreE4M3x8(uint8_t* dst, const float (&x)[8], f
   StoreE4M3x8Scaled(dst, x, QuantMultiplier(scale));  // same rule as QuantizeE4M3 (the CPU reference)
 }
 
-// `mask`: the lanes taking part. The full warp by default; a kernel whose groups of one warp take different
-// branches passes GroupLanesMask<G>() so each group synchronizes only with itself.
+// Reductions over the G lanes of each aligned group, of N rows' values at once (the N shuffles of a step are
+// independent, so N rows wait on one chain of log2(G) steps, and one convergence check, instead of N in a row).
+// `mask`: the lanes taking part, the full warp by default. A partial mask that ptxas cannot prove constant costs a
+// convergence check (S2R, MATCH.ANY, REDUX.OR) before each reduction: rope_norm's paired kernel gave its groups'
+// masks up for the full warp (see its row loop).
+template <int G, int N>
+__device__ __forceinline__ void GroupSumRows(float (&v)[N], uint32_t mask = 0xffffffffu) {
+#pragma unroll
+  for (int offset = G / 2; offset > 0; offset /= 2) {
+#pragma unroll
+    for (int i = 0; i < N; ++i) v[i] += __shfl_xor_sync(mask, v[i], offset);
+  }
+}
+
+template <int G, int N>
+__device__ __forceinline__ void GroupMaxRows(float (&v)[N], uint32_t mask = 0xffffffffu) {
+#pragma unroll
+  for (int offset = G / 2; offset > 0; offset /= 2) {
+#pragma unroll
+    for (int i = 0; i < N; ++i) v[i] = fmaxf(v[i], __shfl_xor_sync(mask, v[i], offset));
+  }
+}
+
+// GroupSumRows of `sum` and GroupMaxRows of `max` in one pass.
+template <int G, int N>
+__device__ __forceinline__ void GroupSumMaxRows(float (&sum)[N], float (&max)[N], uint32_t mask = 0xffffffffu) {
+#pragma unroll
+  for (int offset = G / 2; offset > 0; offset /= 2) {
+#pragma unroll
+    for (int i = 0; i < N; ++i) {
+      const float s = __shfl_xor_sync(mask, sum[i], offset), m = __shfl_xor_sync(mask, max[i], offset);
+      sum[i] += s, max[i] = fmaxf(max[i], m);
+    }
+  }
+}
+
 template <int G>
 __device__ __forceinline__ float GroupSum(float v, uint32_t mask = 0xffffffffu) {
-#pragma unroll
-  for (int offset = G / 2; offset > 0; offset /= 2) v += __shfl_xor_sync(mask, v, offset);
-  return v;
+  float r[1] = {v};
+  GroupSumRows<G>(r, mask);
+  return r[0];
 }
 
 template <int G>
 __device__ __forceinline__ float GroupMax(float v, uint32_t mask = 0xffffffffu) {
-#pragma unroll
-  for (int offset = G / 2; offset > 0; offset /= 2) v = fmaxf(v, __shfl_xor_sync(mask, v, offset));
-  return v;
+  float r[1] = {v};
+  GroupMaxRows<G>(r, mask);
+  return r[0];
 }
 
-// GroupSum of `sum` and GroupMax of `max` in one pass: the two shuffles of a step are independent, so a row that
-// needs both waits on one chain of log2(G) steps instead of two in a row.
 template <int G>
 __device__ __forceinline__ void GroupSumMax(float& sum, float& max, uint32_t mask = 0xffffffffu) {
-#pragma unroll
-  for (int offset = G / 2; offset > 0; offset /= 2) {
-    const float s = __shfl_xor_sync(mask, sum, offset), m = __shfl_xor_sync(mask, max, offset);
-    sum += s, max = fmaxf(max, m);
-  }
-}
-
-// The G lanes of this thread's aligned group.
-template <int G>
-__device__ __forceinline__ uint32_t GroupLanesMask() {
-  if constexpr (G == 32) {
-    return 0xffffffffu;
-  } else {
-    return ((1u << G) - 1u) << ((threadIdx.x % 32) & ~static_cast<unsigned>(G - 1));
-  }
+  float s[1] = {sum}, m[1] = {max};
+  GroupSumMaxRows<G>(s, m, mask);
+  sum = s[0], max = m[0];
 }
 
 }  // namespace hpc

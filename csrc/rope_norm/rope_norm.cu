@@ -240,9 +240,14 @@ Status RopeNormCuda(const RopeNormArgs& a, cudaStream_t stream) {
     groups_per_token = p.q_groups + (p.kv_merged ? 1 : 2 * p.kv_groups);
     // Tokens per tile: the fewest (a power of two) for which each kind's groups fill whole warps, so no warp
     // mixes q, k and v groups (8/1 heads: 4 tokens = 32 q groups + 4 k + 4 v at 4 groups per warp; mixed warps
-    // ran their q and k branches one after the other).
+    // ran their q and k branches one after the other). Where a kind's heads are not a multiple of its groups
+    // (some groups a row short: 5 q heads in 2 groups), a whole warp of tokens, so that a warp's groups share
+    // their first head and run the same rows: the paired kernel's shuffles name the whole warp (its row loop).
     const int groups_per_warp = 32 / lanes;
+    const bool uneven_rows =
+        p.num_q_heads % p.q_groups != 0 || (!p.kv_merged && p.num_kv_heads % p.kv_groups != 0);
     auto whole_warps = [&](int shift) {
+      if (uneven_rows) return (1 << shift) >= groups_per_warp;
       return ((p.q_groups << shift) % groups_per_warp) == 0 && ((p.kv_groups << shift) % groups_per_warp) == 0;
     };
     p.tile_shift = 0;

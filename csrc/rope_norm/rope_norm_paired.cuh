@@ -8,7 +8,7 @@
 // token's cos/sin are loaded once per thread for all its rows (and, with several rows, folded into per-thread
 // coefficients); V rows of a 16-bit cache are copied without unpacking. A token's rows are split into q groups,
 // k groups and v groups of up to R rows (heads h, h + step, ...), numbered kind-major within small token tiles
-// so that a warp's groups run one branch; groups synchronize only within themselves (GroupLanesMask).
+// so that a warp's groups run one branch; shuffles name the whole warp (the row loop says why that is safe).
 #pragma once
 
 #include <type_traits>
@@ -113,29 +113,47 @@ __device__ __forceinline__ void MakePairedCoeffs(bool neox, bool norm_before_rop
 // RN(max_i |y_i| * inv) for inv > 0 (rounding is monotone), so it needs no second reduction after inv. Where the
 // product is NaN (0 * inf: an all-zero row with eps = 0; inf * 0: a sum of squares that overflowed) every
 // element's product was 0 or NaN, which the per-element max skips: 0.
+// max(0, max_i |x_i|) as a tree (depth 5, not a chain of 16 dependent FMNMX): the same bits in every case, since
+// fmaxf drops a NaN operand (a NaN pair gives NaN, which the next level or the final 0 drops) and +-0 leave fabsf
+// as +0.
+__device__ __forceinline__ float MaxAbs16(const float (&x)[16]) {
+  float m[8];
+#pragma unroll
+  for (int i = 0; i < 8; ++i) m[i] = fmaxf(fabsf(x[i]), fabsf(x[8 + i]));
+#pragma unroll
+  for (int i = 0; i < 4; ++i) m[i] = fmaxf(m[i], m[4 + i]);
+  return fmaxf(fmaxf(fmaxf(m[0], m[2]), fmaxf(m[1], m[3])), 0.0f);
+}
+
+// A lane row's sum of squares: two chains of 8, then their sum.
+__device__ __forceinline__ float SumSquares16(const float (&x)[16]) {
+  float ss0 = 0.0f, ss1 = 0.0f;
+#pragma unroll
+  for (int i = 0; i < 8; ++i) ss0 = fmaf(x[i], x[i], ss0), ss1 = fmaf(x[8 + i], x[8 + i], ss1);
+  return ss0 + ss1;
+}
+
+// y = x A + x_partner B with the folded coefficients (the partner: element i +- 8 for neox, the neighbour for gptj).
+template <bool kNeox>
+__device__ __forceinline__ void FoldRow(const PairedCoeffs& k, const float (&x)[16], float (&y)[16]) {
+#pragma unroll
+  for (int i = 0; i < 16; ++i) y[i] = fmaf(x[i], k.A[i], x[kNeox ? (i + 8) % 16 : i ^ 1] * k.B[i]);
+}
+
 template <int G, bool kAmax>
 __device__ __forceinline__ float TransformRowFolded(bool neox, bool normalize, const PairedCoeffs& k, float (&x)[16],
                                                     uint32_t mask, float inv_head_dim, float eps) {
-  float ss0 = 0.0f, ss1 = 0.0f;
-  if (normalize) {
-#pragma unroll
-    for (int i = 0; i < 8; ++i) ss0 = fmaf(x[i], x[i], ss0), ss1 = fmaf(x[8 + i], x[8 + i], ss1);
-  }
+  const float ss = normalize ? SumSquares16(x) : 0.0f;
   float y[16];
   if (neox) {
-#pragma unroll
-    for (int i = 0; i < 16; ++i) y[i] = fmaf(x[i], k.A[i], x[(i + 8) % 16] * k.B[i]);
+    FoldRow<true>(k, x, y);
   } else {
-#pragma unroll
-    for (int i = 0; i < 16; ++i) y[i] = fmaf(x[i], k.A[i], x[i ^ 1] * k.B[i]);
+    FoldRow<false>(k, x, y);
   }
   float amax = 0.0f, inv = 1.0f;
-  if constexpr (kAmax) {
-#pragma unroll
-    for (int i = 0; i < 16; ++i) amax = fmaxf(amax, fabsf(y[i]));
-  }
+  if constexpr (kAmax) amax = MaxAbs16(y);
   if (normalize) {
-    float sum = ss0 + ss1;
+    float sum = ss;
     if constexpr (kAmax) {
       GroupSumMax<G>(sum, amax, mask);
     } else {
@@ -208,9 +226,12 @@ __device__ __forceinline__ int64_t CacheRow(const RopeNormParams& p, int64_t slo
 }
 
 // 128 threads per block: at ~90 registers a 256-thread block fit 2 per SM (16 warps); 128-thread blocks fit 5.
+// 4-row kernels: 4 blocks (128 registers), which their full-group phases need to hold 4 rows' chains at once
+// without spilling (at 5 blocks they spilled 140-480 bytes; experiment 21 had found 4 blocks 3-6% slower for the
+// row-by-row code, which has no such overlap to pay for the lost warps).
 constexpr int kPairedThreads = 128;
 template <int R>
-constexpr int kPairedMinBlocks = R == 4 ? 5 : (R == 2 ? 6 : 8);
+constexpr int kPairedMinBlocks = R == 4 ? 4 : (R == 2 ? 6 : 8);
 
 __device__ __forceinline__ void Unpack16(const uint4& a, const uint4& b, bool bf16, float (&x)[16]) {
   float lo[8], hi[8];
@@ -302,7 +323,6 @@ __global__ void __launch_bounds__(kPairedThreads, kPairedMinBlocks<R>)
   PdlWait();  // inputs may come from the previous kernel in the stream
   const int ahead_pos = CosSinAheadPosition<G>(p, group, lane);
   if (token >= p.tokens) return;  // whole groups leave together (one token per group)
-  const uint32_t mask = GroupLanesMask<G>();
   const int heads = kind == RowKind::kQ ? p.num_q_heads : p.num_kv_heads;
   const int head_step = kind == RowKind::kQ ? p.q_groups : p.kv_groups;
   const LaneChunks ch = PairedChunks(lane, G, p.rotary_dim, p.neox);
@@ -389,6 +409,101 @@ __global__ void __launch_bounds__(kPairedThreads, kPairedMinBlocks<R>)
   const float k_mul = kFp8Cache && kind == RowKind::kK ? QuantMultiplier(*p.k_scale) : 1.0f;
   PdlLaunchDependents();
 
+  // Full-warp shuffles. Why: with a partial mask (the group's lanes) ptxas checks convergence before every row's
+  // reduction -- S2R of the lane id, then MATCH.ANY and REDUX.OR, a dependent chain on each row's critical path --
+  // where the full mask costs one BRA.DIV. Safe because every lane of the warp that has not exited runs the same
+  // rows' shuffles: a warp holds one kind, and its groups the same number of rows (the token tiles: rope_norm.cu,
+  // uneven_rows); lanes that left above have exited, and exited lanes may be named in a mask.
+  constexpr uint32_t mask = 0xffffffffu;
+
+  // A full group (R rows: the q groups of every benchmark shape, the k groups of 64/8 and 32/4) runs its rows in
+  // phases, each over all R rows: sums of squares (and, fp8 q, max |y|), one shuffle reduction for them all, the
+  // scales, then the outputs. Why: row by row, each row's chain -- fold, reduce, rsqrt, scale, convert, store -- sat
+  // between branches ptxas does not schedule across (the BRA.DIV before the shuffles, the fp8 scale's range test,
+  // head < heads), so a thread's R rows ran one after the other at ~20 warps per SM; in phases their chains overlap.
+  // Under fp8 q, y is folded twice (for max |y|, then for the output): 32 FP ops per row rather than 16 registers
+  // per row held across the reduction. Same operations in the same order per row as the loop below: the same bits.
+  if constexpr (kFolded) {
+    auto full_group = [&](auto neox) {
+      constexpr bool kNeox = decltype(neox)::value;
+      float ss[R], amax[R], inv[R];
+#pragma unroll
+      for (int i = 0; i < R; ++i) {
+        float x[16];
+        Unpack16(ra[i], rb[i], kBf16, x);
+        ss[i] = SumSquares16(x);
+        amax[i] = 0.0f;
+        if constexpr (kFp8Q) {
+          float y[16];
+          FoldRow<kNeox>(coeffs, x, y);
+          amax[i] = MaxAbs16(y);
+        }
+      }
+      if (normalize) {
+        if constexpr (kFp8Q) {
+          GroupSumMaxRows<G>(ss, amax, mask);
+        } else {
+          GroupSumRows<G>(ss, mask);
+        }
+#pragma unroll
+        for (int i = 0; i < R; ++i) inv[i] = rsqrtf(ss[i] * p.inv_head_dim + p.eps);
+      } else {
+        if constexpr (kFp8Q) GroupMaxRows<G>(amax, mask);
+#pragma unroll
+        for (int i = 0; i < R; ++i) inv[i] = 1.0f;  // y * 1 == y (a NaN is the canonical one either way)
+      }
+      // row i's output: y times inv, NaN where the position was out of range
+      auto output_row = [&](int i, float (&y)[16]) {
+        float x[16];
+        Unpack16(ra[i], rb[i], kBf16, x);
+        FoldRow<kNeox>(coeffs, x, y);
+#pragma unroll
+        for (int j = 0; j < 16; ++j) y[j] = pos_ok ? y[j] * inv[i] : __int_as_float(0x7fc00000);
+      };
+      if (kind == RowKind::kK) {
+#pragma unroll
+        for (int i = 0; i < R; ++i) {
+          float y[16];
+          output_row(i, y);
+          StoreRow16<T, kFp8Cache>(p.k_cache, k_dst + (first_head + i * head_step) * p.k_cache_stride_h, ch, y, k_mul);
+        }
+        return;
+      }
+      float mul[R];
+#pragma unroll
+      for (int i = 0; i < R; ++i) mul[i] = 1.0f;
+      if constexpr (kFp8Q) {
+#pragma unroll
+        for (int i = 0; i < R; ++i) {
+          const float m = amax[i] * inv[i];  // NaN: every product was 0 or NaN (TransformRowFolded)
+          amax[i] = pos_ok && m == m ? m : 0.0f;
+        }
+        Fp8RowScale rs[R];
+        Fp8RowScalesOfAmax(amax, rs);
+#pragma unroll
+        for (int i = 0; i < R; ++i) {
+          const int head = first_head + i * head_step;
+          if (lane == 0) p.q_scale[static_cast<int64_t>(token) * p.num_q_heads + head] = rs[i].scale;
+          mul[i] = rs[i].mul;
+        }
+      }
+#pragma unroll
+      for (int i = 0; i < R; ++i) {
+        float y[16];
+        output_row(i, y);
+        StoreRow16<T, kFp8Q>(p.q_out, token * p.q_out_stride_t + (first_head + i * head_step) * p.q_out_stride_h, ch,
+                             y, mul[i]);
+      }
+    };
+    if (first_head + (R - 1) * head_step < heads) {  // warp-uniform, like every group's row count
+      if (p.neox) {
+        full_group(std::true_type{});
+      } else {
+        full_group(std::false_type{});
+      }
+      return;
+    }
+  }
 #pragma unroll
   for (int i = 0; i < R; ++i) {
     const int head = first_head + i * head_step;
@@ -413,16 +528,12 @@ __global__ void __launch_bounds__(kPairedThreads, kPairedMinBlocks<R>)
     float mul = 1.0f;
     if constexpr (kFp8Q) {
       float amax = folded_amax;
-      if constexpr (!kFolded) {
-#pragma unroll
-        for (int j = 0; j < 16; ++j) amax = fmaxf(amax, fabsf(x[j]));
-        amax = GroupMax<G>(amax, mask);
-      }
+      if constexpr (!kFolded) amax = GroupMax<G>(MaxAbs16(x), mask);
       if (!pos_ok) amax = 0.0f;  // the rows are NaN: the per-element max skips NaN
       // amax / 448 and 1 / scale bit for bit, without the division's slow-path calls (fp8_scale.cuh)
-      const float scale = Fp8ScaleOfAmax(amax);
-      if (lane == 0) p.q_scale[static_cast<int64_t>(token) * p.num_q_heads + head] = scale;
-      mul = QuantMultiplierNoCall(scale);
+      const Fp8RowScale rs = Fp8RowScaleOfAmax(amax);
+      if (lane == 0) p.q_scale[static_cast<int64_t>(token) * p.num_q_heads + head] = rs.scale;
+      mul = rs.mul;
     }
     StoreRow16<T, kFp8Q>(p.q_out, off, ch, x, mul);
   }
