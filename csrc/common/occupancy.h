@@ -1,28 +1,33 @@
 // Per-kernel launch facts the launchers need once, cached for the process (never a driver query on the hot path
-// after a kernel's first call): the raised dynamic shared-memory limit and the resident CTAs per SM.
+// after a kernel's first call): the raised dynamic shared-memory limit (per device) and the resident CTAs per SM.
 #pragma once
 
 #include <cuda_runtime.h>
 
 #include <mutex>
+#include <set>
 #include <string>
 #include <unordered_map>
-#include <unordered_set>
+#include <utility>
 
 #include "csrc/common/launch.cuh"
 #include "csrc/common/status.h"
 
 namespace hpc {
 
-// Raises `fn`'s dynamic shared-memory limit to `bytes` (once per kernel: pass the most any launch of `fn` will ask
-// for, not this launch's size -- a later, larger launch fails with "invalid argument"). `what` names the op in errors.
+// Raises `fn`'s dynamic shared-memory limit to `bytes` on the current device (once per kernel and device: pass the
+// most any launch of `fn` will ask for, not this launch's size -- a later, larger launch fails with "invalid
+// argument"). The attribute belongs to the kernel's instance in one device's context, so a process driving several
+// GPUs (JAX shard_map, torch on cuda:1 after cuda:0) sets it on each. `what` names the op in errors.
 inline Status AllowDynamicSmem(const void* fn, int bytes, const char* what) {
   static std::mutex mu;
-  static std::unordered_set<const void*> done;
+  static std::set<std::pair<const void*, int>> done;
+  int device = 0;
+  HPC_RETURN_IF_ERROR(CudaStatus(cudaGetDevice(&device), what));
   std::lock_guard<std::mutex> lock(mu);
-  if (done.count(fn)) return Status::Ok();
+  if (done.count({fn, device})) return Status::Ok();
   HPC_RETURN_IF_ERROR(CudaStatus(cudaFuncSetAttribute(fn, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes), what));
-  done.insert(fn);
+  done.insert({fn, device});
   return Status::Ok();
 }
 

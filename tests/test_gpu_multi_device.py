@@ -1,0 +1,41 @@
+"""Two GPUs in one process (torch on cuda:1 after cuda:0; the same holds for JAX shard_map over local GPUs): every
+kernel whose dynamic shared memory exceeds 48 KB needs its limit raised in each device's context, not once per
+process. The same problems on both devices give the same bits. Skipped without two Hopper GPUs."""
+
+import numpy as np
+import pytest
+from test_fused_moe import make_problem
+
+from hpc_xla._arrays import from_torch, to_torch
+
+pytestmark = pytest.mark.gpu
+
+
+def _two_gpus():
+    import torch
+
+    return torch.cuda.is_available() and torch.cuda.device_count() >= 2
+
+
+def _fused_moe_on(device, p):
+    import torch
+
+    import hpc_xla.torch as ht
+
+    t = {k: (to_torch(v, device) if isinstance(v, (np.ndarray, np.generic)) else v) for k, v in p.items()}
+    y = ht.fused_moe(t["x"], t["w13"], t["w2"], t["topk_weights"], t["topk_ids"], quant=p["quant"],
+                     w13_scale=t["w13_scale"], w2_scale=t["w2_scale"], a13_scale=t["a13_scale"], a2_scale=t["a2_scale"],
+                     expert_offset=p["expert_offset"], num_experts_global=p["num_experts_global"],
+                     shared_output=t["shared_output"])
+    torch.cuda.synchronize(device)
+    return from_torch(y.cpu())
+
+
+@pytest.mark.skipif(not _two_gpus(), reason="needs two GPUs")
+@pytest.mark.parametrize("tokens", [1, 4, 40, 600])  # stream (>48 KB rings), tiled, grouped (CUTLASS) paths
+@pytest.mark.parametrize("quant", [None, "fp8_tensor"])
+def test_fused_moe_on_two_devices(tokens, quant):
+    p = make_problem(tokens, 8, 512, 256, 4, quant, shared=True, seed=tokens)
+    a = _fused_moe_on("cuda:0", p)
+    b = _fused_moe_on("cuda:1", p)
+    assert np.array_equal(a.view(np.uint16), b.view(np.uint16))
