@@ -9,9 +9,37 @@ from hpc_xla import _args
 from hpc_xla._ext import ext
 
 
+# XLA FFI C API minor version of each jaxlib release line (the XLA_FFI_API_MINOR of its headers, read from the
+# wheels: 0.6.2 / 0.7.0 -> 1, 0.8.1 - 0.9.0 -> 2, 0.9.1 - 0.10.2 -> 3; jax 0.8.0 reported 0.1 at run time). Newer
+# releases are assumed >= the last known one: the minor only grows.
+_FFI_MINOR_SINCE = ((0, 9, 1), 3), ((0, 8, 1), 2), ((0, 0, 0), 1)
+
+
+def runtime_ffi_minor(jaxlib_version):
+    """The XLA FFI API minor version a jaxlib release accepts handlers up to."""
+    v = tuple(int(p) for p in jaxlib_version.split(".")[:3] if p.isdigit())
+    return next(minor for since, minor in _FFI_MINOR_SINCE if v >= since)
+
+
+def check_ffi_compatible(binary_api, jaxlib_version):
+    """Raises ImportError where the binary's handlers are newer than the running jaxlib accepts: registering them
+    anyway would fail the JAX backend's start for the whole process (every later jax call, not only ours)."""
+    major, minor = binary_api
+    accepted = runtime_ffi_minor(jaxlib_version)
+    if major == 0 and minor > accepted:
+        raise ImportError(
+            "hpc_xla was built against XLA FFI API 0.%d headers (a newer jaxlib than the running %s, which accepts up "
+            "to 0.%d): rebuild it against this jaxlib (pip install --no-build-isolation .) or upgrade jax/jaxlib"
+            % (minor, jaxlib_version, accepted))
+
+
 @functools.lru_cache(maxsize=None)
 def register_targets():
-    """Registers every handler of the binary for the CUDA and cpu platforms (once per process)."""
+    """Registers every handler of the binary for the CUDA and cpu platforms (once per process), after checking that
+    the running jaxlib accepts their FFI API version."""
+    import jaxlib
+
+    check_ffi_compatible(tuple(ext().build_info()["xla_ffi_api_version"]), jaxlib.__version__)
     for name, platforms in ext().ffi_targets().items():
         for platform, capsule in platforms.items():
             jax.ffi.register_ffi_target(name, capsule, platform=platform)
