@@ -173,6 +173,32 @@ def test_bad_inputs():
         ht.fused_moe(t["x"], t["w13"], t["w2"], **common)
 
 
+def test_top_k_above_the_experts_is_refused_in_both_frameworks():
+    """Given ids (no router): a token's top_k slots are distinct experts of the routing, so top_k above
+    num_experts_global (or E + expert_offset) is a shape error, named, in torch and in jax."""
+    import jax
+
+    import hpc_xla.jax as hj
+    import hpc_xla.torch as ht
+
+    p = make_problem(3, 2, 128, 128, 2, None)
+    ids = np.zeros((3, 3), np.int32)
+    w = np.ones((3, 3), np.float32)
+    msg = r"top_k \(topk_ids.shape\[1\] = 3\) exceeds the routing's experts \(num_experts_global, or E \+ " \
+          r"expert_offset when not given: 2\)"
+    with pytest.raises(ValueError, match=msg):
+        ht.fused_moe(to_torch(p["x"], "cpu"), to_torch(p["w13"], "cpu"), to_torch(p["w2"], "cpu"), to_torch(w, "cpu"),
+                     to_torch(ids, "cpu"))
+    cpu = jax.devices("cpu")[0]
+    with pytest.raises(Exception, match=msg):
+        put = lambda v: jax.device_put(v, cpu)  # noqa: E731
+        jax.block_until_ready(hj.fused_moe(put(p["x"]), put(p["w13"]), put(p["w2"]), put(w), put(ids)))
+    # with the routing's real expert count given, the same ids are fine (expert parallelism: E local of 8)
+    out = ht.fused_moe(to_torch(p["x"], "cpu"), to_torch(p["w13"], "cpu"), to_torch(p["w2"], "cpu"), to_torch(w, "cpu"),
+                       to_torch(ids, "cpu"), num_experts_global=8)
+    assert out.shape == (3, 128)
+
+
 QUANT_CODE = {None: 0, "fp8_tensor": 1, "fp8_block128": 2}
 
 

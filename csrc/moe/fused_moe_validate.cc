@@ -260,6 +260,11 @@ Status ValidateFusedMoe(const FusedMoeArgs& a) {
     return c.Fail("expert_offset + E (" + std::to_string(a.expert_offset + experts) + ") exceeds num_experts_global (" +
                   std::to_string(global) + ")");
   }
+  if (a.topk_ids.shape[1] > global) {  // a token's top_k experts are distinct experts of the routing
+    return c.Fail("top_k (topk_ids.shape[1] = " + std::to_string(a.topk_ids.shape[1]) +
+                  ") exceeds the routing's experts (num_experts_global, or E + expert_offset when not given: " +
+                  std::to_string(global) + ")");
+  }
   if (a.shared_output.present()) {
     HPC_RETURN_IF_ERROR(c.Dense("shared_output", a.shared_output, "[T, H]", {DType::kBF16},
                                 {{tokens, "T, from x"}, {hidden, "H, from x"}}, "x", a.x));
