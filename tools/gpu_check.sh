@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # One call on the H200 (device tool): install, GPU tests, compute-sanitizer, benchmarks; short table last.
-#   tools/gpu_check.sh [suite ...]        suites: rope_norm decode (default: all)
+#   tools/gpu_check.sh [suite ...]        suites: rope_norm decode moe_route fused_moe (default: all; fused_moe
+#                                         is benchmarked by the `moe` suite)
 #   HPC_STAGES="test sanitize bench"      which stages to run (default: all three; each has a timeout)
 #   HPC_SANITIZERS="memcheck racecheck"   compute-sanitizer tools; HPC_BENCH_SUITES: suites to benchmark
 #   HPC_TEST_ARGS="-m gpu tests"          pytest arguments (default: every test); HPC_AB="ENV=V ..." extra runs
@@ -13,7 +14,9 @@ cd "$(dirname "$0")/.."
 OUT="${OUT:-$PWD/out}"
 mkdir -p "$OUT"
 export PYTHONPATH="$PWD:$PWD/tests${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1 XLA_PYTHON_CLIENT_PREALLOCATE=false
-SUITES="${*:-rope_norm decode moe_route}"
+SUITES="${*:-rope_norm decode moe_route fused_moe}"
+# the benchmark suite of a test suite (python -m hpc_xla.bench NAME): fused_moe's is `moe`
+bench_of() { [ "$1" = fused_moe ] && echo moe || echo "$1"; }
 STAGES="${HPC_STAGES:-test sanitize bench}"
 has_stage() { [[ " $STAGES " == *" $1 "* ]]; }
 SUFFIX=$(python3 -c 'import sysconfig; print(sysconfig.get_config_var("EXT_SUFFIX"))')
@@ -76,8 +79,8 @@ if has_stage sanitize; then
 fi
 
 # 3. benchmarks
-has_stage bench && for s in ${HPC_BENCH_SUITES:-$SUITES}; do
-  python3 -c "import hpc_xla.bench.$s" 2>/dev/null || continue  # suites without a benchmark
+has_stage bench && for s in ${HPC_BENCH_SUITES:-$(for x in $SUITES; do bench_of "$x"; done)}; do
+  python3 -c "import hpc_xla.bench.$s" 2>/dev/null || continue  # suites without a benchmark (moe_route)
   extra_var="HPC_BENCH_ARGS_$s"  # e.g. HPC_BENCH_ARGS_moe="--tokens 1,256"
   timeout "${HPC_BENCH_TIMEOUT:-300}" python3 -m hpc_xla.bench "$s" --out "$OUT/bench_$s.json" ${!extra_var:-} 2>&1 | tee "$OUT/bench_$s.txt"
 done
@@ -114,7 +117,7 @@ done
 echo
 echo "================ summary ================"
 printf '%s\n' "${summary[@]}"
-has_stage bench && for s in $SUITES; do cat "$OUT/bench_$s.txt" 2>/dev/null; done
+has_stage bench && for s in $SUITES; do cat "$OUT/bench_$(bench_of "$s").txt" 2>/dev/null; done
 # the device tool returns at most 8 files: pack everything into one archive
 if [ "$(ls "$OUT" | wc -l)" -gt 7 ]; then
   (cd "$OUT" && tar czf /tmp/gpu_check_logs.tgz --exclude logs.tgz . && find . -mindepth 1 -delete && mv /tmp/gpu_check_logs.tgz logs.tgz)
