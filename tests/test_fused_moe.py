@@ -199,6 +199,37 @@ def test_top_k_above_the_experts_is_refused_in_both_frameworks():
     assert out.shape == (3, 128)
 
 
+def test_jax_export_at_a_concrete_token_count_and_a_clear_error_for_a_symbolic_one():
+    """jax.export of fused_moe (custom calls need DisabledSafetyCheck.custom_call): a concrete T exports (and
+    serializes, where flatbuffers is installed) and runs back bitwise; a symbolic T is refused by name (its
+    workspace, an output shape, is no affine function of T)."""
+    import jax
+    import jax.numpy as jnp
+    from jax import export
+
+    import hpc_xla.jax as hj
+
+    p = make_problem(3, 4, 128, 128, 2, None, seed=2)
+    ids = jnp.asarray(p["topk_ids"])
+    f = jax.jit(lambda x, w: hj.fused_moe(x, p["w13"], p["w2"], w, ids))
+    checks = [export.DisabledSafetyCheck.custom_call("hpc_xla_fused_moe")]
+    cpu = jax.devices("cpu")[0]
+    x, w = jax.device_put(p["x"], cpu), jax.device_put(p["topk_weights"], cpu)
+    exp = export.export(f, platforms=["cpu"], disabled_checks=checks)(x, w)
+    try:
+        import flatbuffers  # noqa: F401  (jax's serialization format)
+
+        exp = export.deserialize(exp.serialize())
+    except ImportError:
+        pass
+    assert np.array_equal(np.asarray(exp.call(x, w)).view(np.uint16), np.asarray(f(x, w)).view(np.uint16))
+    t = export.symbolic_shape("T")[0]
+    g = jax.jit(lambda x, w: hj.fused_moe(x, p["w13"], p["w2"], w, jnp.zeros((x.shape[0], 2), jnp.int32)))
+    with pytest.raises(ValueError, match=r"fused_moe: the shapes must be concrete .* got x \(T, 128\)"):
+        export.export(g, disabled_checks=checks)(jax.ShapeDtypeStruct((t, 128), jnp.bfloat16),
+                                                 jax.ShapeDtypeStruct((t, 2), jnp.float32))
+
+
 QUANT_CODE = {None: 0, "fp8_tensor": 1, "fp8_block128": 2}
 
 

@@ -77,6 +77,11 @@ def fused_moe(x, w13, w2, topk_weights=None, topk_ids=None, *, quant=None, w13_s
     # The CUDA pipeline's scratch is an extra result (XLA allocates it; handlers never allocate); dropped here.
     # The CPU handler ignores it (its size is the CUDA one: shapes must not depend on the platform).
     # Sized for exactly this call's T (the size for "any T up to a max" can be larger: fused_moe_workspace_size).
+    if not all(isinstance(d, (int, np.integer)) for d in (*x.shape, *topk_ids.shape, *w13.shape)):
+        # jax.export with a symbolic token count: the workspace (an output shape) is a non-affine function of T
+        raise ValueError("fused_moe: the shapes must be concrete (the CUDA workspace size is a function of T that "
+                         "shape polymorphism cannot express); got x %s, topk_ids %s: export one function per T"
+                         % (tuple(x.shape), tuple(topk_ids.shape)))
     workspace = ext().fused_moe_call_workspace_size(x.shape[0], topk_ids.shape[-1], w13.shape[0], x.shape[-1],
                                                     w13.shape[1] // 2, _options.moe_quant_code(quant),
                                                     num_experts_global or 0, w13_interleaved)
