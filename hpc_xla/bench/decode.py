@@ -1,6 +1,7 @@
 """decode benchmark: hpc_xla's dynamic (planner included) and static schedules on the issue's workloads,
 CUDA-graph replay, KV bytes / time against the measured copy ceiling. FlashInfer 0.5.3 joins the table when
-it is importable (its two configs, same graph replay).
+it is importable, same graph replay: at q_len 1 its two decode configs (with / without tensor cores; the table shows
+the better, the JSON both under flashinfer_configs_us), at q_len 2 its causal paged prefill.
 
 "us" is one step with its plan (the issue's measure); "layer us" is decode_attention alone with the step's plan
 already built, what every further layer of the step costs. FlashInfer plans on the host before capture, so its
@@ -59,32 +60,40 @@ def _problem(lens, hq, hkv, d, kv_dtype, q_len, sets, gen):
 
 
 def flashinfer_us(kv, seq_lens, sets, hq, hkv, d, q_len):
-    """FlashInfer 0.5.3 batch decode (best of its two configs), same graph replay; None when not installed.
-    Its plan() runs on the host and is left out of its time (ours includes our planner)."""
+    """FlashInfer 0.5.3 on the same pages, same graph replay: {config: us} (empty when it is not installed; a config
+    it cannot run is left out). q_len 1: BatchDecodeWithPagedKVCacheWrapper with and without tensor cores (its two
+    decode configs, "tc" / "cuda"); q_len > 1: BatchPrefillWithPagedKVCacheWrapper, causal ("prefill": its masks
+    align the q_len new tokens with the end of each sequence, as ours). Its plan() runs on the host and is left out
+    of its time (ours includes our planner)."""
     try:
         import flashinfer
     except ImportError:
-        return None
+        return {}
     lens = seq_lens.tolist()
     pages = [math.ceil(n / PAGE) for n in lens]
     indptr = torch.tensor([0] + list(torch.tensor(pages).cumsum(0).tolist()), dtype=torch.int32, device="cuda")
     last = torch.tensor([n - (p - 1) * PAGE for n, p in zip(lens, pages)], dtype=torch.int32, device="cuda")
-    best = None
-    for tensor_cores in (True, False):
+    qo_indptr = torch.arange(0, (len(lens) + 1) * q_len, q_len, dtype=torch.int32, device="cuda")
+    configs = {"tc": True, "cuda": False} if q_len == 1 else {"prefill": None}
+    times = {}
+    for config, tensor_cores in configs.items():
         calls = []
-        for s in sets:
-            indices = torch.cat([s["table"][b, :n] for b, n in enumerate(pages)]).int()
-            ws = torch.empty(128 << 20, dtype=torch.uint8, device="cuda")
-            w = flashinfer.BatchDecodeWithPagedKVCacheWrapper(ws, "NHD", use_tensor_cores=tensor_cores)
-            w.plan(indptr, indices, last, hq, hkv, d, PAGE, data_type=kv.dtype, q_data_type=torch.bfloat16)
-            calls.append(lambda w=w, s=s: w.run(s["q"], kv))
         try:
-            t = timing.graph_time_us(calls)
+            for s in sets:
+                indices = torch.cat([s["table"][b, :n] for b, n in enumerate(pages)]).int()
+                ws = torch.empty(128 << 20, dtype=torch.uint8, device="cuda")
+                if q_len == 1:
+                    w = flashinfer.BatchDecodeWithPagedKVCacheWrapper(ws, "NHD", use_tensor_cores=tensor_cores)
+                    w.plan(indptr, indices, last, hq, hkv, d, PAGE, data_type=kv.dtype, q_data_type=torch.bfloat16)
+                else:
+                    w = flashinfer.BatchPrefillWithPagedKVCacheWrapper(ws, "NHD")
+                    w.plan(qo_indptr, indptr, indices, last, hq, hkv, d, PAGE, causal=True,
+                           q_data_type=torch.bfloat16, kv_data_type=kv.dtype)
+                calls.append(lambda w=w, s=s: w.run(s["q"], kv))
+            times[config] = timing.graph_time_us(calls)
         except Exception as e:  # a config FlashInfer cannot run (e.g. fp8 without tensor cores)
-            print("    flashinfer use_tensor_cores=%s failed: %s" % (tensor_cores, str(e).splitlines()[0][:120]))
-            continue
-        best = t if best is None else min(best, t)
-    return best
+            print("    flashinfer %s failed: %s" % (config, (str(e).splitlines() or [""])[0][:120]))
+    return times
 
 
 def run(args):
@@ -135,12 +144,14 @@ def run(args):
                     # 8 plans back to back in one graph: per-plan time without the graph launch itself
                     t_plan = timing.graph_time_us([lambda: ht.decode_plan(seq_lens, out=plan, **kw)] * 8)
                     t_static = timing.graph_time_us([static(s) for s in sets_])
-                    t_fi = flashinfer_us(kv, seq_lens, sets_, hq, hkv, d, q_len) if q_len == 1 else None
+                    fi = flashinfer_us(kv, seq_lens, sets_, hq, hkv, d, q_len)
+                    t_fi = min(fi.values()) if fi else None  # the table's column: its best config
                     floor = kv_bytes / (ceiling * 1e12) * 1e6
                     tbps = kv_bytes / (t_dyn * 1e-6) / 1e12
                     rec = dict(kv=kv_name, heads=[hq, hkv, d], q_len=q_len, workload=name, kv_bytes=kv_bytes,
                                us=t_dyn, plan_us=t_plan, layer_us=t_layer, static_us=t_static, floor_us=floor, tbps=tbps,
                                pct_ceiling=100 * tbps / ceiling, vs_static=t_static / t_dyn, flashinfer_us=t_fi,
+                               flashinfer_configs_us=fi,
                                vs_flashinfer=None if t_fi is None else t_fi / t_dyn,
                                layer_vs_flashinfer=None if t_fi is None else t_fi / t_layer)
                     records.append(rec)
