@@ -150,7 +150,8 @@ def test_bad_inputs():
     p = make_problem(3, 2, 256, 128, 2, "fp8_block128")
     t = {k: (to_torch(v, "cpu") if isinstance(v, (np.ndarray, np.generic)) else v) for k, v in p.items()}
     common = dict(quant="fp8_block128", w13_scale=t["w13_scale"], w2_scale=t["w2_scale"])
-    with pytest.raises(ValueError, match=r"w13_scale must be \[E, 2I/128, H/128\] float32; got shape \[2, 2, 1\]"):
+    with pytest.raises(ValueError, match=r"w13_scale must be \[E, 2I/128, H/128\] float32, here \[2, 2, 2\]; "
+                                         r"got shape \[2, 2, 1\]"):
         ht.fused_moe(t["x"], t["w13"], t["w2"], t["topk_weights"], t["topk_ids"],
                      **dict(common, w13_scale=t["w13_scale"][:, :, :1].contiguous()))
     bad_ids = t["topk_ids"].clone()

@@ -15,14 +15,18 @@ namespace {
 
 Status ValidateScale(const ArgCheck& c, const char* name, const TensorView& s, std::initializer_list<int64_t> dims,
                      const char* layout, const TensorView& ref) {
-  if (!s.present()) return c.Fail(std::string(name) + " is required for this quant scheme; expected " + layout);
+  // the layout and its numbers for this call: "[E, 2I/128, H/128] float32, here [8, 12, 16]"
+  std::string expect = std::string(layout) + ", here [";
+  for (int64_t want : dims) expect += (expect.back() == '[' ? "" : ", ") + std::to_string(want);
+  expect += "]";
+  if (!s.present()) return c.Fail(std::string(name) + " is required for this quant scheme; expected " + expect);
   HPC_RETURN_IF_ERROR(c.Dtype(name, s, {DType::kF32}));
   if (s.rank != static_cast<int>(dims.size())) {
-    return c.Fail(std::string(name) + " must be " + layout + "; got shape " + ShapeString(s));
+    return c.Fail(std::string(name) + " must be " + expect + "; got shape " + ShapeString(s));
   }
   int d = 0;
   for (int64_t want : dims) {
-    if (s.shape[d] != want) return c.Fail(std::string(name) + " must be " + layout + "; got shape " + ShapeString(s));
+    if (s.shape[d] != want) return c.Fail(std::string(name) + " must be " + expect + "; got shape " + ShapeString(s));
     ++d;
   }
   HPC_RETURN_IF_ERROR(c.Contiguous(name, s));
