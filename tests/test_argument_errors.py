@@ -273,3 +273,17 @@ def test_traced_negative_offset_keeps_negative_ids_out():
     f = jax.jit(lambda off: hj.fused_moe(p["x"], p["w13"], p["w2"], p["topk_weights"], ids, expert_offset=off,
                                          num_experts_global=8))
     assert np.all(np.asarray(f(jnp.int32(-2))).astype(np.float32) == 0)
+
+
+def test_torch_unsupported_dtypes_are_named():
+    """A dtype no op takes is named as torch names it (it used to read 'DLPack code 2, 64 bits')."""
+    import torch
+
+    import hpc_xla.torch as ht
+
+    w13, w2 = torch.zeros(2, 256, 128, dtype=torch.bfloat16), torch.zeros(2, 128, 128, dtype=torch.bfloat16)
+    ids, w = torch.zeros(5, 1, dtype=torch.int32), torch.ones(5, 1)
+    for dtype, name in ((torch.float64, "float64"), (torch.int16, "int16"), (torch.bool, "bool"),
+                        (torch.complex64, "complex64")):
+        with pytest.raises(TypeError, match=r"argument 'x' has dtype %s, which hpc_xla does not take" % name):
+            ht.fused_moe(torch.zeros(5, 128, dtype=dtype), w13, w2, w, ids)

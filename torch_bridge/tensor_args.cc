@@ -26,13 +26,22 @@ DType FromDlpack(uint8_t code, uint8_t bits, uint16_t lanes) {
   throw nb::type_error((std::string("hpc_xla: argument '") + name + "' " + what).c_str());
 }
 
+// A DLPack dtype the ops do not take, by the name torch gives it (float64, int16, bool, complex64, ...).
+std::string DlpackDtypeName(uint8_t code, uint8_t bits, uint16_t lanes) {
+  static const char* const kinds[] = {"int", "uint", "float", "opaque", "bfloat", "complex", "bool"};
+  std::string n = code >= sizeof(kinds) / sizeof(kinds[0])  // the float8 / float4 variants we do not take
+                      ? "DLPack code " + std::to_string(code) + " (" + std::to_string(bits) + " bits)"
+                      : std::string(kinds[code]) + (code == 6 ? "" : std::to_string(bits));
+  return lanes == 1 ? n : n + "x" + std::to_string(lanes);
+}
+
 TensorView FromFields(const char* name, void* data, int32_t device_type, int32_t device_id, int ndim,
                       const int64_t* shape, const int64_t* strides, uint8_t code, uint8_t bits, uint16_t lanes) {
   TensorView t;
   t.dtype = FromDlpack(code, bits, lanes);
   if (t.dtype == DType::kInvalid) {
-    ThrowType(name, "has a dtype hpc_xla does not take (DLPack code " + std::to_string(code) + ", " +
-                        std::to_string(bits) + " bits); the ops take bfloat16, float16, float32, float8_e4m3fn, "
+    ThrowType(name, "has dtype " + DlpackDtypeName(code, bits, lanes) +
+                        ", which hpc_xla does not take; the ops take bfloat16, float16, float32, float8_e4m3fn, "
                         "int32, int64 or uint8 where each argument's documentation says so");
   }
   if (ndim > kMaxRank) ThrowType(name, "has rank " + std::to_string(ndim) + " (at most 6 supported)");
