@@ -32,21 +32,5 @@ for k in "2 gateup" "3 down"; do
       --section WarpStateStats --page source --print-source sass --csv -k regex:GroupedGemmEntry -s $1 -c 1 \
       python3 ../../../tools/profile_targets.py moe --shape qwen3-30b-a3b/fp8_tensor --tokens 4096 --reps 2 > $f 2>&1
     echo "ncu source $2 rc=$?" )
-  python3 - "$f" <<'PY'
-import csv, sys
-rows = list(csv.reader(l for l in open(sys.argv[1], errors="replace") if l.startswith('"')))
-if not rows:
-    sys.exit("no CSV rows")
-head, body = rows[0], rows[1:]
-col = next((i for i, h in enumerate(head) if "Warp Stall Sampling (All" in h), None)
-src = next((i for i, h in enumerate(head) if h.strip() in ("Source", "# Source")), 1)
-if col is None:
-    sys.exit("no stall column in: " + ", ".join(head[:20]))
-def num(x):
-    try: return float(x.replace(",", ""))
-    except ValueError: return 0.0
-total = sum(num(r[col]) for r in body if len(r) > col) or 1.0
-for r in sorted((r for r in body if len(r) > col), key=lambda r: -num(r[col]))[:15]:
-    print("%6.1f%%  %s" % (100 * num(r[col]) / total, r[src][:110]))
-PY
+  python3 "$ROOT/tools/ncu_stalls.py" "$f" 15
 done

@@ -18,21 +18,4 @@ f=$OUT/ncu_one_src.csv
     --section SourceCounters --section WarpStateStats --page source --print-source sass --csv -k regex:OneKernel -s 2 \
     -c 1 python3 $ROOT/tools/profile_targets.py moe --shape qwen3-30b-a3b/fp8_tensor --tokens 1 --reps 3 > $f 2>&1
   echo "ncu source rc=$?" )
-python3 - "$f" <<'PY'
-import csv, sys
-rows = list(csv.reader(l for l in open(sys.argv[1], errors="replace") if l.startswith('"')))
-if not rows:
-    sys.exit("no CSV rows")
-head, body = rows[0], rows[1:]
-col = next((i for i, h in enumerate(head) if "Warp Stall Sampling (All" in h), None)
-src = next((i for i, h in enumerate(head) if h.strip() in ("Source", "# Source")), 1)
-adr = next((i for i, h in enumerate(head) if h.strip() in ("Address", "# Address")), 0)
-if col is None:
-    sys.exit("no stall column in: " + ", ".join(head[:20]))
-def num(x):
-    try: return float(x.replace(",", ""))
-    except ValueError: return 0.0
-total = sum(num(r[col]) for r in body if len(r) > col) or 1.0
-for r in sorted((r for r in body if len(r) > col), key=lambda r: -num(r[col]))[:25]:
-    print("%6.1f%%  %s  %s" % (100 * num(r[col]) / total, r[adr][:8], r[src][:100]))
-PY
+python3 "$ROOT/tools/ncu_stalls.py" "$f" 25
