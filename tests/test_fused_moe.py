@@ -49,9 +49,23 @@ def make_problem(tokens, experts, hidden, inter, top_k, quant, expert_offset=0, 
 
 
 def reference_out(p):
+    """The float64 oracle. It reads w13 in vLLM's layout: a problem whose w13 is interleaved (p["w13_interleaved"])
+    is read back through deinterleave_w13 (its rows are the same numbers in another order)."""
+    from hpc_xla.moe_layout import deinterleave_w13
+
     kw = {k: p[k] for k in ("quant", "w13_scale", "w2_scale", "a13_scale", "a2_scale", "x_scale", "expert_offset",
                             "shared_output")}
-    return reference.fused_moe(p["x"], p["w13"], p["w2"], p["topk_weights"], p["topk_ids"], **kw)
+    w13 = deinterleave_w13(p["w13"]) if p.get("w13_interleaved") else p["w13"]
+    return reference.fused_moe(p["x"], w13, p["w2"], p["topk_weights"], p["topk_ids"], **kw)
+
+
+def test_oracle_reads_an_interleaved_w13_in_vllm_layout():
+    from hpc_xla.moe_layout import interleave_w13
+
+    p = make_problem(4, 3, 128, 128, 2, "fp8_tensor", shared=True, seed=9)
+    q = dict(p, w13=interleave_w13(p["w13"]), w13_interleaved=True)
+    assert np.array_equal(reference_out(q), reference_out(p))
+    assert not np.array_equal(reference_out(dict(q, w13_interleaved=False)), reference_out(p))
 
 
 def run_torch(p):
