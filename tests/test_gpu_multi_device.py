@@ -1,6 +1,7 @@
 """Two GPUs in one process (torch on cuda:1 after cuda:0; the same holds for JAX shard_map over local GPUs): every
 kernel whose dynamic shared memory exceeds 48 KB needs its limit raised in each device's context, not once per
-process. The same problems on both devices give the same bits. Skipped without two Hopper GPUs."""
+process. The same problems on both devices give the same bits. Skipped without two Hopper GPUs (the decode and
+fused_moe kernels are the ones above 48 KB)."""
 
 import numpy as np
 import pytest
@@ -38,4 +39,15 @@ def test_fused_moe_on_two_devices(tokens, quant):
     p = make_problem(tokens, 8, 512, 256, 4, quant, shared=True, seed=tokens)
     a = _fused_moe_on("cuda:0", p)
     b = _fused_moe_on("cuda:1", p)
+    assert np.array_equal(a.view(np.uint16), b.view(np.uint16))
+
+
+@pytest.mark.skipif(not _two_gpus(), reason="needs two GPUs")
+@pytest.mark.parametrize("kv_dtype, head_dim", [("bfloat16", 128), ("float8_e4m3fn", 128), ("bfloat16", 256)])
+def test_decode_on_two_devices(kv_dtype, head_dim):
+    from decode_harness import DecodeCase, make_inputs, run_torch
+
+    case = DecodeCase(seq_lens=(100, 0, 1, 700, 4096), kv_dtype=kv_dtype, head_dim=head_dim)
+    inp = make_inputs(case)
+    a, b = run_torch(case, inp, "cuda:0"), run_torch(case, inp, "cuda:1")
     assert np.array_equal(a.view(np.uint16), b.view(np.uint16))
