@@ -48,6 +48,11 @@ def make_problem(tokens, experts, hidden, inter, top_k, quant, expert_offset=0, 
     return p
 
 
+def torch_problem(p, device="cpu"):
+    """A problem's arrays as torch tensors on `device` (same bytes); its other entries as they are."""
+    return {k: (to_torch(v, device) if isinstance(v, (np.ndarray, np.generic)) else v) for k, v in p.items()}
+
+
 def reference_out(p):
     """The float64 oracle. It reads w13 in vLLM's layout: a problem whose w13 is interleaved (p["w13_interleaved"])
     is read back through deinterleave_w13 (its rows are the same numbers in another order)."""
@@ -71,7 +76,7 @@ def test_oracle_reads_an_interleaved_w13_in_vllm_layout():
 def run_torch(p):
     import hpc_xla.torch as ht
 
-    t = {k: (to_torch(v, "cpu") if isinstance(v, (np.ndarray, np.generic)) else v) for k, v in p.items()}
+    t = torch_problem(p)
     return from_torch(ht.fused_moe(t["x"], t["w13"], t["w2"], t["topk_weights"], t["topk_ids"], quant=p["quant"],
                                    w13_scale=t["w13_scale"], w2_scale=t["w2_scale"], a13_scale=t["a13_scale"],
                                    a2_scale=t["a2_scale"], x_scale=t["x_scale"], expert_offset=p["expert_offset"],
@@ -162,7 +167,7 @@ def test_bad_inputs():
     import hpc_xla.torch as ht
 
     p = make_problem(3, 2, 256, 128, 2, "fp8_block128")
-    t = {k: (to_torch(v, "cpu") if isinstance(v, (np.ndarray, np.generic)) else v) for k, v in p.items()}
+    t = torch_problem(p)
     common = dict(quant="fp8_block128", w13_scale=t["w13_scale"], w2_scale=t["w2_scale"])
     with pytest.raises(ValueError, match=r"w13_scale must be \[E, 2I/128, H/128\] float32, here \[2, 2, 2\]; "
                                          r"got shape \[2, 2, 1\]"):
@@ -173,12 +178,12 @@ def test_bad_inputs():
     with pytest.raises(ValueError, match=r"topk_ids\[1, 0\] = 7 is not below num_experts_global=2"):
         ht.fused_moe(t["x"], t["w13"], t["w2"], t["topk_weights"], bad_ids, **common)
     q = make_problem(3, 2, 192, 128, 1, None)
-    tq = {k: (to_torch(v, "cpu") if isinstance(v, (np.ndarray, np.generic)) else v) for k, v in q.items()}
+    tq = torch_problem(q)
     with pytest.raises(ValueError, match=r"quant='fp8_block128' needs float8_e4m3fn w13"):
         ht.fused_moe(tq["x"], tq["w13"], tq["w2"], tq["topk_weights"], tq["topk_ids"], quant="fp8_block128")
     with pytest.raises(ValueError, match=r"a13_scale \(static activation scale\) is required"):
         r = make_problem(3, 2, 256, 128, 1, "fp8_tensor")
-        tr = {k: (to_torch(v, "cpu") if isinstance(v, (np.ndarray, np.generic)) else v) for k, v in r.items()}
+        tr = torch_problem(r)
         ht.fused_moe(tr["x"], tr["w13"], tr["w2"], tr["topk_weights"], tr["topk_ids"], quant="fp8_tensor",
                      w13_scale=tr["w13_scale"], w2_scale=tr["w2_scale"], a2_scale=tr["a2_scale"])
     with pytest.raises(ValueError, match=r"top_k must be in \[1, num_experts=2\]; got 3"):
@@ -580,7 +585,7 @@ def test_torch_compile_fullgraph():
     import hpc_xla.torch as ht
 
     p = make_problem(tokens=5, experts=8, hidden=128, inter=128, top_k=2, quant="fp8_tensor", seed=3)
-    t = {k: (to_torch(v, "cpu") if isinstance(v, (np.ndarray, np.generic)) else v) for k, v in p.items()}
+    t = torch_problem(p)
     logits = torch.randn(5, 8, generator=torch.Generator().manual_seed(0))
     kw = dict(quant="fp8_tensor", w13_scale=t["w13_scale"], w2_scale=t["w2_scale"], a13_scale=t["a13_scale"],
               a2_scale=t["a2_scale"])
@@ -682,7 +687,7 @@ def _run_op(p):
 
     from hpc_xla.torch.moe import fused_moe_op
 
-    t = {k: (to_torch(v, "cpu") if isinstance(v, (np.ndarray, np.generic)) else v) for k, v in p.items()}
+    t = torch_problem(p)
     out = torch.empty(t["x"].shape, dtype=torch.bfloat16)
     fused_moe_op(t["x"], t["x_scale"], t["w13"], t["w2"], t["w13_scale"], t["w2_scale"], t["a13_scale"], t["a2_scale"],
                  t["topk_weights"], t["topk_ids"], t["shared_output"], out, torch.empty(0, dtype=torch.uint8),

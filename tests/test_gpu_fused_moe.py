@@ -16,7 +16,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from cuda_graph import capture
-from test_fused_moe import BF16, QUANT_CODE, make_problem, reference_out, run_torch
+from test_fused_moe import BF16, QUANT_CODE, make_problem, reference_out, run_torch, torch_problem
 
 from hpc_xla import reference
 from hpc_xla._arrays import from_torch, to_torch
@@ -45,7 +45,7 @@ def _cpu_bound(p):
 
 
 def _cuda_inputs(p):
-    return {k: (to_torch(v, "cuda") if isinstance(v, (np.ndarray, np.generic)) else v) for k, v in p.items()}
+    return torch_problem(p, "cuda")
 
 
 _WORKSPACE_GUARD = 1 << 16  # poisoned bytes after the workspace that no kernel may touch

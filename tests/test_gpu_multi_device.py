@@ -5,9 +5,9 @@ fused_moe kernels are the ones above 48 KB)."""
 
 import numpy as np
 import pytest
-from test_fused_moe import make_problem
+from test_fused_moe import make_problem, torch_problem
 
-from hpc_xla._arrays import from_torch, to_torch
+from hpc_xla._arrays import from_torch
 
 pytestmark = pytest.mark.gpu
 
@@ -23,7 +23,7 @@ def _fused_moe_on(device, p):
 
     import hpc_xla.torch as ht
 
-    t = {k: (to_torch(v, device) if isinstance(v, (np.ndarray, np.generic)) else v) for k, v in p.items()}
+    t = torch_problem(p, device)
     y = ht.fused_moe(t["x"], t["w13"], t["w2"], t["topk_weights"], t["topk_ids"], quant=p["quant"],
                      w13_scale=t["w13_scale"], w2_scale=t["w2_scale"], a13_scale=t["a13_scale"], a2_scale=t["a2_scale"],
                      expert_offset=p["expert_offset"], num_experts_global=p["num_experts_global"],

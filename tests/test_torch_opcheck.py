@@ -2,17 +2,12 @@
 AOT dispatch with dynamic shapes) -- rope_norm's is in test_rope_norm.py. fp8 operands run every check but
 test_schema, whose comparisons of mutated tensors torch does not implement for float8."""
 
-import numpy as np
 import pytest
-from test_fused_moe import make_problem
+from test_fused_moe import make_problem, torch_problem
 
 from hpc_xla._arrays import to_torch
 
 FULL = ("test_schema", "test_autograd_registration", "test_faketensor", "test_aot_dispatch_dynamic")
-
-
-def _cpu(p):
-    return {k: (to_torch(v, "cpu") if isinstance(v, (np.ndarray, np.generic)) else v) for k, v in p.items()}
 
 
 def test_decode_plan_and_attention_opcheck():
@@ -55,7 +50,7 @@ def test_fused_moe_opcheck(quant):
 
     import hpc_xla.torch  # noqa: F401  (registers the ops)
 
-    p = _cpu(make_problem(5, 4, 128, 128, 2, quant, shared=True, seed=3))
+    p = torch_problem(make_problem(5, 4, 128, 128, 2, quant, shared=True, seed=3))
     out, ws = torch.empty(5, 128, dtype=torch.bfloat16), torch.empty(0, dtype=torch.uint8)
     args = (p["x"], None, p["w13"], p["w2"], p["w13_scale"], p["w2_scale"], p["a13_scale"], p["a2_scale"],
             p["topk_weights"], p["topk_ids"], p["shared_output"], out, ws, {None: 0, "fp8_tensor": 1}[quant], 0, 4,
