@@ -74,3 +74,20 @@ def test_pip_packages_every_python_package():
     found = {os.path.relpath(os.path.dirname(p), root).replace(os.sep, ".")
              for p in glob.glob(os.path.join(root, "hpc_xla", "**", "__init__.py"), recursive=True)}
     assert found == listed
+
+
+def test_install_refuses_a_system_managed_python_with_advice():
+    """tools/install.sh on a distribution's own Python (PEP 668) stops before pip with what to do instead."""
+    system = "/usr/bin/python3"
+    probe = ("import os, sys, sysconfig; print(sys.prefix == sys.base_prefix and "
+             "os.path.exists(os.path.join(sysconfig.get_path('stdlib'), 'EXTERNALLY-MANAGED')))")
+    if not os.path.exists(system) or subprocess.run([system, "-c", probe], capture_output=True,
+                                                    text=True).stdout.strip() != "True":
+        pytest.skip("no PEP 668-managed /usr/bin/python3 here")
+    if subprocess.run([system, "-c", "import jax"], capture_output=True).returncode == 0:
+        pytest.skip("the system Python already has jax: install.sh would not pip-install into it")
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    run = subprocess.run(["bash", os.path.join(root, "tools", "install.sh")], capture_output=True, text=True,
+                         env=dict(os.environ, HPC_PYTHON=system), timeout=120)
+    assert run.returncode == 1, run.stdout + run.stderr
+    assert "PEP 668" in run.stderr and "python3 -m venv" in run.stderr, run.stderr

@@ -11,6 +11,15 @@ missing=()
 for mod in numpy jax jaxlib nanobind hypothesis pytest ml_dtypes; do
   "$PY" -c "import $mod" 2>/dev/null || missing+=("$mod")
 done
+# A distribution's own Python (Debian 12's /usr/bin/python3) refuses pip installs (PEP 668): say what to do instead
+# of failing in the middle of pip's output.
+if [ ${#missing[@]} -gt 0 ] && "$PY" -c "import os, sys, sysconfig
+sys.exit(0 if sys.prefix == sys.base_prefix and os.path.exists(os.path.join(sysconfig.get_path('stdlib'), 'EXTERNALLY-MANAGED')) else 1)"; then
+  echo "tools/install.sh: $(command -v "$PY") is managed by the system (PEP 668) and lacks: ${missing[*]}." >&2
+  echo "  Use a virtual environment:  python3 -m venv .venv && . .venv/bin/activate && tools/install.sh" >&2
+  echo "  (or point HPC_PYTHON at another interpreter)." >&2
+  exit 1
+fi
 if [ ${#missing[@]} -gt 0 ]; then
   pip_install "numpy>=1.26" "jax>=0.6,<0.14" "jaxlib>=0.6,<0.14" "nanobind>=2.4,<4" "hypothesis>=6.100" "pytest>=8" \
     "ml_dtypes>=0.5"
