@@ -275,11 +275,7 @@ def _plan(tokens, top_k, experts, hidden, inter, quant, act=False):
     up = lambda b: -(-b // 256) * 256  # noqa: E731
     fp8, block = quant is not None, quant == "fp8_block128"
     if bm == 8:
-        # + the single-token kernel's partials under HPC_XLA_MOE_ONE_KERNEL (StreamOneKernelPartialBytes)
-        one = (os.environ.get("HPC_XLA_MOE_ONE_KERNEL") in ("1", "nopdl", "ws") and quant == "fp8_tensor" and top_k <= 8
-               and hidden % 128 == 0 and hidden <= 4096 and inter % 32 == 0 and inter <= 4096)
-        partial = min(top_k, experts) * (inter // 32) * (-(-hidden // 256)) * 64 * 4 if one else 0
-        return bm, None, up(64 * 4) + up(pairs * inter * (4 if block else (1 if fp8 else 2))) + up(partial)
+        return bm, None, up(64 * 4) + up(pairs * inter * (4 if block else (1 if fp8 else 2)))
     if bm == 128:
         args_per_expert, gemm_ws = 512, 1024 * 256  # kGroupedGemmArgsBytesPerExpert, kGroupedGemmWorkspaceBytes
         # the token gather (the default, top_k <= 32) quantizes x itself: no x_q rows

@@ -244,96 +244,6 @@ def test_one_token_repeated_and_remote_ids(ids):
         assert np.array_equal(out.view(np.uint16), p["shared_output"].view(np.uint16))
 
 
-# Single-token fp8_tensor layers as one cooperative kernel (HPC_XLA_MOE_ONE_KERNEL, experiment 41): (name, experts,
-# top_k, hidden, inter, offset, extra, shared, x_fp8, ids or None, w13 interleaved).
-ONE_KERNEL_CASES = [
-    ("qwen3", 16, 8, 2048, 768, 0, 0, True, False, None, False),     # Qwen3-30B's H / I: 8 slots of 8-row tiles
-    ("qwen3_fp8x", 16, 8, 2048, 768, 0, 0, False, True, None, True),  # fp8 x, interleaved w13, no shared_output
-    ("hy3_tp8", 16, 8, 4096, 192, 0, 0, True, False, None, False),    # I = 192: a 64-byte K tail in every down tile
-    ("hy3_ep8", 24, 8, 4096, 1536, 0, 168, True, False, None, True),  # 24 local experts of 192: few local pairs
-    ("ep_4", 10, 4, 1024, 128, 1, 20, True, False, None, False),      # expert parallelism, 4 slots
-    ("repeated", 10, 4, 1024, 128, 1, 20, True, False, [5, 5, 9, 2], False),  # a repeated expert: two slots
-    ("remote_one", 10, 4, 1024, 128, 1, 20, True, False, [20, 30, 3, 11], False),  # one local pair: 64-row tiles
-    ("all_remote", 10, 4, 1024, 128, 1, 20, True, False, [20, 30, 0, 11], False),  # no local pair: shared_output
-    ("tiny", 4, 3, 128, 64, 0, 0, False, False, None, False),       # one half-filled chunk per unit and per tile
-    ("top1", 8, 1, 256, 64, 0, 0, True, True, None, False),          # one slot
-]
-
-
-def _one_kernel_problem(case):
-    from hpc_xla.moe_layout import interleave_w13
-
-    name, experts, top_k, hidden, inter, offset, extra, shared, x_fp8, ids, interleaved = case
-    p = make_problem(1, experts, hidden, inter, top_k, "fp8_tensor", offset, extra, shared, x_fp8,
-                     seed=hidden + inter + experts)
-    if ids is not None:
-        p["topk_ids"] = np.array([ids], np.int32)
-    if interleaved:  # (the float64 oracle reads vLLM's layout: w13_vllm keeps it)
-        p["w13_vllm"], p["w13"], p["w13_interleaved"] = p["w13"], interleave_w13(p["w13"]), True
-    return p
-
-
-# Runs ONE_KERNEL_CASES under the child's HPC_XLA_MOE_ONE_KERNEL: each twice (bitwise equal), its launch counter
-# checked, then a CUDA graph captured on the first case and replayed with another token's routing; outputs to argv[1].
-_ONE_KERNEL_CHILD = r"""
-import sys
-import numpy as np
-import torch
-sys.path.insert(0, "tests")
-import hpc_xla.torch as ht
-from cuda_graph import capture
-from test_gpu_fused_moe import ONE_KERNEL_CASES, _cuda_inputs, _one_kernel_problem, _tile_m, run_cuda
-from hpc_xla._arrays import from_torch, to_torch
-from hpc_xla._ext import ext
-on = ext().fused_moe_one_kernel_launches
-outs = {}
-for case in ONE_KERNEL_CASES:
-    p = _one_kernel_problem(case)
-    assert _tile_m(p) == 8, case
-    t = _cuda_inputs(p)
-    before = on()
-    a, b = run_cuda(p, t=t), run_cuda(p, t=t)
-    assert on() - before == 2, (case[0], on() - before)
-    assert np.array_equal(a.view(np.uint16), b.view(np.uint16)), case[0]
-    outs[case[0]] = a.view(np.uint16)
-p = _one_kernel_problem(ONE_KERNEL_CASES[0])
-t = _cuda_inputs(p)
-out = torch.empty(1, p["x"].shape[1], dtype=torch.bfloat16, device="cuda")
-kw = dict(quant="fp8_tensor", w13_scale=t["w13_scale"], w2_scale=t["w2_scale"], a13_scale=t["a13_scale"],
-          a2_scale=t["a2_scale"], shared_output=t["shared_output"], out=out)
-g, _ = capture(lambda: ht.fused_moe(t["x"], t["w13"], t["w2"], t["topk_weights"], t["topk_ids"], **kw))
-rng = np.random.default_rng(7)
-t["topk_ids"].copy_(to_torch(rng.permutation(16)[None, :8].astype(np.int32), "cuda"))
-t["x"].copy_(t["x"].flip(1))
-g.replay()
-torch.cuda.synchronize()
-outs["graph"] = from_torch(out).view(np.uint16).copy()
-outs["graph_eager"] = run_cuda(dict(p, x=from_torch(t["x"]), topk_ids=from_torch(t["topk_ids"])), t=t).view(np.uint16)
-np.savez(sys.argv[1], **outs)
-print("RAN", len(outs))
-"""
-
-
-@pytest.mark.parametrize("knob", ["1", "nopdl", "ws"])
-def test_one_kernel_vs_oracle_and_cpu(tmp_path, knob):
-    """Experiment 41: every ONE_KERNEL_CASES problem through the single cooperative kernel (launch counter), bitwise
-    deterministic, against the float64 oracle and the CPU reference; a captured graph replayed with new routing
-    and x equals the eager call bitwise; the all-remote token gives shared_output exactly."""
-    dst = str(tmp_path / "one.npz")
-    r = _run_child(_ONE_KERNEL_CHILD, [dst], HPC_XLA_MOE_ONE_KERNEL=knob)
-    assert r.returncode == 0, r.stdout + r.stderr
-    outs = np.load(dst)
-    for case in ONE_KERNEL_CASES:
-        p = _one_kernel_problem(case)
-        out = outs[case[0]].view(BF16)
-        if p.get("w13_interleaved"):  # the same problem in vLLM's layout: the same math
-            p = dict(p, w13=p.pop("w13_vllm"), w13_interleaved=False)
-        _check_oracle_and_cpu(p, out)
-        if case[0] == "all_remote":
-            assert np.array_equal(outs[case[0]], p["shared_output"].view(np.uint16))
-    assert np.array_equal(outs["graph"], outs["graph_eager"])
-
-
 @pytest.mark.parametrize("quant", [None, "fp8_tensor"])
 def test_stream_path_by_default_for_one_token(quant):
     """T = 1 at top-8 (T*k = 8) takes the stream path without the knob: Qwen3-like routing over 32 experts."""
@@ -1143,7 +1053,6 @@ except ValueError as e:
     ("HPC_XLA_MOE_GATHER", "pairs", "HPC_XLA_MOE_GATHER must be 'rows', 'tokens' or unset; got 'pairs'"),
     ("HPC_XLA_MOE_GEMM_CLUSTER", "2", "HPC_XLA_MOE_GEMM_CLUSTER must be '1', 'n2', 'm2' or unset; got '2'"),
     ("HPC_XLA_MOE_NARROW_CLUSTER", "m2", "HPC_XLA_MOE_NARROW_CLUSTER must be '1', 'n2' or unset; got 'm2'"),
-    ("HPC_XLA_MOE_ONE_KERNEL", "2", "HPC_XLA_MOE_ONE_KERNEL must be '0', '1', 'nopdl', 'ws' or unset; got '2'"),
 ])
 def test_moe_knobs_reject_unknown_values(knob, value, message):
     r = _run_child(_KNOB_CHILD, **{knob: value})

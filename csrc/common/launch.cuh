@@ -18,57 +18,35 @@ inline Status CudaStatus(cudaError_t err, const char* what) {
   return Status::Internal(std::string("hpc_xla: ") + what + ": " + cudaGetErrorString(err));
 }
 
-// How a kernel is launched beyond its grid: clusters of `cluster_x` CTAs along x (1: no cluster attribute; grid.x
-// must be a multiple of it), cooperatively (cooperative_groups' grid.sync() may be called; every CTA of the grid
-// must fit on the GPU at once: size it with the occupancy API), with the Programmatic Dependent Launch attribute
-// (when PDL is enabled) so the kernel may start while its predecessor drains.
-struct LaunchOptions {
-  unsigned cluster_x = 1;
-  bool cooperative = false;
-  bool pdl = true;
-};
-
-// Launches `kernel` on `stream`. Kernels launched with PDL call PdlWait() before touching inputs that an earlier
-// kernel in the stream may still be writing; without the attribute PdlWait() is a no-op.
+// Launches `kernel` on `stream` in clusters of `cluster_x` CTAs along x (1: no cluster attribute; grid.x must be a
+// multiple of it). Kernels launched this way call PdlWait() before touching inputs that an earlier kernel in the
+// stream may still be writing; without the PDL attribute PdlWait() is a no-op.
 template <typename... KernelArgs, typename... Args>
-Status LaunchWith(const char* name, void (*kernel)(KernelArgs...), dim3 grid, dim3 block, size_t smem_bytes,
-                  LaunchOptions options, cudaStream_t stream, Args&&... args) {
+Status LaunchCluster(const char* name, void (*kernel)(KernelArgs...), dim3 grid, dim3 block, size_t smem_bytes,
+                     unsigned cluster_x, cudaStream_t stream, Args&&... args) {
   cudaLaunchConfig_t config = {};
   config.gridDim = grid;
   config.blockDim = block;
   config.dynamicSmemBytes = smem_bytes;
   config.stream = stream;
-  cudaLaunchAttribute attr[3];
+  cudaLaunchAttribute attr[2];
   int n = 0;
-  if (options.pdl && PdlEnabled()) {
+  if (PdlEnabled()) {
     attr[n].id = cudaLaunchAttributeProgrammaticStreamSerialization;
     attr[n++].val.programmaticStreamSerializationAllowed = 1;
   }
-  if (options.cluster_x > 1) {
+  if (cluster_x > 1) {
     attr[n].id = cudaLaunchAttributeClusterDimension;
-    attr[n].val.clusterDim.x = options.cluster_x;
+    attr[n].val.clusterDim.x = cluster_x;
     attr[n].val.clusterDim.y = 1;
     attr[n++].val.clusterDim.z = 1;
-  }
-  if (options.cooperative) {
-    attr[n].id = cudaLaunchAttributeCooperative;
-    attr[n++].val.cooperative = 1;
   }
   config.attrs = attr;
   config.numAttrs = n;
   return CudaStatus(cudaLaunchKernelEx(&config, kernel, std::forward<Args>(args)...), name);
 }
 
-// Launches `kernel` on `stream` in clusters of `cluster_x` CTAs along x, with PDL (LaunchWith).
-template <typename... KernelArgs, typename... Args>
-Status LaunchCluster(const char* name, void (*kernel)(KernelArgs...), dim3 grid, dim3 block, size_t smem_bytes,
-                     unsigned cluster_x, cudaStream_t stream, Args&&... args) {
-  LaunchOptions options;
-  options.cluster_x = cluster_x;
-  return LaunchWith(name, kernel, grid, block, smem_bytes, options, stream, std::forward<Args>(args)...);
-}
-
-// Launches `kernel` on `stream` without clusters, with PDL.
+// Launches `kernel` on `stream` without clusters (see LaunchCluster).
 template <typename... KernelArgs, typename... Args>
 Status Launch(const char* name, void (*kernel)(KernelArgs...), dim3 grid, dim3 block, size_t smem_bytes,
               cudaStream_t stream, Args&&... args) {

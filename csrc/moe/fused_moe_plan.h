@@ -51,9 +51,6 @@
 //   header        int32[64]             (unused)
 //   inter         [P, I] per pair:      e4m3 (fp8_tensor, quantized with a2) | bf16 (none) | f32 (fp8_block128:
 //                                       the down kernel quantizes it per 128 columns, as the reference does)
-//   one_partial   f32 gate/up partials  fp8_tensor under HPC_XLA_MOE_ONE_KERNEL where the shape fits
-//                                       (StreamOneKernelPartialBytes; the single-token layer in one kernel), in
-//                                       every stream-path plan then, so the size stays monotone within the path
 #pragma once
 
 #include <algorithm>
@@ -61,7 +58,6 @@
 
 #include "csrc/moe/fused_moe.h"
 #include "csrc/moe/grouped_gemm_sm90.h"
-#include "csrc/moe/stream_one_kernel.h"
 
 namespace hpc::moe {
 
@@ -265,8 +261,6 @@ struct MoePlan {
   int64_t x_q = 0, x_q_scale = 0;  // fp8 with bf16 x
   // tiled path
   int64_t tile_expert = 0, down = 0, up_partial = 0, up_arrivals = 0, up_units = 0;
-  // stream path, single-token layer in one kernel (experiment 41): 0 bytes where it cannot run
-  int64_t one_partial = 0, one_partial_bytes = 0;
   // grouped path
   int64_t expert_count = 0, expert_first = 0, pair_row = 0, align_counts = 0, gemm_args = 0, gemm_ws = 0, rows = 0, rows_scale = 0,
           gate_up = 0;
@@ -295,12 +289,6 @@ inline MoePlan MakeMoePlan(int64_t tokens, int64_t top_k, int64_t experts, int64
   p.header = take(kMoeHeaderInts * 4);
   if (p.stream) {
     p.inter = take(p.pairs * inter * (block ? 4 : (fp8 ? 1 : 2)));
-    const OneKernelChoice one = OneKernelFromEnv();
-    if (quant == MoeQuant::kFp8Tensor && OneKernelOn(one) &&
-        StreamOneKernelShapeFits(top_k, hidden, inter)) {
-      p.one_partial_bytes = StreamOneKernelPartialBytes(top_k, experts, hidden, inter);
-      p.one_partial = take(p.one_partial_bytes);
-    }
   } else if (p.grouped) {
     p.max_rows = p.pairs;
     p.expert_count = take(experts * 4);

@@ -36,7 +36,6 @@
 #include "csrc/moe/fused_moe_stream.h"
 #include "csrc/moe/moe_common.cuh"
 #include "csrc/moe/stream_gate_up_wgmma.h"
-#include "csrc/moe/stream_one_kernel.h"
 
 namespace hpc::moe {
 namespace {
@@ -191,6 +190,12 @@ __device__ __forceinline__ void MmaStep(float (&acc)[4], const Frag<kFp8>& row_l
     Halves<kFp8>(col, v, b0, b1);
     Mma16816<CT>(acc, a, b0, b1);
   }
+}
+
+__device__ __forceinline__ uint32_t PackE4M3x4(float a, float b, float c, float d, float mul) {
+  const uint32_t lo = __nv_cvt_float2_to_fp8x2(make_float2(a * mul, b * mul), __NV_SATFINITE, __NV_E4M3);
+  const uint32_t hi = __nv_cvt_float2_to_fp8x2(make_float2(c * mul, d * mul), __NV_SATFINITE, __NV_E4M3);
+  return lo | (hi << 16);
 }
 
 // 16 elements of one step as floats (bf16: 2 vectors, f32: 4 vectors).
@@ -763,22 +768,6 @@ Status RunStreamMoe(const FusedMoeArgs& a, const MoePlan& plan, cudaStream_t str
   sp.inter_size = static_cast<int>(a.w13.shape[1] / 2);
   const bool x_fp8 = a.x.dtype == DType::kF8E4M3;
   const int dev = a.x.device_id;
-  if (a.quant == MoeQuant::kFp8Tensor && sp.tokens == 1 && plan.one_partial_bytes > 0) {
-    // HPC_XLA_MOE_ONE_KERNEL (the plan reserved its partials): the layer as one cooperative kernel
-    OneKernelArgs o = {};
-    o.x = sp.x, o.x_fp8 = x_fp8;
-    o.w13 = sp.w13, o.w13_interleaved = sp.w13_interleaved, o.w13_scale = sp.w13_scale;
-    o.w2 = sp.w2, o.w2_scale = sp.w2_scale;
-    o.a13_scale = sp.a13_scale, o.a2_scale = sp.a2_scale;
-    o.weights = sp.weights, o.ids = sp.ids, o.shared = sp.shared, o.out = sp.out;
-    o.inter = static_cast<uint8_t*>(sp.inter);
-    o.partial = reinterpret_cast<float*>(a.workspace.ptr<uint8_t>() + plan.one_partial);
-    o.top_k = sp.top_k, o.experts = sp.experts, o.expert_offset = sp.expert_offset;
-    o.hidden = sp.hidden, o.inter_size = sp.inter_size;
-    o.pdl = OneKernelFromEnv() != OneKernelChoice::kNoPdl;
-    o.warp_specialized = OneKernelFromEnv() == OneKernelChoice::kWarpSpecialized;
-    return LaunchStreamOneKernel(o, dev, stream);
-  }
   switch (a.quant) {
     case MoeQuant::kNone:
       return LaunchStream<MoeQuant::kNone, Col::kBf16, Col::kBf16>(sp, dev, stream);

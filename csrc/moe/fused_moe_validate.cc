@@ -52,7 +52,6 @@ constexpr const char* kActWords[] = {"kernel", "epilogue"};
 constexpr const char* kGatherWords[] = {"rows", "tokens"};
 constexpr const char* kClusterWords[] = {"1", "n2", "m2"};
 constexpr const char* kNarrowClusterWords[] = {"1", "n2"};
-constexpr const char* kOneKernelWords[] = {"0", "1", "nopdl", "ws"};
 
 // 1 + the index of the variable's value in `words`, 0 when it is unset or empty, -1 for anything else.
 template <size_t N>
@@ -153,13 +152,6 @@ GroupedCluster NarrowClusterFromEnv() {
   static const C cluster =
       EnvChoice("HPC_XLA_MOE_NARROW_CLUSTER", kNarrowClusterWords, C::kN2, {C::kOne, C::kN2}, C::kInvalid);
   return cluster;
-}
-
-OneKernelChoice OneKernelFromEnv() {
-  using O = OneKernelChoice;
-  static const O one = EnvChoice("HPC_XLA_MOE_ONE_KERNEL", kOneKernelWords, O::kOff,
-                                 {O::kOff, O::kOn, O::kNoPdl, O::kWarpSpecialized}, O::kInvalid);
-  return one;
 }
 
 GroupedGather GroupedGatherFromEnv() {
@@ -345,9 +337,6 @@ Status ValidateFusedMoeCuda(const FusedMoeArgs& a) {
   }
   if (moe::GroupedClusterFromEnv() == moe::GroupedCluster::kInvalid) {
     return c.Fail(EnvWordRefusal("HPC_XLA_MOE_GEMM_CLUSTER", kClusterWords));
-  }
-  if (moe::OneKernelFromEnv() == moe::OneKernelChoice::kInvalid) {
-    return c.Fail(EnvWordRefusal("HPC_XLA_MOE_ONE_KERNEL", kOneKernelWords));
   }
   if (moe::NarrowClusterFromEnv() == moe::GroupedCluster::kInvalid) {
     return c.Fail(EnvWordRefusal("HPC_XLA_MOE_NARROW_CLUSTER", kNarrowClusterWords));

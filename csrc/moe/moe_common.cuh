@@ -3,7 +3,6 @@
 #pragma once
 
 #include <cuda_bf16.h>
-#include <cuda_fp8.h>
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -20,14 +19,6 @@ namespace hpc::moe {
 // Raises a kernel's dynamic shared-memory limit once per kernel (never on the hot path after the first call).
 inline Status AllowSmem(const void* fn, int bytes) {
   return AllowDynamicSmem(fn, bytes, "fused_moe: shared memory attribute");
-}
-
-// Four floats times `mul` (the reciprocal of a static scale: QuantMultiplier) as saturating e4m3, packed in element
-// order: how every fused_moe kernel quantizes bf16 x on load, as the reference does (fp32 multiply, then round).
-__device__ __forceinline__ uint32_t PackE4M3x4(float a, float b, float c, float d, float mul) {
-  const uint32_t lo = __nv_cvt_float2_to_fp8x2(make_float2(a * mul, b * mul), __NV_SATFINITE, __NV_E4M3);
-  const uint32_t hi = __nv_cvt_float2_to_fp8x2(make_float2(c * mul, d * mul), __NV_SATFINITE, __NV_E4M3);
-  return lo | (hi << 16);
 }
 
 // silu(g) in fp32 with the fast exp2 / reciprocal forms: the accurate expf and IEEE division took ~20 instructions

@@ -60,6 +60,12 @@ struct Params {
   int col_blocks;   // I / 32
 };
 
+__device__ __forceinline__ uint32_t PackE4M3x4(float a, float b, float c, float d, float mul) {
+  const uint32_t lo = __nv_cvt_float2_to_fp8x2(make_float2(a * mul, b * mul), __NV_SATFINITE, __NV_E4M3);
+  const uint32_t hi = __nv_cvt_float2_to_fp8x2(make_float2(c * mul, d * mul), __NV_SATFINITE, __NV_E4M3);
+  return lo | (hi << 16);
+}
+
 template <bool kXFp8>
 __global__ void __launch_bounds__(kThreads) GateUpWgmmaKernel(const __grid_constant__ Params p) {
   extern __shared__ uint8_t dyn[];
