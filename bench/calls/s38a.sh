@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# session 38 call A = s37d with 200 s test timeouts (a short device budget) (~5 min, any Hopper; carry .peer/exp/e41d = a8bcd8e staged, or
-# restage with `tools/stage_experiments.sh e41d:a8bcd8e`): experiments 41c and 41d, the single-token fp8_tensor layer
+# session 38 call A = s37d with 200 s test timeouts (a short device budget) (~5 min, any Hopper; carry .peer/exp/e41d = 8b81059 (41e: 41d + review nits) staged, or
+# restage with `tools/stage_experiments.sh e41d:8b81059`): experiments 41c and 41d, the single-token fp8_tensor layer
 # in one cooperative kernel. 41c (HPC_XLA_MOE_ONE_KERNEL=1): 41b (16 KB chunks, division-free cursor) at two CTAs
 # per SM (a 4-stage ring each, shared memory sized by the shape). 41d (=ws): warp-specialized -- a producer
 # warpgroup copies and publishes through mbarriers, a consumer warpgroup multiplies. Session 37 on an H100, T=1, us:
