@@ -10,5 +10,11 @@ W=$PWD/.peer/exp/m
 python3 -m pip install -q --no-index --no-deps --target /tmp/site .whl/*.whl > $R/pip.log 2>&1; echo "pip rc=$?"; t
 ( cd $W && PYTHONPATH=$W timeout 150 python3 -m hpc_xla.bench rope_norm --out $OUT/rope_norm.json > $OUT/rope_table.txt 2>&1; echo "rope bench rc=$?" ); t
 grep -v "^  " $OUT/rope_table.txt | tail -40 | cut -c1-190
-( cd $W && PYTHONPATH=$W:/tmp/site timeout 330 python3 -m hpc_xla.bench decode --out $OUT/decode.json > $OUT/decode_table.txt 2>&1; echo "decode bench rc=$?" ); t
-grep -v "^  " $OUT/decode_table.txt | tail -60 | cut -c1-200
+# The target rows first (q_len 1, the two head shapes of its table, both KV dtypes), then q_len 2 on 8/1 bf16:
+# FlashInfer's causal paged prefill there has not run yet (a failing config prints one line and is left out).
+( cd $W && PYTHONPATH=$W:/tmp/site timeout 300 python3 -m hpc_xla.bench decode --heads 8/1/128,64/8/128 --q-len 1 \
+    --out $OUT/decode.json > $OUT/decode_table.txt 2>&1; echo "decode bench rc=$?" ); t
+grep -v "^  " $OUT/decode_table.txt | tail -50 | cut -c1-200
+( cd $W && PYTHONPATH=$W:/tmp/site timeout 120 python3 -m hpc_xla.bench decode --heads 8/1/128 --kv bf16 --q-len 2 \
+    --out $OUT/decode_q2.json > $OUT/decode_q2_table.txt 2>&1; echo "decode q_len 2 bench rc=$?" ); t
+grep -v "^  " $OUT/decode_q2_table.txt | tail -20 | cut -c1-200
