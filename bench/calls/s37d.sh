@@ -11,6 +11,7 @@
 # A/B first (2 rounds; e41d unset = main's kernels), then the tests (knob 1, nopdl, ws: the oracle reads interleaved
 # problems in vLLM's layout) with memcheck and racecheck (ws: the mbarrier ring) beside them. A hang is a deadlock in
 # the ws protocol: the tests' children time out after 900 s, so the call's 600 s limit cuts them first.
+# TEST_S: the test children's limit in seconds (280; s38a runs this with 200).
 . "$(dirname "$0")/prelude.sh"
 E=$PWD/.peer/exp/e41d
 T="python3 -m pytest -q -p no:cacheprovider"
@@ -20,9 +21,9 @@ env AB_WIDTH=110 AB_TIMEOUT=90 OUT=/tmp/abl tools/ab_bench.sh 2 \
   "moe --shapes qwen3-30b-a3b/fp8_tensor,hy3-tp8,hy3-ep8 --tokens 1" e41d e41d:HPC_XLA_MOE_ONE_KERNEL=1 \
   e41d:HPC_XLA_MOE_ONE_KERNEL=ws > $R/c_ab.txt 2>&1; t
 grep -a "│\|==" $R/c_ab.txt | cut -c1-110
-in_background "e41d one-kernel + knob" c_a.log 280 $E $T $M -k "one_kernel or knobs_reject"
-in_background "e41d memcheck ws" c_mc.log 280 $E $CS --tool memcheck $T $M -k "one_kernel_vs_oracle and ws"
-in_background "e41d racecheck ws" c_rc.log 280 $E $CS --tool racecheck $T $M -k "one_kernel_vs_oracle and ws"
+in_background "e41d one-kernel + knob" c_a.log "${TEST_S:-280}" $E $T $M -k "one_kernel or knobs_reject"
+in_background "e41d memcheck ws" c_mc.log "${TEST_S:-280}" $E $CS --tool memcheck $T $M -k "one_kernel_vs_oracle and ws"
+in_background "e41d racecheck ws" c_rc.log "${TEST_S:-280}" $E $CS --tool racecheck $T $M -k "one_kernel_vs_oracle and ws"
 wait; t
 grep -hE 'ERROR SUMMARY|RACECHECK SUMMARY' $R/c_mc.log $R/c_rc.log | sort | uniq -c
 collect c_
