@@ -13,9 +13,15 @@ for mod in numpy jax jaxlib nanobind hypothesis pytest ml_dtypes; do
 done
 # A distribution's own Python (Debian 12's /usr/bin/python3) refuses pip installs (PEP 668): say what to do instead
 # of failing in the middle of pip's output.
-if [ ${#missing[@]} -gt 0 ] && "$PY" -c "import os, sys, sysconfig
+has_torch=1 has_cutlass=1
+"$PY" -c "import torch" 2>/dev/null || has_torch=0
+"$PY" -c "import importlib.util as u; assert u.find_spec('cutlass_library')" 2>/dev/null || has_cutlass=0
+needs=("${missing[@]}")
+[ $has_torch = 1 ] || needs+=(torch)
+[ $has_cutlass = 1 ] || needs+=(nvidia-cutlass)
+if [ ${#needs[@]} -gt 0 ] && "$PY" -c "import os, sys, sysconfig
 sys.exit(0 if sys.prefix == sys.base_prefix and os.path.exists(os.path.join(sysconfig.get_path('stdlib'), 'EXTERNALLY-MANAGED')) else 1)"; then
-  echo "tools/install.sh: $(command -v "$PY") is managed by the system (PEP 668) and lacks: ${missing[*]}." >&2
+  echo "tools/install.sh: $(command -v "$PY") is managed by the system (PEP 668) and lacks: ${needs[*]}." >&2
   echo "  Use a virtual environment:  python3 -m venv .venv && . .venv/bin/activate && tools/install.sh" >&2
   echo "  (or point HPC_PYTHON at another interpreter)." >&2
   exit 1
@@ -25,9 +31,9 @@ if [ ${#missing[@]} -gt 0 ]; then
     "ml_dtypes>=0.5"
 fi
 # torch: the CPU build where one is offered as a local file (this project's dev/CI image), else any >= 2.11.
-"$PY" -c "import torch" 2>/dev/null || pip_install "torch==2.13.0" 2>/dev/null || pip_install "torch>=2.11"
+[ $has_torch = 1 ] || pip_install "torch==2.13.0" 2>/dev/null || pip_install "torch>=2.11"
 # CUTLASS/CuTe headers only: the wheel's Python dependencies are not needed to build.
-"$PY" -c "import importlib.util as u; assert u.find_spec('cutlass_library')" 2>/dev/null || pip_install --no-deps "nvidia-cutlass>=3.9"
+[ $has_cutlass = 1 ] || pip_install --no-deps "nvidia-cutlass>=3.9"
 # cuobjdump for the build test that checks the binary's SASS
 command -v cuobjdump >/dev/null 2>&1 || [ -x /usr/local/cuda/bin/cuobjdump ] || \
   "$PY" -c "import glob, nvidia, os; assert any(glob.glob(os.path.join(p, '*', 'bin', 'cuobjdump')) for p in nvidia.__path__)" 2>/dev/null || \
