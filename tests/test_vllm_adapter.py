@@ -829,11 +829,16 @@ def test_bf16_weight_conversion_interleaves_w13_for_hpc(inter):
     assert torch.equal(w13_triton, w1) and not getattr(w13_triton, "hpc_xla_interleaved", False)
 
 
-@pytest.mark.parametrize("block", [False, True])
-def test_fp8_weight_conversion_interleaves_per_tensor_w13_for_hpc(block):
+_NO_ATTR = object()
+
+
+@pytest.mark.parametrize("block_size", [None, _NO_ATTR, [128, 128]], ids=["tensor", "tensor-no-attr", "block"])
+def test_fp8_weight_conversion_interleaves_per_tensor_w13_for_hpc(block_size):
     """The same through convert_to_fp8_moe_kernel_format (vLLM's Fp8MoEMethod calls it on load and reload): the HPC
     backend's per-tensor layers get the interleaved, tagged w13 and the experts' output is bitwise the one on vLLM's
-    layout; 128x128 block layers (weight_block_size) keep vLLM's layout; other backends are untouched."""
+    layout; 128x128 block layers (weight_block_size) keep vLLM's layout; other backends are untouched. Per-tensor
+    layers come both ways: vLLM's Fp8MoEMethod sets weight_block_size = None, ModelOpt's never set it."""
+    block = isinstance(block_size, list)
     from vllm.model_executor.layers.fused_moe.oracle.fp8 import Fp8MoeBackend
     from vllm.model_executor.layers.quantization import fp8 as fp8_method
     from vllm.model_executor.utils import replace_parameter
@@ -845,7 +850,7 @@ def test_fp8_weight_conversion_interleaves_per_tensor_w13_for_hpc(block):
     E, H, I, K, T = 4, 256, 256, 2, 5
     w1, w2, w13_s, w2_s, _, _ = moe_weights(rng, E, H, I, quant)
     experts = experts_for(E, H, I, K, 1, 0, moe_quant_config(quant, w13_s, w2_s))
-    layer = _moe_layer(w1, w2, **({"weight_block_size": [128, 128]} if block else {}))
+    layer = _moe_layer(w1, w2, **({} if block_size is _NO_ATTR else {"weight_block_size": block_size}))
     x, ids, weights = _routed(rng, E, H, K, T)
 
     def run(w13):

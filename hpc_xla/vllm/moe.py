@@ -206,7 +206,9 @@ def convert_fp8(vllm_convert, fp8_backend, layer, w13, w2, w13_scale, w2_scale, 
     w13, w2, w13_scale, w2_scale = vllm_convert(fp8_backend=fp8_backend, layer=layer, w13=w13, w2=w2,
                                                 w13_scale=w13_scale, w2_scale=w2_scale,
                                                 w13_input_scale=w13_input_scale, w2_input_scale=w2_input_scale)
-    if fp8_backend == Fp8MoeBackend.HPC and not hasattr(layer, "weight_block_size"):
+    # Per-tensor layers: vLLM's own fp8 methods set weight_block_size = None on them (Fp8MoEMethod, compressed-tensors
+    # w8a8), ModelOpt's leave it unset -- only a block size marks 128x128 block weights.
+    if fp8_backend == Fp8MoeBackend.HPC and getattr(layer, "weight_block_size", None) is None:
         w13 = _interleaved_for_hpc(w13, "fp8_tensor")
     return w13, w2, w13_scale, w2_scale
 
