@@ -73,10 +73,20 @@ def test_plugin_points_vllm_at_hpc_xla():
 def test_a_plugin_that_cannot_load_logs_instead_of_stopping_vllm(monkeypatch, caplog):
     import sys
 
+    from vllm.v1.attention.backends.registry import AttentionBackendEnum
+
     monkeypatch.setitem(sys.modules, "hpc_xla.vllm.moe", None)  # as if the import failed
     with caplog.at_level("ERROR", logger="hpc_xla.vllm"):
         hv.register()
     assert "hpc_xla's vLLM plugin is not registered: ModuleNotFoundError" in caplog.text
+    # a deployment that asked for HPC_ATTN gets that failure, not vLLM's Tencent-backed class
+    with pytest.raises(ImportError, match=r"HPC_ATTN: hpc_xla's vLLM plugin did not register in this process "
+                                          r"\(ModuleNotFoundError: import of hpc_xla.vllm.moe halted"):
+        AttentionBackendEnum.HPC_ATTN.get_class()
+    monkeypatch.undo()
+    hv.register()  # a later success points it back (the other tests need it)
+    assert AttentionBackendEnum.HPC_ATTN.get_class() is hva.HpcXlaAttentionBackend
+    assert hv.registration_error is None
 
 
 def test_installed_package_is_a_vllm_plugin(tmp_path):

@@ -19,14 +19,33 @@ import sys
 ATTENTION_BACKEND = "hpc_xla.vllm.attention.HpcXlaAttentionBackend"
 
 
+# Why the last register() in this process failed ("Type: message"), None after a success (hpc_xla.vllm.unavailable).
+registration_error = None
+
+
 def register():
     """vLLM's entry point. A failure is logged, not raised: vLLM runs plugins in every process, and one that cannot
-    load hpc_xla (say, no binary for this Python) must not stop deployments that do not use it."""
+    load hpc_xla (say, no binary for this Python) must not stop deployments that do not use it. Deployments that do
+    (--attention-backend HPC_ATTN) get that failure when vLLM resolves the backend (_point_hpc_attn_at_failure)."""
+    global registration_error
     try:
         _register()
-    except Exception as e:  # noqa: BLE001 -- reported, and vLLM's own HPC names stay as they were
-        logging.getLogger("hpc_xla.vllm").error("hpc_xla's vLLM plugin is not registered: %s: %s",
-                                                type(e).__name__, e)
+        registration_error = None
+    except Exception as e:  # noqa: BLE001 -- reported here and where HPC_ATTN is resolved
+        registration_error = "%s: %s" % (type(e).__name__, e)
+        logging.getLogger("hpc_xla.vllm").error("hpc_xla's vLLM plugin is not registered: %s", registration_error)
+        _point_hpc_attn_at_failure()
+
+
+def _point_hpc_attn_at_failure():
+    """Left alone, HPC_ATTN would resolve to vLLM's Tencent-backed class, which runs another package's kernels or
+    fails naming it: point it at hpc_xla.vllm.unavailable, which raises this process's registration error."""
+    try:
+        from vllm.v1.attention.backends.registry import AttentionBackendEnum, register_backend
+
+        register_backend(AttentionBackendEnum.HPC_ATTN, "hpc_xla.vllm.unavailable.HpcXlaAttentionBackend")
+    except Exception:  # noqa: BLE001 -- vLLM's registry itself did not import: there is no name to point
+        pass
 
 
 def _register():
