@@ -143,6 +143,16 @@ def test_impl_refuses_what_it_cannot_run(kwargs, match):
         hva.HpcXlaAttentionImpl(**args)
 
 
+def test_forward_refuses_value_heads_of_another_size():
+    """vLLM passes head_size_v to the layer, not to the backend: the output it sizes with it is what forward sees."""
+    import types
+
+    impl = hva.HpcXlaAttentionImpl(num_heads=8, head_size=128, scale=0.1, num_kv_heads=2)
+    out = torch.empty(3, 8 * 64, dtype=torch.bfloat16)
+    with pytest.raises(NotImplementedError, match="q/k head size 128; this layer has head_size_v=64"):
+        impl.forward(types.SimpleNamespace(head_size_v=64), torch.empty(3, 8 * 128), None, None, None, None, out)
+
+
 class Batch:
     """One step: requests of (context tokens already cached, new tokens), decodes first as vLLM orders them."""
 

@@ -251,6 +251,11 @@ class HpcXlaAttentionImpl(AttentionImpl[HpcXlaAttentionMetadata]):
                 output_block_scale=None):
         if output_scale is not None or output_block_scale is not None:
             raise NotImplementedError("%s attention does not fuse output quantization" % NAME)
+        # vLLM sizes `output` with the layer's head_size_v and tells the backend nothing else of it (a model with
+        # value heads of another size than q/k's would otherwise fail in a view): refused by name, at the profiling run
+        if output.numel() != output.shape[0] * self.num_heads * self.head_size:
+            raise NotImplementedError("%s attention needs value heads of the q/k head size %d; this layer has "
+                                      "head_size_v=%s" % (NAME, self.head_size, getattr(layer, "head_size_v", "?")))
         if attn_metadata is None:  # vLLM's profiling run
             return output.fill_(0)
         m = attn_metadata
