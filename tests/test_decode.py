@@ -244,6 +244,30 @@ def test_torch_compile_fullgraph(device, schedule):
     check(case, inp, from_torch(step(t["q"], t["k_cache"], t["v_cache"], t["block_table"], t["seq_lens"])))
 
 
+@pytest.mark.parametrize("device", devices())
+def test_torch_compile_new_batch_sizes_and_a_shared_workspace(device):
+    """torch.compile's default (dynamic after the first recompile) over changing batch sizes, with the plan in a
+    workspace shared by every batch size (the docstring's pattern): q_len comes from comparisons, not a symbolic
+    division, and the workspace's alignment is left to the launcher while tracing."""
+    import torch
+
+    import hpc_xla.torch as ht
+    from decode_harness import from_torch, to_torch
+
+    ws = torch.empty(1 << 20, dtype=torch.float32, device=device)
+
+    @torch.compile(fullgraph=True)
+    def step(q, k_cache, v_cache, block_table, seq_lens):
+        plan = ht.decode_plan(seq_lens, num_kv_heads=1, num_q_heads=8, head_dim=128, page_size=16, workspace=ws)
+        return ht.decode_attention(q, k_cache, v_cache, block_table, seq_lens, plan)
+
+    for lens in ((100, 0, 300), (100, 0, 300, 5), (7, 8, 9, 10, 11)):
+        case = DecodeCase(seq_lens=lens)
+        inp = make_inputs(case)
+        t = {k: to_torch(v, device) for k, v in inp.items()}
+        check(case, inp, from_torch(step(t["q"], t["k_cache"], t["v_cache"], t["block_table"], t["seq_lens"])))
+
+
 def test_python_sizes_equal_the_binary():
     """The faces size plans and workspaces in Python (hpc_xla._decode); the binary validates against its own."""
     from hpc_xla import _decode

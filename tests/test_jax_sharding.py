@@ -84,6 +84,10 @@ def test_partitioned_decode_plan_for_a_share_of_the_heads():
     # (not bitwise: a plan for fewer heads splits the sequences differently, so the merges round differently)
     assert reference.relative_error(hp.decode_attention(*args, plan), hj.decode_attention(*args)) < 5e-3
     np.testing.assert_array_equal(np.asarray(hp.decode_attention(*args)), np.asarray(hj.decode_attention(*args)))
+    # numpy / jax scalar options, as hj takes them (they key the partitioned op's cache as Python numbers)
+    for sm_scale in (jnp.float32(0.1), np.float64(0.1)):
+        np.testing.assert_array_equal(np.asarray(hp.decode_attention(*args, sm_scale=sm_scale)),
+                                      np.asarray(hj.decode_attention(*args, sm_scale=0.1)))
     with pytest.raises(ValueError, match=r"num_kv_heads \(2\) must split evenly into head_shards \(4\)"):
         hp.decode_plan(args[4], head_shards=4, **shape)
     with pytest.raises(TypeError, match="plan must come from hpc_xla.jax.partitioned.decode_plan"):
@@ -105,6 +109,9 @@ def test_partitioned_fused_moe_on_one_device_is_the_op(quant):
     logits = jnp.asarray(np.random.default_rng(1).standard_normal((9, 24)), jnp.float32)
     np.testing.assert_array_equal(np.asarray(hp.fused_moe(*args, router_logits=logits, top_k=2, **kw)),
                                   np.asarray(hj.fused_moe(*args, router_logits=logits, top_k=2, **kw)))
+    np.testing.assert_array_equal(  # a numpy integer offset, as hj.fused_moe takes it
+        np.asarray(hp.fused_moe(*args, p["topk_weights"], p["topk_ids"], **dict(kw, expert_offset=np.int64(8)))),
+        np.asarray(hj.fused_moe(*args, p["topk_weights"], p["topk_ids"], **kw)))
     with pytest.raises(ValueError, match="expert_offset must be an int"):
         hp.fused_moe(*args, p["topk_weights"], p["topk_ids"], **dict(kw, expert_offset=jnp.int32(8)))
     with pytest.raises(ValueError, match="fused routing .router_logits. needs top_k"):  # hj.fused_moe's checks

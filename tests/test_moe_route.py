@@ -111,6 +111,8 @@ def test_bad_inputs(framework):
         _run(framework, "cpu", logits, None, top_k=2, scoring="relu")
     with pytest.raises(ValueError, match=r"num_groups=4 needs topk_groups"):
         _run(framework, "cpu", logits, None, top_k=2, num_groups=4)
+    with pytest.raises(TypeError, match=r"renormalize must be a bool; got 'no'"):  # not read as True
+        _run(framework, "cpu", logits, None, top_k=2, renormalize="no")
 
 
 def test_token_count_bound():

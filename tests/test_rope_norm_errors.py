@@ -44,6 +44,8 @@ def _mutations():
          r"k_cache must have dtype bfloat16 or float8_e4m3fn"),
         ("rope_style", BASE, lambda i: i, {"rope_style": "llama"}, r"rope_style must be 'neox' or 'gptj'"),
         ("q_quant", BASE, lambda i: i, {"q_quant": "int8"}, r"q_quant must be None or 'fp8'"),
+        ("norm_before_rope", BASE, lambda i: i, {"norm_before_rope": None},
+         r"norm_before_rope must be a bool; got None"),
     ]
 
 
@@ -88,7 +90,7 @@ def test_bad_input_raises(framework, device, name, case, edit, kwargs, message):
     else:
         import jax
 
-        with pytest.raises((ValueError, jax.errors.JaxRuntimeError), match=message):
+        with pytest.raises((ValueError, TypeError, jax.errors.JaxRuntimeError), match=message):
             _call_jax(inputs, device, kwargs)
 
 

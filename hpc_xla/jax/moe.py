@@ -32,7 +32,7 @@ def moe_route(router_logits, top_k, *, scoring="softmax", renormalize=True, num_
                             vmap_method="sequential")
     return tuple(call(router_logits, _ffi.optional("moe_route", "correction_bias", correction_bias),
                       top_k=np.int32(top_k),
-                      scoring=np.int32(scoring), renormalize=bool(renormalize),
+                      scoring=np.int32(scoring), renormalize=_args.boolean("moe_route", "renormalize", renormalize),
                       num_groups=np.int32(groups), topk_groups=np.int32(kept),
                       routed_scaling=np.float32(routed_scaling)))
 

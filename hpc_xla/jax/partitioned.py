@@ -20,6 +20,7 @@ import functools
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 from jax.experimental.custom_partitioning import custom_partitioning
 from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
@@ -36,6 +37,19 @@ from hpc_xla.jax.rope_norm import rope_norm as _rope_norm
 def _scalar(x):
     """A per-tensor scale as a float32 scalar array (a custom_partitioning operand must be an array)."""
     return None if x is None else jnp.asarray(x, jnp.float32).reshape(())
+
+
+def _option_key(options):
+    """The options (eps, sm_scale, ...) as a hashable cache key: numpy / jax scalars (hpc_xla.jax takes them as
+    well as Python numbers) become Python numbers; a traced one cannot be a static option."""
+    def static(name, value):
+        if isinstance(value, (np.ndarray, np.generic, jax.Array)):
+            if isinstance(value, jax.core.Tracer) or np.ndim(value) != 0:
+                raise TypeError("hpc_xla.jax.partitioned: %s must be a static scalar (a Python or numpy number, "
+                                "not traced); got %r" % (name, value))
+            return np.asarray(value).item()
+        return value
+    return tuple((name, static(name, value)) for name, value in sorted(options.items()))
 
 
 def _spec_axis(sharding, dim):
@@ -139,7 +153,7 @@ def rope_norm(q, k, v, positions, cos_sin_cache, slot_mapping, k_cache, v_cache,
               k_norm_weight=None, k_scale=None, v_scale=None, **options):
     """hpc_xla.jax.rope_norm, partitioned over heads under jax.jit (see the module docstring)."""
     optional = (q_norm_weight, k_norm_weight, _scalar(k_scale), _scalar(v_scale))
-    op = _rope_norm_op(tuple(x is not None for x in optional), tuple(sorted(options.items())))
+    op = _rope_norm_op(tuple(x is not None for x in optional), _option_key(options))
     given = [x for x in optional if x is not None]
     return op(q, k, v, positions, cos_sin_cache, slot_mapping, k_cache, v_cache, *given)
 
@@ -214,7 +228,7 @@ def decode_attention(q, k_cache, v_cache, block_table, seq_lens, plan=None, *, q
                         "hpc_xla.jax.partitioned.decode_plan (or None); got %s" % type(plan).__name__)
     optional = (q_scale, _scalar(k_scale), _scalar(v_scale))
     op = _decode_op(tuple(x is not None for x in optional), plan is not None, None if plan is None else plan.config,
-                    tuple(sorted(options.items())))
+                    _option_key(options))
     given = ([plan.array] if plan is not None else []) + [x for x in optional if x is not None]
     return op(q, k_cache, v_cache, block_table, seq_lens, *given)
 
@@ -276,9 +290,10 @@ def fused_moe(x, w13, w2, topk_weights=None, topk_ids=None, *, quant=None, x_sca
     integer expert_offset adds to the device's (experts held above this level). w13_interleaved: as in
     hpc_xla.jax.fused_moe (interleave_w13 works per expert, so an expert-sharded interleaved w13 is each device's
     experts interleaved)."""
-    if not isinstance(expert_offset, int):
+    if isinstance(expert_offset, (bool, np.bool_)) or not isinstance(expert_offset, (int, np.integer)):
         raise ValueError("hpc_xla.jax.partitioned.fused_moe: expert_offset must be an int (the device's share is "
                          "added here); got %r" % (expert_offset,))
+    expert_offset = int(expert_offset)
     w13_interleaved = _options.w13_interleaved_flag(w13_interleaved, quant, w13.shape)  # refused before routing runs
     if _options.routing_inputs(topk_weights, topk_ids, router_logits, route_kwargs):  # hpc_xla.jax.fused_moe's rule
         top_k = route_kwargs.pop("top_k")

@@ -58,5 +58,5 @@ def rope_norm(q, k, v, positions, cos_sin_cache, slot_mapping, k_cache, v_cache,
         _ffi.optional(_OP, "q_norm_weight", q_norm_weight), _ffi.optional(_OP, "k_norm_weight", k_norm_weight),
         _ffi.f32_scalar(_OP, "k_scale", k_scale), _ffi.f32_scalar(_OP, "v_scale", v_scale),
         eps=np.float32(eps), rope_style=np.int32(style), rotary_dim=np.int64(rot),
-        norm_before_rope=bool(norm_before_rope),
+        norm_before_rope=_args.boolean("rope_norm", "norm_before_rope", norm_before_rope),
     ))

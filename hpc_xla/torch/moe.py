@@ -31,11 +31,12 @@ def moe_route(router_logits, top_k, *, scoring="softmax", renormalize=True, num_
     _args.optional_tensors("moe_route", correction_bias=correction_bias)
     top_k, scoring, groups, kept, routed_scaling = _options.route_options(router_logits, top_k, scoring, num_groups,
                                                                           topk_groups, routed_scaling)
+    renormalize = _args.boolean("moe_route", "renormalize", renormalize)
     if out is None:
         tokens = router_logits.shape[0]
         out = (torch.empty(tokens, top_k, dtype=torch.float32, device=router_logits.device),
                torch.empty(tokens, top_k, dtype=torch.int32, device=router_logits.device))
-    moe_route_op(router_logits, correction_bias, out[0], out[1], top_k, scoring, bool(renormalize), groups, kept,
+    moe_route_op(router_logits, correction_bias, out[0], out[1], top_k, scoring, renormalize, groups, kept,
                  routed_scaling)
     return out
 

@@ -53,5 +53,5 @@ def rope_norm(q, k, v, positions, cos_sin_cache, slot_mapping, k_cache, v_cache,
         out_scale = torch.empty(q.shape[:2], dtype=torch.float32, device=q.device)
     rope_norm_op(q, k, v, positions, cos_sin_cache, slot_mapping, k_cache, v_cache, out,
                  out_scale, q_norm_weight, k_norm_weight, k_scale, v_scale, eps, style,
-                 rot, bool(norm_before_rope))
+                 rot, _args.boolean("rope_norm", "norm_before_rope", norm_before_rope))
     return (out, out_scale) if quant_q else out
