@@ -126,9 +126,10 @@ def dtype_code(op, name, dtype):
 
 def check_shape_args(op, num_kv_heads, num_q_heads, head_dim, page_size, q_len, max_ctas):
     """The plan's integer arguments -> ints (max_ctas may be None: the device's default)."""
-    ints = [_args.integer(op, n, v, minimum=1) for n, v in (("num_kv_heads", num_kv_heads), ("num_q_heads", num_q_heads),
-                                                           ("head_dim", head_dim), ("page_size", page_size),
-                                                           ("q_len", q_len))]
+    # (<= 2^31 - 1: the binary takes C ints; larger ones got nanobind's "incompatible function arguments")
+    ints = [_args.integer(op, n, v, minimum=1, maximum=2**31 - 1)
+            for n, v in (("num_kv_heads", num_kv_heads), ("num_q_heads", num_q_heads), ("head_dim", head_dim),
+                         ("page_size", page_size), ("q_len", q_len))]
     return ints + [_args.optional_integer(op, "max_ctas", max_ctas, 1, MAX_CTAS_LIMIT)]
 
 

@@ -175,6 +175,8 @@ def test_torch_options_and_types():
         ht.decode_plan(d["seq_lens"], num_kv_heads=1, num_q_heads=8, head_dim=128, page_size=16, max_ctas=2**26)
     with pytest.raises(ValueError, match=r"decode_plan: max_ctas must be >= 1; got -100"):
         ht.decode_plan(d["seq_lens"], num_kv_heads=1, num_q_heads=8, head_dim=128, page_size=16, max_ctas=-100)
+    with pytest.raises(ValueError, match=r"decode_plan: num_kv_heads must be <= 2147483647; got 8589934592"):
+        ht.decode_plan(d["seq_lens"], num_kv_heads=2**33, num_q_heads=8, head_dim=128, page_size=16)
     with pytest.raises(ValueError, match=r"decode_plan: kv_dtype has dtype int8"):
         ht.decode_plan(d["seq_lens"], num_kv_heads=1, num_q_heads=8, head_dim=128, page_size=16, kv_dtype="int8")
     with pytest.raises(TypeError, match=r"decode_attention: sm_scale must be a number"):
