@@ -22,6 +22,15 @@ inline DType FromXla(ffi::DataType t) {
     case ffi::DataType::S32: return DType::kI32;
     case ffi::DataType::S64: return DType::kI64;
     case ffi::DataType::U8: return DType::kU8;
+    // named only to be refused by name (no op takes them)
+    case ffi::DataType::F64: return DType::kF64;
+    case ffi::DataType::S8: return DType::kI8;
+    case ffi::DataType::S16: return DType::kI16;
+    case ffi::DataType::U16: return DType::kU16;
+    case ffi::DataType::U32: return DType::kU32;
+    case ffi::DataType::U64: return DType::kU64;
+    case ffi::DataType::PRED: return DType::kBool;
+    case ffi::DataType::F8E5M2: return DType::kF8E5M2;
     default: return DType::kInvalid;
   }
 }

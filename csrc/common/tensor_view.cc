@@ -11,16 +11,24 @@ const char* DTypeName(DType dtype) {
     case DType::kI32: return "int32";
     case DType::kI64: return "int64";
     case DType::kU8: return "uint8";
+    case DType::kF64: return "float64";
+    case DType::kI8: return "int8";
+    case DType::kI16: return "int16";
+    case DType::kU16: return "uint16";
+    case DType::kU32: return "uint32";
+    case DType::kU64: return "uint64";
+    case DType::kBool: return "bool";
+    case DType::kF8E5M2: return "float8_e5m2";
     default: return "an unsupported dtype";
   }
 }
 
 int DTypeBytes(DType dtype) {
   switch (dtype) {
-    case DType::kF32: case DType::kI32: return 4;
-    case DType::kF16: case DType::kBF16: return 2;
-    case DType::kF8E4M3: case DType::kU8: return 1;
-    case DType::kI64: return 8;
+    case DType::kF32: case DType::kI32: case DType::kU32: return 4;
+    case DType::kF16: case DType::kBF16: case DType::kI16: case DType::kU16: return 2;
+    case DType::kF8E4M3: case DType::kU8: case DType::kI8: case DType::kBool: case DType::kF8E5M2: return 1;
+    case DType::kI64: case DType::kF64: case DType::kU64: return 8;
     default: return 0;
   }
 }

@@ -8,7 +8,10 @@
 
 namespace hpc {
 
-enum class DType : uint8_t { kInvalid = 0, kF32, kF16, kBF16, kF8E4M3, kI32, kI64, kU8 };
+// kF64 and after: dtypes no op takes, named so that an argument of one is refused with its name (the JAX face hands
+// every XLA buffer over; the torch bridge refuses others itself).
+enum class DType : uint8_t { kInvalid = 0, kF32, kF16, kBF16, kF8E4M3, kI32, kI64, kU8,
+                             kF64, kI8, kI16, kU16, kU32, kU64, kBool, kF8E5M2 };
 
 const char* DTypeName(DType dtype);
 int DTypeBytes(DType dtype);
