@@ -268,6 +268,25 @@ def test_torch_compile_new_batch_sizes_and_a_shared_workspace(device):
         check(case, inp, from_torch(step(t["q"], t["k_cache"], t["v_cache"], t["block_table"], t["seq_lens"])))
 
 
+def test_jax_export_refuses_a_symbolic_batch_by_name():
+    """The plan's and the workspace's sizes are functions of B: jax.export of a symbolic batch is refused naming it."""
+    import jax
+    import jax.numpy as jnp
+    from jax import export
+
+    import hpc_xla.jax as hj
+
+    b = export.symbolic_shape("b")[0]
+    shapes = (jax.ShapeDtypeStruct((b, 8, 128), jnp.bfloat16), jax.ShapeDtypeStruct((10, 16, 1, 128), jnp.bfloat16),
+              jax.ShapeDtypeStruct((10, 16, 1, 128), jnp.bfloat16), jax.ShapeDtypeStruct((b, 4), jnp.int32),
+              jax.ShapeDtypeStruct((b,), jnp.int32))
+    with pytest.raises(ValueError, match=r"decode_attention: the batch must be concrete .* got seq_lens \(b,\)"):
+        export.export(jax.jit(hj.decode_attention), platforms=["cpu"])(*shapes)
+    with pytest.raises(ValueError, match=r"decode_plan: the batch must be concrete"):
+        export.export(jax.jit(lambda sl: hj.decode_plan(sl, num_kv_heads=1, num_q_heads=8, head_dim=128,
+                                                        page_size=16).array), platforms=["cpu"])(shapes[4])
+
+
 def test_python_sizes_equal_the_binary():
     """The faces size plans and workspaces in Python (hpc_xla._decode); the binary validates against its own."""
     from hpc_xla import _decode

@@ -40,6 +40,15 @@ def _max_ctas(max_ctas, num_kv_heads, num_q_heads, head_dim, q_len, page_size, k
                                 kv_dtype, q_dtype)
 
 
+def _concrete_batch(op, seq_lens):
+    """jax.export with a symbolic batch: the plan's and the workspace's sizes are functions of B that shape
+    polymorphism cannot express -- refused by name (jax's own error names no argument)."""
+    if len(seq_lens.shape) == 1 and not isinstance(seq_lens.shape[0], (int, np.integer)):
+        raise ValueError("%s: the batch must be concrete (the plan and workspace sizes are functions of B that shape "
+                         "polymorphism cannot express); got seq_lens %s: export one function per batch size"
+                         % (op, tuple(seq_lens.shape)))
+
+
 def decode_plan(seq_lens, *, num_kv_heads, num_q_heads, head_dim, page_size, q_len=1, kv_dtype=jnp.bfloat16,
                 q_dtype=None, max_ctas=None):
     """Builds the load-balanced decode schedule for `seq_lens` [B] int32 (total KV length incl. new tokens).
@@ -53,6 +62,7 @@ def decode_plan(seq_lens, *, num_kv_heads, num_q_heads, head_dim, page_size, q_l
     Returns a DecodePlan to pass to decode_attention (valid for every layer of the step).
     """
     _args.array("decode_plan", "seq_lens", seq_lens)
+    _concrete_batch("decode_plan", seq_lens)
     num_kv_heads, num_q_heads, head_dim, page_size, q_len, max_ctas = _decode.check_shape_args(
         "decode_plan", num_kv_heads, num_q_heads, head_dim, page_size, q_len, max_ctas)
     if seq_lens.ndim != 1:
@@ -90,6 +100,7 @@ def decode_attention(q, k_cache, v_cache, block_table, seq_lens, plan=None, *, s
     """
     _args.arrays("decode_attention", q=q, k_cache=k_cache, v_cache=v_cache, block_table=block_table,
                  seq_lens=seq_lens)
+    _concrete_batch("decode_attention", seq_lens)
     q_len = _decode.check_attention_call(q, k_cache, seq_lens, plan, DecodePlan, q_len, schedule)
     out_dtype = jnp.dtype(_decode.out_dtype_name("decode_attention", q.dtype, out_dtype))
     batch = int(seq_lens.shape[0])
