@@ -287,6 +287,19 @@ def test_jax_export_refuses_a_symbolic_batch_by_name():
                                                         page_size=16).array), platforms=["cpu"])(shapes[4])
 
 
+def test_torch_decode_plan_on_meta_tensors_queries_no_gpu():
+    """Shape-only planning (meta tensors) sizes the plan with the CPU platform's grid, not cuda:0's occupancy."""
+    import torch
+
+    import hpc_xla.torch as ht
+    from hpc_xla import _decode
+
+    plan = ht.decode_plan(torch.zeros(3, dtype=torch.int32, device="meta"), num_kv_heads=1, num_q_heads=8,
+                          head_dim=128, page_size=16)
+    assert plan.plan.device.type == "meta" and plan.config.max_ctas == _decode.max_ctas_for(
+        None, 1, 8, 128, 1, 16, "bfloat16", "bfloat16")
+
+
 def test_python_sizes_equal_the_binary():
     """The faces size plans and workspaces in Python (hpc_xla._decode); the binary validates against its own."""
     from hpc_xla import _decode
