@@ -151,9 +151,10 @@ def check_attention_call(q, k_cache, seq_lens, plan, plan_type, q_len, schedule)
         batch = seq_lens.shape[0] if len(seq_lens.shape) == 1 else 0
         # by comparisons, not q.shape[0] // batch: under torch.compile's dynamic shapes a division stays symbolic
         # (and then fails where the occupancy query needs a constant); a comparison is a guard and gives an int.
-        # One past MAX_Q_LEN still names q_len in its error; other row counts fall to 1 (the rows check names q).
+        # One past MAX_Q_LEN still names q_len in its error; other row counts (and B = 0) fall to 1 (the rows check
+        # names q).
         q_len = plan.config.q_len if plan is not None else next(
-            (n for n in range(1, MAX_Q_LEN + 2) if batch > 0 and q.shape[0] == batch * n), 1)
+            (n for n in range(1, MAX_Q_LEN + 2) if q.shape[0] == batch * n), 1)
     q_len = _args.integer("decode_attention", "q_len", q_len, minimum=1)
     if schedule not in SCHEDULES:
         raise ValueError("decode_attention: schedule must be 'dynamic' or 'static'; got %r" % (schedule,))
