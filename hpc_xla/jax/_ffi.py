@@ -1,6 +1,8 @@
 """Registration of the library's XLA FFI targets with JAX, and small helpers shared by the jax ops."""
 
 import functools
+import os
+import re
 
 import jax
 import jax.numpy as jnp
@@ -10,22 +12,50 @@ from hpc_xla._ext import ext
 
 
 # XLA FFI C API minor version of each jaxlib release line (the XLA_FFI_API_MINOR of its headers, read from the
-# wheels: 0.6.2 / 0.7.0 -> 1, 0.8.1 - 0.9.0 -> 2, 0.9.1 - 0.10.2 -> 3; jax 0.8.0 reported 0.1 at run time). Newer
-# releases are assumed >= the last known one: the minor only grows.
-_FFI_MINOR_SINCE = ((0, 9, 1), 3), ((0, 8, 1), 2), ((0, 0, 0), 1)
+# wheels: 0.6.2 / 0.7.0 -> 1, 0.8.1 - 0.9.0 -> 2, 0.9.1 - 0.10.2 -> 3, 0.11.2 -> 4; jax 0.8.0 reported 0.1 at run
+# time). Only the fallback where the running jaxlib's own header cannot be read (installed_ffi_minor): a newer release
+# is assumed to accept the last known minor, the conservative side (the minor only grows).
+_FFI_MINOR_SINCE = ((0, 11, 2), 4), ((0, 9, 1), 3), ((0, 8, 1), 2), ((0, 0, 0), 1)
+
+
+def release_tuple(jaxlib_version):
+    """(major, minor, patch) of a version string; a non-numeric part ("1rc1", "dev2026") ends it."""
+    return tuple(int(p) for p in jaxlib_version.split(".")[:3] if p.isdigit())
 
 
 def runtime_ffi_minor(jaxlib_version):
-    """The XLA FFI API minor version a jaxlib release accepts handlers up to."""
-    v = tuple(int(p) for p in jaxlib_version.split(".")[:3] if p.isdigit())
+    """The XLA FFI API minor version a jaxlib release accepts handlers up to, from the table above."""
+    v = release_tuple(jaxlib_version)
     return next(minor for since, minor in _FFI_MINOR_SINCE if v >= since)
 
 
-def check_ffi_compatible(binary_api, jaxlib_version):
-    """Raises ImportError where the binary's handlers are newer than the running jaxlib accepts: registering them
-    anyway would fail the JAX backend's start for the whole process (every later jax call, not only ours)."""
+def header_ffi_minor(path):
+    """XLA_FFI_API_MINOR of the c_api.h at path, or None where the file is missing or names none."""
+    try:
+        with open(path) as f:
+            text = f.read()
+    except OSError:
+        return None
+    m = re.search(r"^#define XLA_FFI_API_MINOR (\d+)", text, re.M)
+    return int(m.group(1)) if m else None
+
+
+def installed_ffi_minor(jaxlib_module):
+    """The FFI API minor the running jaxlib accepts: its wheel ships the XLA headers it was built from, so their
+    XLA_FFI_API_MINOR is exact for any release (a stale table once refused jaxlib 0.11.2's own API 0.4 handlers);
+    the table where the header is absent."""
+    header = os.path.join(os.path.dirname(jaxlib_module.__file__), "include", "xla", "ffi", "api", "c_api.h")
+    minor = header_ffi_minor(header)
+    return runtime_ffi_minor(jaxlib_module.__version__) if minor is None else minor
+
+
+def check_ffi_compatible(binary_api, jaxlib_version, accepted=None):
+    """Raises ImportError where the binary's handlers are newer than the running jaxlib accepts (accepted: its FFI
+    API minor; the release table's where not given): registering them anyway would fail the JAX backend's start for
+    the whole process (every later jax call, not only ours)."""
     major, minor = binary_api
-    accepted = runtime_ffi_minor(jaxlib_version)
+    if accepted is None:
+        accepted = runtime_ffi_minor(jaxlib_version)
     if major == 0 and minor > accepted:
         raise ImportError(
             "hpc_xla was built against XLA FFI API 0.%d headers (a newer jaxlib than the running %s, which accepts up "
@@ -39,7 +69,8 @@ def register_targets():
     the running jaxlib accepts their FFI API version."""
     import jaxlib
 
-    check_ffi_compatible(tuple(ext().build_info()["xla_ffi_api_version"]), jaxlib.__version__)
+    check_ffi_compatible(tuple(ext().build_info()["xla_ffi_api_version"]), jaxlib.__version__,
+                         installed_ffi_minor(jaxlib))
     for name, platforms in ext().ffi_targets().items():
         for platform, capsule in platforms.items():
             jax.ffi.register_ffi_target(name, capsule, platform=platform)
