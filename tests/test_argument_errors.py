@@ -285,7 +285,11 @@ def test_torch_unsupported_dtypes_are_named():
 
     w13, w2 = torch.zeros(2, 256, 128, dtype=torch.bfloat16), torch.zeros(2, 128, 128, dtype=torch.bfloat16)
     ids, w = torch.zeros(5, 1, dtype=torch.int32), torch.ones(5, 1)
+    # ValueError, like the dtype errors of csrc's validation and of the JAX face (TypeError is for non-tensors)
     for dtype, name in ((torch.float64, "float64"), (torch.int16, "int16"), (torch.bool, "bool"),
-                        (torch.complex64, "complex64")):
-        with pytest.raises(TypeError, match=r"argument 'x' has dtype %s, which hpc_xla does not take" % name):
+                        (torch.complex64, "complex64"), (torch.float8_e5m2, "float8_e5m2"),
+                        (torch.float8_e4m3fnuz, "float8_e4m3fnuz"), (torch.float8_e5m2fnuz, "float8_e5m2fnuz")):
+        with pytest.raises(ValueError, match=r"argument 'x' has dtype %s, which hpc_xla does not take" % name):
             ht.fused_moe(torch.zeros(5, 128, dtype=dtype), w13, w2, w, ids)
+    with pytest.raises(TypeError, match=r"fused_moe: x must be a torch.Tensor; got list"):
+        ht.fused_moe([[0.0] * 128] * 5, w13, w2, w, ids)

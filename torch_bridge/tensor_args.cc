@@ -22,16 +22,33 @@ DType FromDlpack(uint8_t code, uint8_t bits, uint16_t lanes) {
   }
 }
 
+// Not a tensor at all: a wrong Python type (TypeError, as the README promises).
 [[noreturn]] void ThrowType(const char* name, const std::string& what) {
   throw nb::type_error((std::string("hpc_xla: argument '") + name + "' " + what).c_str());
 }
 
-// A DLPack dtype the ops do not take, by the name torch gives it (float64, int16, bool, complex64, ...).
+// A tensor whose dtype, rank or device no op takes: a wrong value, ValueError like every dtype / shape error the
+// ops' validation (csrc) and the JAX face raise.
+[[noreturn]] void ThrowValue(const char* name, const std::string& what) {
+  throw nb::value_error((std::string("hpc_xla: argument '") + name + "' " + what).c_str());
+}
+
+// A DLPack dtype the ops do not take, by the name torch gives it (float64, int16, bool, complex64,
+// float8_e5m2, ...). DLPack 1.1 numbers the narrow float kinds 7-17 (one code per format, bits implied).
 std::string DlpackDtypeName(uint8_t code, uint8_t bits, uint16_t lanes) {
   static const char* const kinds[] = {"int", "uint", "float", "opaque", "bfloat", "complex", "bool"};
-  std::string n = code >= sizeof(kinds) / sizeof(kinds[0])  // the float8 / float4 variants we do not take
-                      ? "DLPack code " + std::to_string(code) + " (" + std::to_string(bits) + " bits)"
-                      : std::string(kinds[code]) + (code == 6 ? "" : std::to_string(bits));
+  static const char* const narrow[] = {"float8_e3m4",  "float8_e4m3",   "float8_e4m3b11fnuz", "float8_e4m3fn",
+                                       "float8_e4m3fnuz", "float8_e5m2", "float8_e5m2fnuz",    "float8_e8m0fnu",
+                                       "float6_e2m3fn", "float6_e3m2fn", "float4_e2m1fn"};
+  constexpr uint8_t kFirstNarrow = 7, kNarrowKinds = sizeof(narrow) / sizeof(narrow[0]);
+  std::string n;
+  if (code < sizeof(kinds) / sizeof(kinds[0])) {
+    n = std::string(kinds[code]) + (code == dlpack::kBool ? "" : std::to_string(bits));
+  } else if (code >= kFirstNarrow && code < kFirstNarrow + kNarrowKinds) {
+    n = narrow[code - kFirstNarrow];
+  } else {
+    n = "DLPack code " + std::to_string(code) + " (" + std::to_string(bits) + " bits)";
+  }
   return lanes == 1 ? n : n + "x" + std::to_string(lanes);
 }
 
@@ -40,17 +57,17 @@ TensorView FromFields(const char* name, void* data, int32_t device_type, int32_t
   TensorView t;
   t.dtype = FromDlpack(code, bits, lanes);
   if (t.dtype == DType::kInvalid) {
-    ThrowType(name, "has dtype " + DlpackDtypeName(code, bits, lanes) +
+    ThrowValue(name, "has dtype " + DlpackDtypeName(code, bits, lanes) +
                         ", which hpc_xla does not take; the ops take bfloat16, float16, float32, float8_e4m3fn, "
                         "int32, int64 or uint8 where each argument's documentation says so");
   }
-  if (ndim > kMaxRank) ThrowType(name, "has rank " + std::to_string(ndim) + " (at most 6 supported)");
+  if (ndim > kMaxRank) ThrowValue(name, "has rank " + std::to_string(ndim) + " (at most 6 supported)");
   if (device_type == dlpack::kCUDA) {
     t.device = DeviceKind::kCuda;
   } else if (device_type == dlpack::kCPU || device_type == dlpack::kCUDAHost) {
     t.device = DeviceKind::kCpu;
   } else {
-    ThrowType(name, "is on an unsupported device (DLPack device type " + std::to_string(device_type) + ")");
+    ThrowValue(name, "is on an unsupported device (DLPack device type " + std::to_string(device_type) + ")");
   }
   t.device_id = device_id;
   t.data = data;

@@ -19,8 +19,8 @@ namespace nb = nanobind;
 
 class TensorArgs {
  public:
-  // None -> an absent view (rank -1). Raises TypeError naming `name` for objects that are not tensors or have
-  // a dtype/device we do not take.
+  // None -> an absent view (rank -1). Raises TypeError naming `name` for objects that are not tensors, ValueError
+  // for tensors of a dtype, rank or device we do not take.
   TensorView Get(const char* name, nb::handle obj);
   // Stream to launch on for CUDA `device`: `explicit_stream` if >= 0, else the producer's current stream (via
   // the exchange API), else the legacy default stream.

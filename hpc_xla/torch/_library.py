@@ -13,7 +13,36 @@ def define(schema, impl, fake):
     LIB.impl(name, impl, "CPU")
     LIB.impl(name, impl, "CUDA")
     torch.library.register_fake("hpc_xla::" + name, _one_device(name, fake), lib=LIB)
-    return getattr(torch.ops.hpc_xla, name).default
+    op = getattr(torch.ops.hpc_xla, name).default
+    LIB.impl(name, _no_backward(name, op), "Autograd")
+    return op
+
+
+def _no_backward(name, op):
+    """The op's Autograd-key kernel. The ops have no backward, and without this kernel torch's fallback leaves the
+    outputs they write detached from their inputs: a gradient through them would be silently missing (zero for x in
+    `residual + fused_moe(x, ...)`). So an argument that requires grad, while grad mode is on, is refused by name;
+    otherwise the call goes below autograd (as torch documents for a non-differentiable op) and the version counters
+    of the tensors the op writes are bumped, as an in-place torch op would."""
+    arguments = op._schema.arguments
+    names = [a.name for a in arguments]
+    written = [a.name for a in arguments if a.alias_info is not None and a.alias_info.is_write]
+
+    def kernel(*args, **kwargs):
+        bound = dict(zip(names, args), **kwargs)
+        if torch.is_grad_enabled():
+            for arg in names:
+                value = bound.get(arg)
+                if isinstance(value, torch.Tensor) and value.requires_grad:
+                    raise ValueError(
+                        "%s: %s requires grad, but hpc_xla ops have no backward (inference only); call it under "
+                        "torch.no_grad() or torch.inference_mode(), or pass %s.detach()" % (name, arg, arg))
+        with torch._C._AutoDispatchBelowAutograd():
+            result = op(*args, **kwargs)
+        torch.autograd.graph.increment_version([bound[arg] for arg in written if bound.get(arg) is not None])
+        return result
+
+    return kernel
 
 
 def _one_device(name, fake):
