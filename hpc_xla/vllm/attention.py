@@ -276,6 +276,9 @@ class HpcXlaAttentionImpl(AttentionImpl[HpcXlaAttentionMetadata]):
             self._prefill(q, k_cache, v_cache, m, out[rows], k_scale, v_scale)
         return output
 
+    # vLLM calls this under inference_mode; no_grad keeps calls outside it working: vLLM's Parameters require grad
+    # by default, which hpc_xla's torch ops refuse in grad mode.
+    @torch.no_grad()
     def _decode(self, q, q_scale, k_cache, v_cache, m, out, k_scale, v_scale):
         import hpc_xla.torch as ht
 

@@ -125,6 +125,9 @@ class HpcXlaExperts(mk.FusedMoEExpertsModular):
 
         return interleavable(self.quant, inter)
 
+    # vLLM calls this under inference_mode; no_grad keeps calls outside it working: vLLM's Parameters require grad
+    # by default, which hpc_xla's torch ops refuse in grad mode.
+    @torch.no_grad()
     def apply(self, output, hidden_states, w1, w2, topk_weights, topk_ids, activation, global_num_experts, expert_map,
               a1q_scale, a2_scale, workspace13, workspace2, expert_tokens_meta, apply_router_weight_on_input):
         import hpc_xla.torch as ht

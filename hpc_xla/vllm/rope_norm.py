@@ -53,6 +53,9 @@ class HpcXlaRopeNorm(HpcRopeNorm):
         return (kv_cache_dtype in _attention.KV_CACHE_DTYPES and head_dim in _attention.HEAD_SIZES
                 and num_heads % num_kv_heads == 0 and num_heads // num_kv_heads <= _attention.MAX_GQA)
 
+    # vLLM calls this under inference_mode; no_grad keeps calls outside it working: vLLM's Parameters require grad
+    # by default, which hpc_xla's torch ops refuse in grad mode.
+    @torch.no_grad()
     def _forward_impl(self, qkv, kv_cache, attn_metadata, attn_layer, output):
         import hpc_xla.torch as ht
 
