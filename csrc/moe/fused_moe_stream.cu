@@ -36,7 +36,6 @@
 #include "csrc/moe/fused_moe_stream.h"
 #include "csrc/moe/moe_common.cuh"
 #include "csrc/moe/stream_gate_up_wgmma.h"
-#include "csrc/moe/moe_trace.cuh"
 
 namespace hpc::moe {
 namespace {
@@ -558,7 +557,6 @@ __global__ void __launch_bounds__(32 * kWarps) MoeStreamDownKernel(const __grid_
   const int64_t H = p.hidden, I = p.inter_size;
   const int h0 = blockIdx.x * kDownRows;
   const int splits = p.down_splits, P = p.pairs;
-  HPC_MOE_TRACE_TIME(0);
   // Before the PDL wait: only inputs of the op (topk_ids), complete once the gate-up kernel has started us.
   const int n_hit = BuildHitList<kThreads>(p, ids_local, hits);
   // The final sum's per-pair factors, loaded now (inputs of the op too): in the sum itself they were a chain of
@@ -569,10 +567,7 @@ __global__ void __launch_bounds__(32 * kWarps) MoeStreamDownKernel(const __grid_
     pair_ts[i] = Q == MoeQuant::kFp8Tensor && e >= 0 ? __fmul_rn(*p.a2_scale, p.w2_scale[e]) : 1.f;
   }
   const int tasks = n_hit * splits;
-  HPC_MOE_TRACE_TIME(1);
-  HPC_MOE_TRACE_VALUE(6, n_hit);
   PdlWait();  // the intermediate comes from the gate-up kernel
-  HPC_MOE_TRACE_TIME(2);
   PdlLaunchDependents();
   const int groups = static_cast<int>((I + kGroup - 1) / kGroup);
   const int kblocks = static_cast<int>(I / kMoeBlock);
@@ -623,7 +618,6 @@ __global__ void __launch_bounds__(32 * kWarps) MoeStreamDownKernel(const __grid_
       },
       [](const Job&, int) { return 0.f; });
   __syncthreads();
-  HPC_MOE_TRACE_TIME(3);
   // y[t, h0 + c (+1)] = sum_j (j order) w[t, j] * down[t*k + j] (+ shared): the reduce of the other paths.
   for (int it = threadIdx.x; it < p.tokens * (kDownRows / 2); it += kThreads) {
     const int64_t t = it / (kDownRows / 2);
@@ -656,8 +650,6 @@ __global__ void __launch_bounds__(32 * kWarps) MoeStreamDownKernel(const __grid_
     }
     *reinterpret_cast<__nv_bfloat162*>(p.out + off) = __floats2bfloat162_rn(y0, y1);
   }
-  HPC_MOE_TRACE_VALUE(7, ::hpc::moe::trace::SmId());
-  HPC_MOE_TRACE_TIME(5);
 }
 
 // ------------------------------------------------------------------------------------------------ launch
@@ -789,9 +781,3 @@ Status RunStreamMoe(const FusedMoeArgs& a, const MoePlan& plan, cudaStream_t str
 }
 
 }  // namespace hpc::moe
-
-#ifdef HPC_MOE_TRACE
-namespace hpc {
-Status FusedMoeTraceDown(bool reset, std::vector<uint64_t>* out) { return moe::trace::Access(reset, out); }
-}  // namespace hpc
-#endif
