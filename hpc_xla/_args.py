@@ -79,6 +79,24 @@ def tensors(op, **named):
             raise TypeError("%s: %s must be a torch.Tensor; got %s" % (op, name, type(value).__name__))
 
 
+def scale_tensors(op, device, **named):
+    """Per-tensor scales of a torch op, as the JAX face takes them: a tensor stays as it is, a real number becomes a
+    float32 0-d tensor on `device` (torch.full: a fill kernel, so a CUDA graph captures it with the value fixed; a
+    tensor keeps a captured graph reading its current value), None stays None -> dict name -> value."""
+    import torch
+
+    out = {}
+    for name, value in named.items():
+        if value is None or isinstance(value, torch.Tensor):
+            out[name] = value
+        elif isinstance(value, (numbers.Real, np.number)) and not isinstance(value, (bool, np.bool_)):
+            out[name] = torch.full((), float(value), dtype=torch.float32, device=device)
+        else:
+            raise TypeError("%s: %s must be a torch.Tensor, a number or None; got %s"
+                            % (op, name, type(value).__name__))
+    return out
+
+
 def optional_tensors(op, **named):
     """Optional tensor arguments: a torch.Tensor or None (a float scale would otherwise reach torch's dispatcher
     and fail there with a message about schemas)."""

@@ -168,6 +168,16 @@ def check_attention_call(q, k_cache, seq_lens, plan, plan_type, q_len, schedule)
     return q_len
 
 
+def planned_max_ctas(config, max_ctas):
+    """decode_attention's CTA budget when a plan is given, for either schedule and both faces: the plan's. A
+    different explicit max_ctas is refused (it used to be ignored by one face's static schedule and used by the
+    other's, so the two gave different splits, hence different bits)."""
+    if max_ctas is not None and _args.integer("decode_attention", "max_ctas", max_ctas, minimum=1) != config.max_ctas:
+        raise ValueError("decode_attention: max_ctas=%d but the plan was built for max_ctas=%d; omit max_ctas (the "
+                         "plan's is used) or build the plan with it" % (max_ctas, config.max_ctas))
+    return config.max_ctas
+
+
 def default_sm_scale(head_dim, sm_scale):
     return _args.real("decode_attention", "sm_scale", sm_scale) if sm_scale is not None else 1.0 / math.sqrt(head_dim)
 

@@ -98,8 +98,16 @@ def expert_counts(expert_offset, num_experts_global):
                                                               minimum=1))
 
 
+# moe_route's keywords that fused_moe passes on with router_logits (both faces' moe_route take exactly these)
+ROUTE_KEYWORDS = ("top_k", "scoring", "renormalize", "num_groups", "topk_groups", "correction_bias", "routed_scaling")
+
+
 def routing_inputs(topk_weights, topk_ids, router_logits, route_kwargs):
     """fused_moe takes either (topk_weights, topk_ids) or router_logits (+ moe_route keywords)."""
+    unknown = sorted(set(route_kwargs) - set(ROUTE_KEYWORDS))
+    if unknown:  # a misspelled fused_moe keyword lands here too (a13_scales=...): name it as Python would
+        raise TypeError("fused_moe() got an unexpected keyword argument %r (its routing keywords, with "
+                        "router_logits: %s)" % (unknown[0], ", ".join(ROUTE_KEYWORDS)))
     if router_logits is None:
         if topk_weights is None or topk_ids is None:
             raise ValueError("fused_moe: pass topk_weights and topk_ids, or router_logits (fused routing)")

@@ -293,3 +293,75 @@ def test_torch_unsupported_dtypes_are_named():
             ht.fused_moe(torch.zeros(5, 128, dtype=dtype), w13, w2, w, ids)
     with pytest.raises(TypeError, match=r"fused_moe: x must be a torch.Tensor; got list"):
         ht.fused_moe([[0.0] * 128] * 5, w13, w2, w, ids)
+
+
+def test_torch_takes_per_tensor_scales_as_numbers_like_jax():
+    """k_scale / v_scale / a13_scale / a2_scale: the contract's "float32 scalars". JAX took Python floats, torch
+    refused them; now a number gives the same bits as a one-element float32 tensor."""
+    import torch
+
+    import hpc_xla.torch as ht
+    from decode_harness import DecodeCase
+    from decode_harness import make_inputs as decode_inputs
+    from rope_norm_harness import Case
+    from rope_norm_harness import make_inputs as rope_inputs
+    from test_fused_moe import make_problem, torch_problem
+
+    from hpc_xla._arrays import to_torch
+
+    def bits(x):
+        return x.contiguous().view(torch.uint8)
+
+    case = Case(cache_fp8=True)
+    t = {k: (to_torch(v, "cpu") if v is not None else None) for k, v in rope_inputs(case).items()}
+    runs = []
+    for ks, vs in ((t["k_scale"], t["v_scale"]), (float(t["k_scale"]), float(t["v_scale"]))):
+        kc, vc = t["k_cache"].clone(), t["v_cache"].clone()
+        q = ht.rope_norm(t["q"], t["k"], t["v"], t["positions"], t["cos_sin_cache"], t["slot_mapping"], kc, vc,
+                         q_norm_weight=t["q_norm_weight"], k_norm_weight=t["k_norm_weight"], k_scale=ks, v_scale=vs)
+        runs.append((bits(q), bits(kc), bits(vc)))
+    assert all(torch.equal(a, b) for a, b in zip(*runs))
+
+    d = {k: (to_torch(v, "cpu") if v is not None else None)
+         for k, v in decode_inputs(DecodeCase(kv_dtype="float8_e4m3fn")).items()}
+    outs = [ht.decode_attention(d["q"], d["k_cache"], d["v_cache"], d["block_table"], d["seq_lens"], k_scale=ks,
+                                v_scale=vs) for ks, vs in ((d["k_scale"], d["v_scale"]),
+                                                           (float(d["k_scale"]), np.float64(d["v_scale"])))]
+    assert torch.equal(bits(outs[0]), bits(outs[1]))
+
+    p = torch_problem(make_problem(5, 4, 128, 128, 2, "fp8_tensor", seed=3))
+    outs = [ht.fused_moe(p["x"], p["w13"], p["w2"], p["topk_weights"], p["topk_ids"], quant="fp8_tensor",
+                         w13_scale=p["w13_scale"], w2_scale=p["w2_scale"], a13_scale=a13, a2_scale=a2)
+            for a13, a2 in ((p["a13_scale"], p["a2_scale"]), (float(p["a13_scale"]), float(p["a2_scale"])))]
+    assert torch.equal(bits(outs[0]), bits(outs[1]))
+    with pytest.raises(TypeError, match=r"fused_moe: a2_scale must be a torch.Tensor, a number or None; got bool"):
+        ht.fused_moe(p["x"], p["w13"], p["w2"], p["topk_weights"], p["topk_ids"], quant="fp8_tensor",
+                     w13_scale=p["w13_scale"], w2_scale=p["w2_scale"], a13_scale=1.0, a2_scale=True)
+
+
+@pytest.mark.parametrize("framework", ["jax", "torch"])
+def test_a_misspelled_fused_moe_keyword_is_named(framework):
+    """It used to read "['a13_scales'] only apply with router_logits" (or moe_route's own TypeError with them)."""
+    import inspect
+
+    from test_fused_moe import make_problem, torch_problem
+
+    from hpc_xla import _options
+
+    if framework == "jax":
+        import hpc_xla.jax as face
+        p = make_problem(5, 4, 128, 128, 2, None, seed=3)
+    else:
+        import hpc_xla.torch as face
+        p = torch_problem(make_problem(5, 4, 128, 128, 2, None, seed=3))
+    route = inspect.signature(face.moe_route).parameters
+    assert set(_options.ROUTE_KEYWORDS) == {n for n in route if n not in ("router_logits", "out")}
+    msg = r"fused_moe\(\) got an unexpected keyword argument 'a13_scales'"
+    with pytest.raises(TypeError, match=msg):
+        face.fused_moe(p["x"], p["w13"], p["w2"], p["topk_weights"], p["topk_ids"], a13_scales=1.0)
+    logits = np.zeros((5, 4), np.float32)
+    if framework == "torch":
+        import torch
+        logits = torch.from_numpy(logits)
+    with pytest.raises(TypeError, match=msg):
+        face.fused_moe(p["x"], p["w13"], p["w2"], router_logits=logits, top_k=2, a13_scales=1.0)

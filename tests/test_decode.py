@@ -109,6 +109,40 @@ def test_jax_torch_bitwise_parity_and_determinism(device, schedule):
     assert np.array_equal(b.view(np.uint8), c.view(np.uint8))
 
 
+@pytest.mark.parametrize("device", devices())
+def test_a_plan_sets_the_static_schedules_splits_in_both_faces(device):
+    """With schedule="static" a given plan's max_ctas sizes the splits in JAX and torch alike (JAX used to ignore
+    the plan and take the device default: other splits, other bits); a different explicit max_ctas is refused."""
+    import jax
+
+    import hpc_xla.jax as hj
+    import hpc_xla.torch as ht
+    from decode_harness import from_torch, to_torch
+
+    case = DecodeCase(seq_lens=(1000, 700), schedule="static", max_ctas=2)
+    inp = make_inputs(case)
+    expected = run_torch(case, inp, device)  # static, max_ctas=2, no plan
+    shape = dict(num_kv_heads=case.num_kv_heads, num_q_heads=case.num_q_heads, head_dim=case.head_dim,
+                 page_size=case.page_size, max_ctas=2)
+    t = {k: to_torch(v, device) for k, v in inp.items()}
+    got_torch = from_torch(ht.decode_attention(t["q"], t["k_cache"], t["v_cache"], t["block_table"], t["seq_lens"],
+                                               ht.decode_plan(t["seq_lens"], **shape), schedule="static"))
+    dev = jax.devices("cpu" if device == "cpu" else "gpu")[0]
+    a = {k: None if v is None else jax.device_put(v, dev) for k, v in inp.items()}
+    got_jax = np.asarray(hj.decode_attention(a["q"], a["k_cache"], a["v_cache"], a["block_table"], a["seq_lens"],
+                                             hj.decode_plan(a["seq_lens"], **shape), schedule="static"))
+    assert np.array_equal(got_torch.view(np.uint8), expected.view(np.uint8))
+    assert np.array_equal(got_jax.view(np.uint8), expected.view(np.uint8))
+    msg = r"decode_attention: max_ctas=3 but the plan was built for max_ctas=2; omit max_ctas"
+    for schedule in ("static", "dynamic"):
+        with pytest.raises(ValueError, match=msg):
+            ht.decode_attention(t["q"], t["k_cache"], t["v_cache"], t["block_table"], t["seq_lens"],
+                                ht.decode_plan(t["seq_lens"], **shape), schedule=schedule, max_ctas=3)
+        with pytest.raises(ValueError, match=msg):
+            hj.decode_attention(a["q"], a["k_cache"], a["v_cache"], a["block_table"], a["seq_lens"],
+                                hj.decode_plan(a["seq_lens"], **shape), schedule=schedule, max_ctas=3)
+
+
 def _torch_args(case, device="cpu", **edits):
     from decode_harness import to_torch
 

@@ -131,3 +131,16 @@ def test_token_count_bound():
     ids = torch.zeros(1, 16, dtype=torch.int32).expand(tokens, 16)
     with pytest.raises(ValueError, match=r"T \* top_k must be <= 2\^30; got 67108865 \* 16"):
         ext().moe_route(logits, None, weights, ids, 16, 0, True, 0, 0, 1.0)
+
+
+def test_torch_empty_logits_from_numpy_route():
+    """numpy gives a [0, E] array strides (0, 0); csrc's last-dimension check used to refuse that empty view
+    ("must be contiguous in its last dimension ... got stride 0") where torch.zeros(0, E) passed."""
+    import torch
+
+    import hpc_xla.torch as ht
+
+    logits = torch.from_numpy(np.zeros((0, 8), np.float32))
+    assert logits.stride() == (0, 0)
+    w, ids = ht.moe_route(logits, 2)
+    assert w.shape == (0, 2) and ids.shape == (0, 2)

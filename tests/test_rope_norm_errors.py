@@ -119,9 +119,9 @@ def test_torch_non_tensor_argument():
     with pytest.raises(TypeError, match=r"rope_norm: positions must be a torch.Tensor; got list"):
         ht.rope_norm(t["q"], t["k"], t["v"], [1, 2, 3], t["cos_sin_cache"], t["slot_mapping"], t["k_cache"],
                      t["v_cache"])
-    with pytest.raises(TypeError, match=r"rope_norm: k_scale must be a torch.Tensor or None; got float"):
+    with pytest.raises(TypeError, match=r"rope_norm: k_scale must be a torch.Tensor, a number or None; got str"):
         ht.rope_norm(*[t[k] for k in ("q", "k", "v", "positions", "cos_sin_cache", "slot_mapping", "k_cache",
-                                      "v_cache")], k_scale=0.5)
+                                      "v_cache")], k_scale="0.5")
 
 
 def test_torch_mixed_devices():

@@ -45,7 +45,8 @@ Status ArgCheck::Dim(const char* name, const TensorView& t, int dim, int64_t exp
 }
 
 Status ArgCheck::InnerContiguous(const char* name, const TensorView& t) const {
-  if (t.rank == 0 || t.shape[t.rank - 1] == 1 || t.strides[t.rank - 1] == 1) return Status::Ok();
+  // (an empty view has no element to misread: numpy gives [0, E] arrays strides (0, 0), as contiguous() allows)
+  if (t.rank == 0 || t.shape[t.rank - 1] == 1 || t.strides[t.rank - 1] == 1 || t.numel() == 0) return Status::Ok();
   return Fail(std::string(name) + " must be contiguous in its last dimension (stride 1); got stride " +
               std::to_string(t.strides[t.rank - 1]));
 }

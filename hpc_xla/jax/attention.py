@@ -54,7 +54,9 @@ def decode_plan(seq_lens, *, num_kv_heads, num_q_heads, head_dim, page_size, q_l
     """Builds the load-balanced decode schedule for `seq_lens` [B] int32 (total KV length incl. new tokens).
 
     Args:
-      num_kv_heads, num_q_heads, head_dim, page_size, q_len: the attention the plan is for.
+      num_kv_heads, num_q_heads, head_dim, page_size, q_len: the attention the plan is for. Supported: head_dim
+        64, 128 or 256; page_size 16, 32 or 64; num_q_heads a multiple of num_kv_heads, at most 16 q heads per
+        kv head; q_len 1-4.
       kv_dtype / q_dtype: the cache and query dtypes (they select the kernel, hence the grid size).
       max_ctas: persistent-grid size; default: SMs x resident CTAs from the occupancy API on the GPU. The default
         follows jax's default backend (under jit the plan's size is fixed before jax knows where the call runs):
@@ -90,9 +92,10 @@ def decode_attention(q, k_cache, v_cache, block_table, seq_lens, plan=None, *, s
       k_cache, v_cache: [num_blocks, page_size, Hkv, D], q's dtype or float8_e4m3fn (then k_scale, v_scale).
       block_table: [B, max_blocks] int32. seq_lens: [B] int32, total KV length INCLUDING the new tokens;
         query j of a sequence sees positions [0, seq_len - q_len + j]. Zero-length sequences give zeros.
-      plan: from decode_plan (schedule="dynamic"); built here when None. It must come from these seq_lens: with
+      plan: from decode_plan; built here when None (schedule="dynamic"). It must come from these seq_lens: with
         other lengths the kernel still reads nothing outside the sequences, but its merges of split sequences
-        assume the plan's lengths, so the results are unspecified.
+        assume the plan's lengths, so the results are unspecified. With either schedule its max_ctas is the
+        call's (a different explicit max_ctas raises).
       schedule: "dynamic" (persistent, load-balanced) or "static" (fixed splits per sequence; the baseline).
       q_len: new tokens per sequence; default: the plan's, else q.shape[0] / B.
       out_dtype: with a float8_e4m3fn q, bfloat16 (default) or float16 -- the model's dtype; a 16-bit q gives its own.
@@ -110,17 +113,17 @@ def decode_attention(q, k_cache, v_cache, block_table, seq_lens, plan=None, *, s
     # skips the call (csrc's checks with it).
     _args.nonempty_dims("decode_attention", **{"batch (seq_lens.shape[0])": batch, "num_q_heads (q.shape[1])":
                                                num_q_heads, "head_dim (q.shape[2])": head_dim})
-    if schedule == "dynamic":
-        if plan is None:
-            plan = decode_plan(seq_lens, num_kv_heads=num_kv_heads, num_q_heads=num_q_heads, head_dim=head_dim,
-                               page_size=page_size, q_len=q_len, kv_dtype=k_cache.dtype, q_dtype=q.dtype,
-                               max_ctas=max_ctas)
+    if schedule == "dynamic" and plan is None:
+        plan = decode_plan(seq_lens, num_kv_heads=num_kv_heads, num_q_heads=num_q_heads, head_dim=head_dim,
+                           page_size=page_size, q_len=q_len, kv_dtype=k_cache.dtype, q_dtype=q.dtype,
+                           max_ctas=max_ctas)
+    if plan is not None:  # either schedule: checked against the call, its max_ctas sizes the static splits too
         plan.config.check_call(batch, num_kv_heads, num_q_heads, head_dim, q_len, page_size, k_cache.dtype,
                                plan_ints=int(plan.array.shape[0]))
-        ctas, plan_array = plan.config.max_ctas, plan.array
+        ctas = _decode.planned_max_ctas(plan.config, max_ctas)
     else:
         ctas = _max_ctas(max_ctas, num_kv_heads, num_q_heads, head_dim, q_len, page_size, k_cache.dtype, q.dtype)
-        plan_array = _ffi.absent()
+    plan_array = plan.array if schedule == "dynamic" else _ffi.absent()
     workspace = _decode.DecodeConfig(batch, num_kv_heads, num_q_heads, head_dim, q_len, page_size,
                                      _decode.canonical_dtype_name(k_cache.dtype), ctas).workspace_size
     call = jax.ffi.ffi_call(

@@ -109,12 +109,15 @@ def decode_attention(q, k_cache, v_cache, block_table, seq_lens, plan=None, *, s
 
     k_cache / v_cache may be vLLM's strided views. `out`: optional preallocated [B * q_len, Hq, D] output, in q's
     dtype, or for a float8_e4m3fn q bfloat16 or float16 (the model's); without `out`, `out_dtype` picks that one.
-    `plan` must come from these `seq_lens` (refill it with decode_plan(..., out=plan) when they change).
-    With schedule="static" (or no plan) a workspace is taken from `workspace` or allocated. `q_len` defaults to the
-    plan's, else q.shape[0] / B.
+    `plan` must come from these `seq_lens` (refill it with decode_plan(..., out=plan) when they change); with
+    either schedule its max_ctas is the call's (a different explicit `max_ctas` raises) and its workspace is used
+    unless `workspace` is given; without a plan a workspace is taken from `workspace` or allocated. `q_len`
+    defaults to the plan's, else q.shape[0] / B. `k_scale` / `v_scale` (fp8 cache): one-element float32 tensors,
+    or numbers (made into 0-d tensors on q's device; a captured CUDA graph keeps their values).
     """
     _args.tensors("decode_attention", q=q, k_cache=k_cache, v_cache=v_cache, block_table=block_table,
                   seq_lens=seq_lens)
+    k_scale, v_scale = _args.scale_tensors("decode_attention", q.device, k_scale=k_scale, v_scale=v_scale).values()
     _args.optional_tensors("decode_attention", k_scale=k_scale, v_scale=v_scale, q_scale=q_scale, out=out,
                            workspace=workspace)
     q_len = _decode.check_attention_call(q, k_cache, seq_lens, plan, DecodePlan, q_len, schedule)
@@ -132,7 +135,7 @@ def decode_attention(q, k_cache, v_cache, block_table, seq_lens, plan=None, *, s
     if plan is not None:
         plan.config.check_call(batch, num_kv_heads, num_q_heads, head_dim, q_len, page_size, k_cache.dtype,
                                plan_ints=int(plan.plan.numel()))
-        ctas = plan.config.max_ctas
+        ctas = _decode.planned_max_ctas(plan.config, max_ctas)
         workspace = plan.workspace if workspace is None else workspace
     else:
         ctas = _max_ctas(max_ctas, q.device, num_kv_heads, num_q_heads, head_dim, q_len, page_size, k_cache.dtype,

@@ -95,8 +95,11 @@ def fused_moe(x, w13, w2, topk_weights=None, topk_ids=None, *, quant=None, w13_s
     optional uint8 scratch of >= fused_moe_workspace_size(...) bytes for CUDA tensors (else allocated here
     with torch.empty on x's device: the caching allocator, fine under CUDA-graph capture); unused on CPU.
     `w13_interleaved=True`: w13 holds gate / up rows interleaved in blocks of 64, as
-    `hpc_xla.moe_layout.interleave_w13(w13)` makes them once at weight loading (quant None or fp8_tensor)."""
+    `hpc_xla.moe_layout.interleave_w13(w13)` makes them once at weight loading (quant None or fp8_tensor).
+    `a13_scale` / `a2_scale` (fp8_tensor): one-element float32 tensors, or numbers (made into 0-d tensors on x's
+    device; a captured CUDA graph keeps their values)."""
     _args.tensors("fused_moe", x=x, w13=w13, w2=w2)
+    a13_scale, a2_scale = _args.scale_tensors("fused_moe", x.device, a13_scale=a13_scale, a2_scale=a2_scale).values()
     _args.optional_tensors("fused_moe", w13_scale=w13_scale, w2_scale=w2_scale, a13_scale=a13_scale,
                            a2_scale=a2_scale, x_scale=x_scale, shared_output=shared_output, out=out,
                            workspace=workspace)

@@ -37,10 +37,13 @@ def rope_norm(q, k, v, positions, cos_sin_cache, slot_mapping, k_cache, v_cache,
         `kv_cache.transpose(1, 2).split(D, dim=-1)` of its [NB, Hkv, P, 2D] cache).
       out, out_scale: optional preallocated q output [T, Hq, D] (and [T, Hq] float32 scale with q_quant="fp8");
         `out` may be q itself.
+      k_scale, v_scale: a float32 tensor of one element, or a number (then a 0-d tensor made on q's device, its
+        value fixed in a captured CUDA graph).
     Returns q_out, or (q_fp8, q_scale) with q_quant="fp8". Launches on the current CUDA stream, never syncs.
     """
     _args.tensors("rope_norm", q=q, k=k, v=v, positions=positions, cos_sin_cache=cos_sin_cache,
                   slot_mapping=slot_mapping, k_cache=k_cache, v_cache=v_cache)
+    k_scale, v_scale = _args.scale_tensors("rope_norm", q.device, k_scale=k_scale, v_scale=v_scale).values()
     _args.optional_tensors("rope_norm", q_norm_weight=q_norm_weight, k_norm_weight=k_norm_weight, k_scale=k_scale,
                            v_scale=v_scale, out=out, out_scale=out_scale)
     quant_q = _options.check_q_quant(q_quant)
