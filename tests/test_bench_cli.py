@@ -42,3 +42,34 @@ def test_moe_roofline_against_the_same_run_ceilings():
     r = moe._roofline(c, None, 1e6, 1e12, 10.0)
     assert r["pct_tc"] is None and r["floor_us"] == pytest.approx(1e6 / 4.2e12 * 1e6)
     assert moe._ceilings_text(c) == "copy 4.20 TB/s, bf16 GEMM -, fp8 GEMM 1300 TFLOP/s"
+
+
+def test_peer_outputs_are_checked_over_every_rotating_set():
+    """The Triton error used to come from the first set alone: under EP its routing may hit no local expert, both
+    outputs are zero and the error reads 0. Over all sets a disagreement elsewhere shows, and drops the time."""
+    import torch
+
+    from hpc_xla.bench import moe
+
+    zero, ours = torch.zeros(4, 8), torch.ones(4, 8)
+    sets = [dict(out=zero, triton_out=zero.clone()), dict(out=ours, triton_out=ours * 1.5)]
+    err = moe._rel_err(sets, "triton_out")
+    assert abs(err - 0.5) < 1e-6
+    assert not moe._matches("triton", err, "fp8_tensor")
+    assert moe._matches("triton", moe._rel_err([dict(out=ours, triton_out=ours * 1.01)], "triton_out"), None)
+    assert not moe._matches("triton", float("nan"), None)
+    assert moe._rel_err(sets, "peer_out") is None and moe._matches("torch", None, None)
+
+
+def test_bench_json_records_the_binary_and_settings(tmp_path, monkeypatch):
+    import json
+
+    from hpc_xla._ext import ext
+    from hpc_xla.bench import report
+
+    monkeypatch.setenv("HPC_XLA_MOE_ACT", "kernel")
+    path = tmp_path / "x.json"
+    report.write_json(str(path), dict(suite="x", rows=[]))
+    prov = json.loads(path.read_text())["provenance"]
+    assert prov["binary"] == ext().__file__ and len(prov["binary_sha256"]) == 16
+    assert prov["env"]["HPC_XLA_MOE_ACT"] == "kernel"

@@ -23,8 +23,9 @@ for r in $(seq 1 "$rounds"); do
     dir=".peer/exp/$name"
     [ -d "$dir" ] || { echo "no $dir: stage it with tools/stage_ab_copy.sh $name" >&2; exit 1; }
     log="$out/ab_${args%% *}_r${r}_${i}_${name}.txt"
+    # (the version's own settings last: they may override HPC_BENCH_PEERS)
     # shellcheck disable=SC2086
-    (cd "$dir" && env ${envs//,/ } PYTHONPATH="$PWD" HPC_BENCH_PEERS="${HPC_BENCH_PEERS:-0}" \
+    (cd "$dir" && env PYTHONPATH="$PWD" HPC_BENCH_PEERS="${HPC_BENCH_PEERS:-0}" ${envs//,/ } \
       timeout "${AB_TIMEOUT:-150}" python3 -m hpc_xla.bench $args > "$log" 2>&1)
     echo "== $spec round $r rc=$?"
     grep "│" "$log" | cut -c1-"${AB_WIDTH:-90}"

@@ -12,4 +12,9 @@ dst=".peer/exp/$name"
 rm -rf "$dst" && mkdir -p "$dst"
 git ls-files hpc_xla tests | tar cf - -T - | tar xf - -C "$dst"  # tests: each version runs its own
 cp "$so" "$dst/hpc_xla/"
+# what the copy is (bench JSONs record it: hpc_xla/bench/report.py provenance): HEAD, and the uncommitted changes
+# built into it (an experiment cherry-picked by stage_experiments.sh shows up here)
+{ echo "HEAD $(git rev-parse --short HEAD) $(git log -1 --format=%s | cut -c1-100)"
+  echo "staged $(date -u +%Y-%m-%dT%H:%M:%SZ); uncommitted changes built in: $(git diff HEAD --stat | tail -1)"
+  git diff HEAD --stat | head -n -1; } > "$dst/STAGED.txt"
 echo "$dst (PYTHONPATH=\$PWD/$dst:\$PWD/tests)"

@@ -59,41 +59,53 @@ def _problem(lens, hq, hkv, d, kv_dtype, q_len, sets, gen):
     return kv, k_cache, v_cache, seq_lens, out, scales
 
 
-def flashinfer_us(kv, seq_lens, sets, hq, hkv, d, q_len):
-    """FlashInfer 0.5.3 on the same pages, same graph replay: {config: us} (empty when it is not installed; a config
-    it cannot run is left out). q_len 1: BatchDecodeWithPagedKVCacheWrapper with and without tensor cores (its two
-    decode configs, "tc" / "cuda"); q_len > 1: BatchPrefillWithPagedKVCacheWrapper, causal ("prefill": its masks
-    align the q_len new tokens with the end of each sequence, as ours). Its plan() runs on the host and is left out
-    of its time (ours includes our planner)."""
+def flashinfer_us(kv, seq_lens, sets, hq, hkv, d, q_len, reference):
+    """FlashInfer 0.5.3 on the same pages, same graph replay: ({config: us}, {config: relative error against
+    `reference`, our output for sets[0]}); empty when it is not installed. A config it cannot run, or whose output
+    does not match ours (max |diff| / max |ours| above 2e-2, fp8 KV 6e-2), is left out of the times (its error is
+    kept). q_len 1: BatchDecodeWithPagedKVCacheWrapper with and without tensor cores (its two decode configs, "tc" /
+    "cuda"); q_len > 1: BatchPrefillWithPagedKVCacheWrapper, causal (its masks align the q_len new tokens with the
+    end of each sequence, as ours), with its FA2 kernels and with backend="auto" (FA3 on sm_90, whose planner does
+    not split a long sequence's KV across CTAs -- so both). Its plan() runs on the host and is left out of its time
+    (ours includes our planner)."""
     try:
         import flashinfer
     except ImportError:
-        return {}
+        return {}, {}
     lens = seq_lens.tolist()
     pages = [math.ceil(n / PAGE) for n in lens]
     indptr = torch.tensor([0] + list(torch.tensor(pages).cumsum(0).tolist()), dtype=torch.int32, device="cuda")
     last = torch.tensor([n - (p - 1) * PAGE for n, p in zip(lens, pages)], dtype=torch.int32, device="cuda")
     qo_indptr = torch.arange(0, (len(lens) + 1) * q_len, q_len, dtype=torch.int32, device="cuda")
-    configs = {"tc": True, "cuda": False} if q_len == 1 else {"prefill": None}
-    times = {}
-    for config, tensor_cores in configs.items():
+    configs = {"tc": True, "cuda": False} if q_len == 1 else {"prefill fa2": "fa2", "prefill auto": "auto"}
+    tol = 6e-2 if kv.dtype == torch.float8_e4m3fn else 2e-2
+    times, errors = {}, {}
+    for config, option in configs.items():
         calls = []
         try:
             for s in sets:
                 indices = torch.cat([s["table"][b, :n] for b, n in enumerate(pages)]).int()
                 ws = torch.empty(128 << 20, dtype=torch.uint8, device="cuda")
                 if q_len == 1:
-                    w = flashinfer.BatchDecodeWithPagedKVCacheWrapper(ws, "NHD", use_tensor_cores=tensor_cores)
+                    w = flashinfer.BatchDecodeWithPagedKVCacheWrapper(ws, "NHD", use_tensor_cores=option)
                     w.plan(indptr, indices, last, hq, hkv, d, PAGE, data_type=kv.dtype, q_data_type=torch.bfloat16)
                 else:
-                    w = flashinfer.BatchPrefillWithPagedKVCacheWrapper(ws, "NHD")
+                    w = flashinfer.BatchPrefillWithPagedKVCacheWrapper(ws, "NHD", backend=option)
                     w.plan(qo_indptr, indptr, indices, last, hq, hkv, d, PAGE, causal=True,
                            q_data_type=torch.bfloat16, kv_data_type=kv.dtype)
                 calls.append(lambda w=w, s=s: w.run(s["q"], kv))
-            times[config] = timing.graph_time_us(calls)
+            us = timing.graph_time_us(calls)
+            got = calls[0]().float()
+            errors[config] = float((got - reference.float()).abs().max() / reference.float().abs().max().clamp_min(
+                1e-6))
+            if not errors[config] <= tol:  # (NaN included)
+                print("    flashinfer %s: output differs from ours (relative error %.2e > %.0e): not reported" % (
+                    config, errors[config], tol))
+                continue
+            times[config] = us
         except Exception as e:  # a config FlashInfer cannot run (e.g. fp8 without tensor cores)
             print("    flashinfer %s failed: %s" % (config, (str(e).splitlines() or [""])[0][:120]))
-    return times
+    return times, errors
 
 
 def run(args):
@@ -144,14 +156,15 @@ def run(args):
                     # 8 plans back to back in one graph: per-plan time without the graph launch itself
                     t_plan = timing.graph_time_us([lambda: ht.decode_plan(seq_lens, out=plan, **kw)] * 8)
                     t_static = timing.graph_time_us([static(s) for s in sets_])
-                    fi = flashinfer_us(kv, seq_lens, sets_, hq, hkv, d, q_len)
+                    layer(sets_[0])()  # our output for the first set: what FlashInfer's must match
+                    fi, fi_err = flashinfer_us(kv, seq_lens, sets_, hq, hkv, d, q_len, sets_[0]["out"].clone())
                     t_fi = min(fi.values()) if fi else None  # the table's column: its best config
                     floor = kv_bytes / (ceiling * 1e12) * 1e6
                     tbps = kv_bytes / (t_dyn * 1e-6) / 1e12
                     rec = dict(kv=kv_name, heads=[hq, hkv, d], q_len=q_len, workload=name, kv_bytes=kv_bytes,
                                us=t_dyn, plan_us=t_plan, layer_us=t_layer, static_us=t_static, floor_us=floor, tbps=tbps,
                                pct_ceiling=100 * tbps / ceiling, vs_static=t_static / t_dyn, flashinfer_us=t_fi,
-                               flashinfer_configs_us=fi,
+                               flashinfer_configs_us=fi, flashinfer_rel_err=fi_err,
                                vs_flashinfer=None if t_fi is None else t_fi / t_dyn,
                                layer_vs_flashinfer=None if t_fi is None else t_fi / t_layer)
                     records.append(rec)

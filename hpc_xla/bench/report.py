@@ -25,12 +25,32 @@ def print_table(title, columns, rows):
             print("  ".join(str(x).rjust(w) for x, w in zip(r, widths)))
 
 
+def provenance():
+    """Which binary and settings produced a suite's numbers: the loaded extension's path and sha256, the STAGED.txt
+    of a staged copy (tools/stage_experiments.sh writes its commit there) and every HPC_* environment variable."""
+    import hashlib
+
+    from hpc_xla._ext import ext
+
+    so = ext().__file__
+    with open(so, "rb") as f:
+        digest = hashlib.sha256(f.read()).hexdigest()[:16]
+    staged = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(so))), "STAGED.txt")
+    info = dict(binary=so, binary_sha256=digest,
+                env={k: v for k, v in sorted(os.environ.items()) if k.startswith("HPC_")})
+    if os.path.isfile(staged):
+        with open(staged) as f:
+            info["staged"] = f.read().strip()
+    return info
+
+
 def write_json(path, payload):
+    """The suite's records, with the provenance of the binary that produced them."""
     if not path:
         return
     os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
     with open(path, "w") as f:
-        json.dump(payload, f, indent=2)
+        json.dump(dict(payload, provenance=provenance()), f, indent=2)
 
 
 def plot_path(json_path):
