@@ -73,3 +73,22 @@ def test_bench_json_records_the_binary_and_settings(tmp_path, monkeypatch):
     prov = json.loads(path.read_text())["provenance"]
     assert prov["binary"] == ext().__file__ and len(prov["binary_sha256"]) == 16
     assert prov["env"]["HPC_XLA_MOE_ACT"] == "kernel"
+
+
+@pytest.mark.parametrize("variant", ["bf16", "fp8"])
+def test_rope_norm_unfused_peer_is_checked_against_the_fused_op(variant, monkeypatch):
+    """bench rope_norm reports the unfused sequence's time only when its results match ours (they were never
+    compared); on the CPU path here: it matches, and a sequence that skips the norm does not."""
+    import torch
+
+    from hpc_xla.bench import rope_norm
+
+    p = rope_norm._problem(64, 8, 1, 128, variant, 1, torch.Generator().manual_seed(0))[0]
+    assert rope_norm.unfused_error(p, variant) <= rope_norm.UNFUSED_TOL[variant]
+    real = rope_norm._unfused
+
+    def no_norm(p, variant):
+        return real(dict(p, qw=p["qw"] * 2.0), variant)  # the wrong q norm weight
+
+    monkeypatch.setattr(rope_norm, "_unfused", no_norm)
+    assert rope_norm.unfused_error(p, variant) > rope_norm.UNFUSED_TOL[variant]
