@@ -10,7 +10,8 @@
 # Then a 1-round A/B (main vs e42) at T=1: the stamps must not move the layer (> 0.3 us would taint the timeline).
 . "$(dirname "$0")/prelude.sh"
 E=$PWD/.peer/exp/e42
-for args in "--shape qwen3-30b-a3b/fp8_tensor" "--shape qwen3-30b-a3b/fp8_tensor --eager" "--shape hy3-tp8/fp8_tensor"; do
+for args in "--shape qwen3-30b-a3b/fp8_tensor" "--shape qwen3-30b-a3b/fp8_tensor --eager" \
+    "--shape hy3-tp8/fp8_tensor"; do
   ( cd $E && PYTHONPATH=$E timeout 120 python3 $ROOT/tools/moe_trace.py $args 2>&1 | tail -30 ); t
 done | tee $OUT/moe_trace.txt
 env AB_WIDTH=110 AB_TIMEOUT=90 OUT=/tmp/abl HPC_BENCH_PEERS=0 tools/ab_bench.sh 1 \
