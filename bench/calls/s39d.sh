@@ -6,10 +6,11 @@
 #     "auto" (FA3) at q_len 2. Predicted: every FI config matches (rel. error < 1e-2); at q_len 2 FA2 is 3-30x faster
 #     than FA3 on the long-sequence rows (1x128K: FA3 2009 us), i.e. our "vs FI" there drops from 3.6-39.5x to
 #     ~0.9-1.5x.
-# (2) bench moe at T=1 and rope_norm at T=1 / 1024 with HPC_XLA_PDL=0 against the default (A/B, 2 rounds): our
-#     graphs chain 16 identical calls, and PDL lets call i+1's kernels start during call i's tail -- a neighbour a
-#     real model's different ops may not give. Predicted: +0.5..1.5 us per small row without PDL; the tables' small
-#     rows should then carry that caveat (or the harness should separate calls).
+# (2) bench moe at T=1 and rope_norm at T=1 / 1024: default | HPC_BENCH_SEPARATE=1 (a one-element add between the
+#     graph's calls, its own time subtracted) | HPC_XLA_PDL=0 (A/B, 2 rounds): our graphs chain 16 identical calls,
+#     and PDL lets call i+1's kernels start during call i's tail -- a neighbour a real model's different ops may not
+#     give. Predicted: +0.5..1.5 us per small row separated; if so, the tables of record move to separated timing
+#     (every side then starts from a drained GPU).
 # (3) the Triton and torch peers' output checks over every rotating set (Qwen3 fp8 / Hy3-EP8 / DSv3-EP8 at T=1, 4096).
 . "$(dirname "$0")/prelude.sh"
 W=$PWD/.peer/exp/m3
@@ -19,9 +20,11 @@ python3 -m pip install -q --no-index --no-deps --target /tmp/site .whl/*.whl > $
 grep -v "^  " $OUT/decode_table.txt | tail -30 | cut -c1-200
 grep "flashinfer" $OUT/decode_table.txt | head
 env AB_WIDTH=110 AB_TIMEOUT=90 OUT=/tmp/abl tools/ab_bench.sh 2 \
-  "moe --shapes qwen3-30b-a3b/fp8_tensor,hy3-tp8 --tokens 1" m3 m3:HPC_XLA_PDL=0 > $R/d_ab_moe.txt 2>&1; t
+  "moe --shapes qwen3-30b-a3b/fp8_tensor,hy3-tp8 --tokens 1" m3 m3:HPC_BENCH_SEPARATE=1 m3:HPC_XLA_PDL=0 \
+  > $R/d_ab_moe.txt 2>&1; t
 env AB_WIDTH=110 AB_TIMEOUT=90 OUT=/tmp/abl tools/ab_bench.sh 2 \
-  "rope_norm --tokens 1,1024 --heads 8/1/128" m3 m3:HPC_XLA_PDL=0 > $R/d_ab_rope.txt 2>&1; t
+  "rope_norm --tokens 1,1024 --heads 8/1/128" m3 m3:HPC_BENCH_SEPARATE=1 m3:HPC_XLA_PDL=0 \
+  > $R/d_ab_rope.txt 2>&1; t
 grep -a "│\|==" $R/d_ab_moe.txt $R/d_ab_rope.txt | cut -c1-120
 ( cd $W && PYTHONPATH=$W HPC_TRITON_MOE_DIR=$PWD/../../vllm_triton_moe timeout 200 python3 -m hpc_xla.bench moe \
     --shapes qwen3-30b-a3b/fp8_tensor,hy3-ep8,dsv3-ep8 --tokens 1,4096 --out $OUT/moe_check.json \

@@ -12,6 +12,11 @@ import torch
 # per op. The list of rotating sets is cycled until the graph holds this many calls (HPC_BENCH_MIN_CALLS=1 gives
 # the old one-pass graphs). Peers and the copy reference go through here too.
 MIN_CALLS = int(os.environ.get("HPC_BENCH_MIN_CALLS", "16"))
+# HPC_BENCH_SEPARATE=1: a one-element add (an ordinary launch, no PDL) between the graph's calls, its own time
+# (a graph of as many adds alone) subtracted. Back to back, our PDL-launched kernels start during the previous call's
+# tail -- a neighbour an op in a real model, after a different kernel, may not have -- and the peers (Triton, torch,
+# FlashInfer) do not use PDL; separated, every side starts from a drained GPU.
+SEPARATE = os.environ.get("HPC_BENCH_SEPARATE", "0") == "1"
 
 
 def cycled(calls, min_calls=None):
@@ -20,10 +25,23 @@ def cycled(calls, min_calls=None):
     return list(calls) * max(1, -(-min_calls // len(calls)))
 
 
-def capture(calls, warmup=3):
+def _separated(calls):
+    """`calls` with a one-element add after each (HPC_BENCH_SEPARATE)."""
+    flag = torch.zeros(1, device="cuda")
+    out = []
+    for c in calls:
+        out += [c, lambda: flag.add_(1.0)]
+    return out
+
+
+def capture(calls, warmup=3, separate=None):
     """Runs `calls` `warmup` times on a side stream, then captures them -- cycled until there are MIN_CALLS -- back
-    to back into one CUDA graph and replays it once: (graph, calls in it)."""
+    to back into one CUDA graph (each followed by a one-element add under HPC_BENCH_SEPARATE) and replays it once:
+    (graph, calls in it)."""
     captured = cycled(calls)
+    n = len(captured)
+    if SEPARATE if separate is None else separate:
+        captured = _separated(captured)
     stream = torch.cuda.Stream()
     stream.wait_stream(torch.cuda.current_stream())
     with torch.cuda.stream(stream):
@@ -38,13 +56,10 @@ def capture(calls, warmup=3):
             c()
     graph.replay()
     torch.cuda.synchronize()
-    return graph, len(captured)
+    return graph, n
 
 
-def graph_time_us(calls, replays=20, warmup=3):
-    """Median µs per call of `calls` (a list of zero-arg callables, e.g. one per rotating input set) in one CUDA
-    graph (`capture`), replayed `replays` times."""
-    graph, n = capture(calls, warmup)
+def _replay_us(graph, n, replays):
     times = []
     for _ in range(replays):
         start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
@@ -53,8 +68,28 @@ def graph_time_us(calls, replays=20, warmup=3):
         end.record()
         end.synchronize()
         times.append(start.elapsed_time(end) * 1000.0 / n)
-    del graph
     return statistics.median(times)
+
+
+_SEPARATOR_US = {}
+
+
+def separator_us(n, replays=20):
+    """µs per one-element add in a graph of n of them alone: what HPC_BENCH_SEPARATE subtracts."""
+    if n not in _SEPARATOR_US:
+        flag = torch.zeros(1, device="cuda")
+        graph, _ = capture([lambda: flag.add_(1.0)] * n, separate=False)
+        _SEPARATOR_US[n] = _replay_us(graph, n, replays)
+    return _SEPARATOR_US[n]
+
+
+def graph_time_us(calls, replays=20, warmup=3):
+    """Median µs per call of `calls` (a list of zero-arg callables, e.g. one per rotating input set) in one CUDA
+    graph (`capture`), replayed `replays` times; under HPC_BENCH_SEPARATE, less the separators' own time."""
+    graph, n = capture(calls, warmup)
+    us = _replay_us(graph, n, replays)
+    del graph
+    return us - separator_us(n) if SEPARATE else us
 
 
 def copy_ceiling_tbps(num_bytes=2 << 30, reps=10):
