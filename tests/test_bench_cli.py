@@ -59,6 +59,7 @@ def test_peer_outputs_are_checked_over_every_rotating_set():
     assert moe._matches("triton", moe._rel_err([dict(out=ours, triton_out=ours * 1.01)], "triton_out"), None)
     assert not moe._matches("triton", float("nan"), None)
     assert moe._rel_err(sets, "peer_out") is None and moe._matches("torch", None, None)
+    assert moe._ours_finite(sets) and not moe._ours_finite([dict(out=torch.tensor([float("nan")]))])
 
 
 def test_bench_json_records_the_binary_and_settings(tmp_path, monkeypatch):

@@ -99,6 +99,38 @@ def test_written_tensors_get_a_new_version():
     assert out._version > before
 
 
+def test_errors_name_the_wrappers_arguments():
+    """The schema calls rope_norm's `out` q_out and moe_route's `out` topk_weights / topk_ids: the errors use the
+    names the user passed."""
+    import hpc_xla.torch as ht
+
+    t, call = _rope()
+    out = torch.empty_like(t["q"]).requires_grad_()
+    with pytest.raises(ValueError, match=r"^rope_norm: out requires grad, .* pass out\.detach\(\)"):
+        ht.rope_norm(t["q"], t["k"], t["v"], t["positions"], t["cos_sin_cache"], t["slot_mapping"],
+                     t["k_cache"].clone(), t["v_cache"].clone(), out=out)
+    logits = torch.randn(5, 16)
+    with pytest.raises(ValueError, match=r"^moe_route: out\[0\] requires grad"):
+        ht.moe_route(logits, 2, out=(torch.empty(5, 2).requires_grad_(), torch.empty(5, 2, dtype=torch.int32)))
+
+
+@pytest.mark.parametrize("mode", ["no_grad", "inference_mode"])
+def test_written_tensors_get_a_new_version_in_every_mode(mode):
+    """inference_mode skips the Autograd key, not ADInplaceOrView: an ordinary tensor the op writes there still gets
+    a new version, as with torch's own in-place ops, so a backward that saved it raises."""
+    import hpc_xla.torch as ht
+
+    p, _ = _moe()
+    w = torch.ones(5, 128, dtype=torch.bfloat16, requires_grad=True)
+    out = torch.zeros(5, 128, dtype=torch.bfloat16)
+    y = (w * out).float().sum()  # saves `out` for w's gradient
+    with getattr(torch, mode)():
+        ht.fused_moe(p["x"], p["w13"], p["w2"], p["topk_weights"], p["topk_ids"], out=out)
+    assert out._version > 0
+    with pytest.raises(RuntimeError, match="modified by an inplace operation"):
+        y.backward()
+
+
 def test_a_tensor_saved_for_backward_and_then_overwritten_is_caught():
     """What the version bump buys: autograd refuses a backward that would read a tensor the op overwrote."""
     import hpc_xla.torch as ht

@@ -77,6 +77,9 @@ def main():
     wgmma = ext().fused_moe_wgmma_gate_up_launches() > before
     raw = np.frombuffer(ext().moe_trace_read(), dtype=np.uint64).reshape(2, CTAS, FIELDS).astype(np.int64)
     up, down = raw[0], raw[1]
+    for kernel, arr in (("gate-up", up), ("down", down)):
+        if arr[CTAS - 1, 0] > 0:  # the trace keeps CTAs 0..1023 only
+            print("WARNING: the %s grid reaches the trace's %d-CTA cap: CTAs past it are not shown" % (kernel, CTAS))
     print("%s T=%d %s: %d rotating sets, %s gate-up, %s" % (
         args.shape, args.tokens, "eager, L2 flushed" if args.eager else "graph's last call", sets_n,
         "wgmma" if wgmma else "mma.sync (NOT traced)", "%.2f us per call (graph median)" % us if us else "eager"))

@@ -62,7 +62,7 @@ def _problem(lens, hq, hkv, d, kv_dtype, q_len, sets, gen):
 def flashinfer_us(kv, seq_lens, sets, hq, hkv, d, q_len, reference):
     """FlashInfer 0.5.3 on the same pages, same graph replay: ({config: us}, {config: relative error against
     `reference`, our output for sets[0]}); empty when it is not installed. A config it cannot run, or whose output
-    does not match ours (max |diff| / max |ours| above 2e-2, fp8 KV 6e-2), is left out of the times (its error is
+    does not match ours (max |diff| / max |ours| above 2e-2, fp8 KV 0.1), is left out of the times (its error is
     kept). q_len 1: BatchDecodeWithPagedKVCacheWrapper with and without tensor cores (its two decode configs, "tc" /
     "cuda"); q_len > 1: BatchPrefillWithPagedKVCacheWrapper, causal (its masks align the q_len new tokens with the
     end of each sequence, as ours), with its FA2 kernels and with backend="auto" (FA3 on sm_90, whose planner does
@@ -78,7 +78,10 @@ def flashinfer_us(kv, seq_lens, sets, hq, hkv, d, q_len, reference):
     last = torch.tensor([n - (p - 1) * PAGE for n, p in zip(lens, pages)], dtype=torch.int32, device="cuda")
     qo_indptr = torch.arange(0, (len(lens) + 1) * q_len, q_len, dtype=torch.int32, device="cuda")
     configs = {"tc": True, "cuda": False} if q_len == 1 else {"prefill fa2": "fa2", "prefill auto": "auto"}
-    tol = 6e-2 if kv.dtype == torch.float8_e4m3fn else 2e-2
+    # (fp8 KV: a backend may also quantize q or P to fp8 -- a wrong page or mask reads ~1)
+    tol = 0.1 if kv.dtype == torch.float8_e4m3fn else 2e-2
+    if not bool(torch.isfinite(reference).all()):
+        print("    OUR output has non-finite values: the FlashInfer comparison is void", flush=True)
     times, errors = {}, {}
     for config, option in configs.items():
         calls = []

@@ -247,6 +247,15 @@ def _rel_err(sets, key):
     return (diff / torch.stack([o.norm() for _, o in pairs]).norm().clamp_min(1e-30)).item()
 
 
+def _ours_finite(sets):
+    """Whether our outputs are finite; where not, the comparison says nothing about the peer (and the row is ours
+    to fix): printed loudly."""
+    finite = all(bool(torch.isfinite(s["out"]).all()) for s in sets)
+    if not finite:
+        print("    OUR output has non-finite values: peer comparisons of this row are void", flush=True)
+    return finite
+
+
 def _matches(name, err, quant):
     if err is not None and not err <= PEER_TOL[quant]:  # (NaN included)
         print("    %s peer: output differs from ours (relative error %.2e > %.0e): its time is not reported" % (
@@ -263,7 +272,12 @@ def _peer_time(w, sets, quant, offset, e_local, replays):
         return timing.graph_time_us(calls, replays=replays), "grouped"
     except (RuntimeError, TypeError, NotImplementedError, AttributeError):
         torch.cuda.synchronize()
-        return timing.event_time_us([_torch_loop(w, s, quant, offset, e_local) for s in sets[:1]], reps=3), "loop"
+        for s in sets:  # what a failed capture left there never ran
+            s.pop("peer_out", None)
+        us = timing.event_time_us([_torch_loop(w, s, quant, offset, e_local) for s in sets[:1]], reps=3)
+        for s in sets[1:]:  # untimed, so the output check covers every set (the first may hit no local expert)
+            _torch_loop(w, s, quant, offset, e_local)()
+        return us, "loop"
 
 
 _TRITON = {}
@@ -512,6 +526,7 @@ def run(args):
             replays = 5 if big else 20
             ours = timing.graph_time_us([_ours(w, s, quant, offset, e_global, ws) for s in sets], replays=replays)
             theirs, peer_kind = _peer_time(w, sets, quant, offset, e_local, replays) if peers else (None, "off")
+            ours_finite = _ours_finite(sets)
             torch_err = _rel_err(sets, "peer_out") if theirs is not None else None
             if not _matches("torch", torch_err, quant):
                 theirs = None
@@ -525,7 +540,7 @@ def run(args):
             tbps, tflops = roof["tbps"], roof["tflops"]
             rec = dict(shape=name, quant=quant or "bf16", experts=[e_local, e_global], hidden=h, inter=i,
                        top_k=top_k, tokens=tokens, local_pairs=pairs, experts_hit=hit, weight_bytes_hit=hit_bytes,
-                       us=ours, torch_us=theirs, torch_kind=peer_kind, torch_rel_err=torch_err,
+                       us=ours, ours_finite=ours_finite, torch_us=theirs, torch_kind=peer_kind, torch_rel_err=torch_err,
                        # the loop fallback is timed eagerly on one L2-warm set with host syncs (and, for fp8_tensor,
                        # a dequantization per call): not comparable with our graph-replayed rotation, so no ratio
                        speedup_vs_torch=None if theirs is None or peer_kind != "grouped" else theirs / ours,

@@ -46,7 +46,8 @@ decode_plan_op = define(
 decode_attention_op = define(
     "decode_attention(Tensor q, Tensor? q_scale, Tensor k_cache, Tensor v_cache, Tensor block_table, "
     "Tensor seq_lens, Tensor? plan, Tensor(a!) workspace, Tensor(b!) out, Tensor? k_scale, Tensor? v_scale, "
-    "float sm_scale, int q_len, int schedule, int max_ctas) -> ()", _attention_impl, _fake)
+    "float sm_scale, int q_len, int schedule, int max_ctas) -> ()", _attention_impl, _fake,
+    user_names=dict(plan="plan.plan", workspace="workspace (or plan.workspace)"))
 
 
 def _max_ctas(max_ctas, device, num_kv_heads, num_q_heads, head_dim, q_len, page_size, kv_dtype, q_dtype):

@@ -20,7 +20,7 @@ def _fake(*args):
 moe_route_op = define(
     "moe_route(Tensor router_logits, Tensor? correction_bias, Tensor(a!) topk_weights, Tensor(b!) topk_ids, "
     "int top_k, int scoring, bool renormalize, int num_groups, int topk_groups, float routed_scaling) -> ()",
-    _route_impl, _fake)
+    _route_impl, _fake, user_names=dict(topk_weights="out[0]", topk_ids="out[1]"))
 
 
 def moe_route(router_logits, top_k, *, scoring="softmax", renormalize=True, num_groups=None, topk_groups=None,

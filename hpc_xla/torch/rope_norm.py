@@ -24,6 +24,7 @@ rope_norm_op = define(
     "bool norm_before_rope) -> ()",
     _impl,
     _fake,
+    user_names=dict(q_out="out", q_scale="out_scale"),
 )
 
 
