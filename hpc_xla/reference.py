@@ -209,6 +209,23 @@ def fused_moe(x, w13, w2, topk_weights, topk_ids, *, quant=None, w13_scale=None,
     return y
 
 
+def worst_row_error(actual, expected):
+    """max over rows (every index but the last axis) of ||actual_row - expected_row|| / ||expected_row||, float64;
+    a row whose expected value is all zero must be all zero (else inf), NaN anywhere gives inf. Where one global
+    norm lets a bug confined to a few rows hide under the others (a long sequence's merge among short ones, one
+    token among thousands), this sees it."""
+    actual, expected = _f64(actual), _f64(expected)
+    if not np.all(np.isfinite(actual)):
+        return float("inf")
+    a = actual.reshape(-1, actual.shape[-1])
+    e = expected.reshape(-1, expected.shape[-1])
+    diff, norm = np.linalg.norm(a - e, axis=1), np.linalg.norm(e, axis=1)
+    if np.any((norm == 0) & (diff > 0)):
+        return float("inf")
+    live = norm > 0
+    return float(np.max(diff[live] / norm[live])) if live.any() else 0.0
+
+
 def relative_error(actual, expected):
     """||actual - expected|| / ||expected|| in float64; NaN anywhere gives inf."""
     actual, expected = _f64(actual), _f64(expected)

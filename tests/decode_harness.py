@@ -118,6 +118,10 @@ def check(case, inp, out):
     ref = reference_output(case, inp)
     err = reference.relative_error(out, ref)
     assert err < case.tol, "relative error %g (tolerance %g)" % (err, case.tol)
+    # and row by row ((token, head)): short rows dominate one global norm, so a long row's lost or mis-weighted
+    # split piece hid under it (a review measured 0.5-0.8% globally for merges that ignore the pieces' weights)
+    worst = reference.worst_row_error(out, ref)
+    assert worst < 2 * case.tol, "worst (token, head) relative error %g (tolerance %g)" % (worst, 2 * case.tol)
     empty = np.repeat(np.asarray(inp["seq_lens"]) == 0, case.q_len)
     assert np.all(np.asarray(out, np.float64)[empty] == 0), "zero-length sequences must give zeros"
 

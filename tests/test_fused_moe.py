@@ -18,14 +18,23 @@ FP8 = ml_dtypes.float8_e4m3fn
 BF16 = ml_dtypes.bfloat16
 
 
+def _varied(rng, w):
+    """w [E, N, K] with its own magnitude per expert and per 128 x 128 block (uniform in [1/4, 4]): the scales
+    that quantization derives then differ by up to 16x, so a kernel reading another expert's or block's scale is
+    off by O(1) -- with one distribution everywhere they agreed within a few percent and such a bug passed."""
+    e, n, k = w.shape
+    per_block = rng.uniform(0.25, 4.0, (e, -(-n // 128), -(-k // 128)))
+    return w * np.repeat(np.repeat(per_block, 128, axis=1)[:, :n], 128, axis=2)[:, :, :k]
+
+
 def make_problem(tokens, experts, hidden, inter, top_k, quant, expert_offset=0, extra_experts=0, shared=False,
                  x_fp8=False, seed=0, one_expert=False):
     rng = np.random.default_rng(seed)
     global_e = experts + expert_offset + extra_experts
     x = rng.standard_normal((tokens, hidden)).astype(BF16)
     quantize = reference.quantize_moe_weights
-    w13, w13_scale = quantize(rng.standard_normal((experts, 2 * inter, hidden)) / np.sqrt(hidden), quant)
-    w2, w2_scale = quantize(rng.standard_normal((experts, hidden, inter)) / np.sqrt(inter), quant)
+    w13, w13_scale = quantize(_varied(rng, rng.standard_normal((experts, 2 * inter, hidden)) / np.sqrt(hidden)), quant)
+    w2, w2_scale = quantize(_varied(rng, rng.standard_normal((experts, hidden, inter)) / np.sqrt(inter)), quant)
     if one_expert:
         ids = np.full((tokens, top_k), expert_offset, np.int32)
         ids[:, 1:] = rng.integers(0, global_e, (tokens, top_k - 1))
@@ -126,6 +135,8 @@ def test_random_problems(tokens, experts, top_k, quant, hidden, inter, offset, e
         return
     err = reference.relative_error(out, ref)
     assert err < _tol(p), "relative error %g" % err
+    worst = reference.worst_row_error(out, ref)
+    assert worst < 2 * _tol(p), "worst token's relative error %g" % worst
 
 
 @pytest.mark.parametrize("quant", [None, "fp8_tensor", "fp8_block128"])

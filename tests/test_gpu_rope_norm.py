@@ -54,7 +54,7 @@ def test_jax_xla_command_buffers():
         import hpc_xla.jax as hj
         from hpc_xla import reference
         from hpc_xla._ext import ext
-        from rope_norm_harness import Case, make_inputs
+        from rope_norm_harness import Case, check, make_inputs
         case = Case(tokens=16, num_blocks=4, q_fp8=True)
         inputs = make_inputs(case)
         dev = jax.devices("gpu")[0]
@@ -67,17 +67,23 @@ def test_jax_xla_command_buffers():
                 qf, qs, kc, vc = hj.rope_norm(q, k, v, pos, cs, slots, kc, vc, q_norm_weight=a["q_norm_weight"],
                                               k_norm_weight=a["k_norm_weight"], q_quant="fp8")
                 acc = acc + qf.astype(jnp.float32) * qs[..., None]
-            return acc / 3, kc, vc
+            return acc / 3, qf, qs, kc, vc
         f = jax.jit(layers, donate_argnums=(6, 7))
-        args = [a[n] for n in names]
-        for _ in range(3):  # XLA may record on the first execution and replay afterwards
-            q, kc, vc = f(*args)
-            args[6], args[7] = kc, vc
-        ref_q, _, _ = reference.rope_norm(inputs["q"], inputs["k"], inputs["v"], inputs["positions"],
-                                          inputs["cos_sin_cache"], q_norm_weight=inputs["q_norm_weight"],
-                                          k_norm_weight=inputs["k_norm_weight"])
-        err = reference.relative_error(np.asarray(q), ref_q)
-        assert err < 5e-2, err
+        kc, vc = a["k_cache"], a["v_cache"]
+        # XLA may record on the first execution and replay afterwards: every run gets new q / k / v / positions
+        # (the slots stay, so slots no run writes keep the first cache's bytes), the donated caches come back at
+        # new addresses, and every run's q and caches are checked -- a replay of recorded inputs or of a donated,
+        # stale cache buffer fails
+        for seed in range(3):
+            new = make_inputs(Case(**{**case.__dict__, "seed": seed + 1}))
+            run = dict(inputs, **{n: new[n] for n in ("q", "k", "v", "positions")})
+            args = [jax.device_put(run[n], dev) for n in names[:6]] + [kc, vc]
+            q, qf, qs, kc, vc = f(*args)
+            check(case, run, np.asarray(qf), np.asarray(qs), np.asarray(kc), np.asarray(vc))
+            ref_q, _, _ = reference.rope_norm(run["q"], run["k"], run["v"], run["positions"], run["cos_sin_cache"],
+                                              q_norm_weight=run["q_norm_weight"], k_norm_weight=run["k_norm_weight"])
+            err = reference.relative_error(np.asarray(q), ref_q)
+            assert err < 5e-2, err
         calls, captured = ext().handler_capture_counts()
         print("OK", err, "calls", calls, "captured", captured)
         """, HPC_XLA_COUNT_CAPTURED="1",

@@ -13,7 +13,8 @@ set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT="${OUT:-$PWD/out}"
 mkdir -p "$OUT"
-export PYTHONPATH="$PWD:$PWD/tests${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1 XLA_PYTHON_CLIENT_PREALLOCATE=false
+export PYTHONPATH="$PWD:$PWD/tests${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1 XLA_PYTHON_CLIENT_PREALLOCATE=false \
+  HPC_XLA_REQUIRE_GPU=1  # a GPU check on a machine whose torch sees no Hopper GPU fails instead of skipping
 SUITES="${*:-rope_norm decode moe_route fused_moe}"
 # the benchmark suite of a test suite (python -m hpc_xla.bench NAME): fused_moe's is `moe`
 bench_of() { [ "$1" = fused_moe ] && echo moe || echo "$1"; }

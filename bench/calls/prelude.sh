@@ -2,7 +2,8 @@
 # Python, the GPU's clocks, a scratch folder $R and a stopwatch t.
 set -u
 ROOT=$(cd "$(dirname "${BASH_SOURCE[1]}")/.." && pwd); [ -d "$ROOT/tools" ] || ROOT=$(cd "$ROOT/.." && pwd); cd "$ROOT"
-export PYTHONUNBUFFERED=1 XLA_PYTHON_CLIENT_PREALLOCATE=false
+# HPC_XLA_REQUIRE_GPU: the tests fail instead of skipping their GPU cases when torch sees no Hopper GPU
+export PYTHONUNBUFFERED=1 XLA_PYTHON_CLIENT_PREALLOCATE=false HPC_XLA_REQUIRE_GPU=1
 nvidia-smi --query-gpu=name,clocks.sm,clocks.max.sm --format=csv,noheader
 R=/tmp/r; mkdir -p $R /tmp/abl; S=$(date +%s); t() { echo "t=$(( $(date +%s) - S ))"; }
 # in_background LABEL LOG SECONDS DIR CMD...: CMD in the staged folder DIR (its Python first on the path) under a
