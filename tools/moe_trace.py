@@ -62,15 +62,7 @@ def main():
         calls[-1]()
     else:
         graph, n = timing.capture(calls)
-        times = []
-        for _ in range(20):
-            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            start.record()
-            graph.replay()
-            end.record()
-            end.synchronize()
-            times.append(start.elapsed_time(end) * 1000.0 / n)
-        us = float(np.median(times))
+        us = timing.replay_us(graph, n, 20)
         ext().moe_trace_reset()
         graph.replay()
     torch.cuda.synchronize()

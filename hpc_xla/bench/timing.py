@@ -59,7 +59,8 @@ def capture(calls, warmup=3, separate=None):
     return graph, n
 
 
-def _replay_us(graph, n, replays):
+def replay_us(graph, n, replays):
+    """Median µs per call over `replays` replays of a captured graph holding n calls."""
     times = []
     for _ in range(replays):
         start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
@@ -79,7 +80,7 @@ def separator_us(n, replays=20):
     if n not in _SEPARATOR_US:
         flag = torch.zeros(1, device="cuda")
         graph, _ = capture([lambda: flag.add_(1.0)] * n, separate=False)
-        _SEPARATOR_US[n] = _replay_us(graph, n, replays)
+        _SEPARATOR_US[n] = replay_us(graph, n, replays)
     return _SEPARATOR_US[n]
 
 
@@ -87,7 +88,7 @@ def graph_time_us(calls, replays=20, warmup=3):
     """Median µs per call of `calls` (a list of zero-arg callables, e.g. one per rotating input set) in one CUDA
     graph (`capture`), replayed `replays` times; under HPC_BENCH_SEPARATE, less the separators' own time."""
     graph, n = capture(calls, warmup)
-    us = _replay_us(graph, n, replays)
+    us = replay_us(graph, n, replays)
     del graph
     return us - separator_us(n) if SEPARATE else us
 
