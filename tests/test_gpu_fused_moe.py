@@ -94,10 +94,13 @@ def _check_oracle(p, out):
     if np.abs(ref).max() == 0:
         assert np.all(out.astype(np.float64) == 0)
         return
+    # the oracle quantizes like the pipeline, so the tiled and stream paths sit ~2e-3 from it (1e-2 catches a
+    # missing fp8 step, 2-3e-2); the grouped path's bf16 rounding between kernels takes _tol's 5e-2 for fp8
+    tol = _cpu_bound(p)
     err = reference.relative_error(out, ref)
-    assert err < _tol(p), "relative error %g vs the float64 oracle" % err
+    assert err < tol, "relative error %g vs the float64 oracle (tolerance %g)" % (err, tol)
     worst = reference.worst_row_error(out, ref)  # token by token: one token's lost expert hid under the rest
-    assert worst < 2 * _tol(p), "worst token's relative error %g vs the float64 oracle" % worst
+    assert worst < 2 * tol, "worst token's relative error %g vs the float64 oracle" % worst
 
 
 def _check_oracle_and_cpu(p, out):
