@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
-# session 39 call B (~5 min, any Hopper; carry .peer/exp/m3 = main staged, its commit in STAGED.txt): what s39a
-# could not run -- the JAX GPU tests (m2's API 0.4 handlers were refused by the stale FFI release table; the guard
-# now reads the running jaxlib's own header) -- the decode and rope GPU files whole, fused_moe's JAX / graph / compile tests, and every
-# non-GPU-file test with the GPU present (the torch Autograd-key kernels, the bridge's ValueErrors).
+# session 39 call B (~5 min, any Hopper; carry .peer/exp/m3 = main staged, its commit in STAGED.txt): what s39a could
+# not run -- the JAX GPU tests (m2's API 0.4 handlers were refused by the stale FFI release table; the guard now reads
+# the running jaxlib's own header) -- the decode and rope GPU files whole, fused_moe's JAX / graph / compile tests,
+# and every non-GPU-file test with the GPU present (the torch Autograd-key kernels, the bridge's ValueErrors).
 . "$(dirname "$0")/prelude.sh"
 M=$PWD/.peer/exp/m3
 T="python3 -m pytest -q -p no:cacheprovider"
