@@ -80,8 +80,7 @@ def flashinfer_us(kv, seq_lens, sets, hq, hkv, d, q_len, reference):
     configs = {"tc": True, "cuda": False} if q_len == 1 else {"prefill fa2": "fa2", "prefill auto": "auto"}
     # (fp8 KV: a backend may also quantize q or P to fp8 -- a wrong page or mask reads ~1)
     tol = 0.1 if kv.dtype == torch.float8_e4m3fn else 2e-2
-    if not bool(torch.isfinite(reference).all()):
-        print("    OUR output has non-finite values: the FlashInfer comparison is void", flush=True)
+    report.ours_finite([reference], "the FlashInfer comparisons")
     times, errors = {}, {}
     for config, option in configs.items():
         calls = []
@@ -101,11 +100,8 @@ def flashinfer_us(kv, seq_lens, sets, hq, hkv, d, q_len, reference):
             got = calls[0]().float()
             errors[config] = float((got - reference.float()).abs().max() / reference.float().abs().max().clamp_min(
                 1e-6))
-            if not errors[config] <= tol:  # (NaN included)
-                print("    flashinfer %s: output differs from ours (relative error %.2e > %.0e): not reported" % (
-                    config, errors[config], tol))
-                continue
-            times[config] = us
+            if report.peer_agrees("flashinfer " + config, errors[config], tol):
+                times[config] = us
         except Exception as e:  # a config FlashInfer cannot run (e.g. fp8 without tensor cores)
             print("    flashinfer %s failed: %s" % (config, (str(e).splitlines() or [""])[0][:120]))
     return times, errors

@@ -248,20 +248,11 @@ def _rel_err(sets, key):
 
 
 def _ours_finite(sets):
-    """Whether our outputs are finite; where not, the comparison says nothing about the peer (and the row is ours
-    to fix): printed loudly."""
-    finite = all(bool(torch.isfinite(s["out"]).all()) for s in sets)
-    if not finite:
-        print("    OUR output has non-finite values: peer comparisons of this row are void", flush=True)
-    return finite
+    return report.ours_finite([s["out"] for s in sets], "the peer comparisons of this row")
 
 
 def _matches(name, err, quant):
-    if err is not None and not err <= PEER_TOL[quant]:  # (NaN included)
-        print("    %s peer: output differs from ours (relative error %.2e > %.0e): its time is not reported" % (
-            name, err, PEER_TOL[quant]), flush=True)
-        return False
-    return True
+    return report.peer_agrees(name + " peer", err, PEER_TOL[quant])
 
 
 def _peer_time(w, sets, quant, offset, e_local, replays):
@@ -562,7 +553,8 @@ def run(args):
                          _fmt(rec["speedup_vs_triton"], "%.2fx"), _fmt(tri_err, "%.1e")])
             print("  " + "  ".join(str(x) for x in rows[-1]), flush=True)
             for s in sets:
-                s.pop("triton_out", None), s.pop("peer_out", None)
+                s.pop("triton_out", None)
+                s.pop("peer_out", None)
             del sets, probe, ws
             torch.cuda.empty_cache()
         del w, emap

@@ -25,6 +25,25 @@ def print_table(title, columns, rows):
             print("  ".join(str(x).rjust(w) for x, w in zip(r, widths)))
 
 
+def peer_agrees(peer, err, tol):
+    """Whether a peer's output agrees with ours (err <= tol; NaN disagrees; None: not compared), printing why its
+    time is left out otherwise: a peer's time is reported only where its output matches ours."""
+    if err is not None and not err <= tol:
+        print("    %s: output differs from ours (relative error %.2e > %.0e): its time is not reported" % (
+            peer, err, tol), flush=True)
+        return False
+    return True
+
+
+def ours_finite(tensors, what):
+    """Whether our outputs are finite; where not, the comparisons of `what` say nothing about the peer (the row is
+    ours to fix): printed loudly."""
+    finite = all(bool(t.isfinite().all()) for t in tensors)
+    if not finite:
+        print("    OUR output has non-finite values: %s are void" % what, flush=True)
+    return finite
+
+
 def provenance():
     """Which binary and settings produced a suite's numbers: the loaded extension's path and sha256, the STAGED.txt
     of a staged copy (tools/stage_experiments.sh writes its commit there) and every HPC_* environment variable."""

@@ -156,8 +156,7 @@ def unfused_error(p, variant):
     """The unfused sequence against the fused op on problem p: the largest relative error over q, K and V rows."""
     _fused(p, variant)()
     fused = [x.clone() for x in _written(p)]
-    if not all(bool(torch.isfinite(x).all()) for x in fused):
-        print("    OUR output has non-finite values: the unfused comparison is void", flush=True)
+    report.ours_finite(fused, "the unfused comparisons")
     _unfused(p, variant)()
     return max(((a - b).abs().max() / b.abs().max().clamp_min(1e-30)).item()
                for a, b in zip(_written(p), fused))
@@ -214,9 +213,7 @@ def run(args):
                 nbytes, sets, probs, ours = time_fused(tokens, hq, hkv, d, variant, gen, layout)
                 theirs = timing.graph_time_us([_unfused(p, variant) for p in probs])
                 err = unfused_error(probs[0], variant)
-                if not err <= UNFUSED_TOL[variant]:  # (NaN included)
-                    print("    unfused %s: results differ from the fused op's (relative error %.2e > %.0e): its "
-                          "time is not reported" % (variant, err, UNFUSED_TOL[variant]), flush=True)
+                if not report.peer_agrees("unfused " + variant, err, UNFUSED_TOL[variant]):
                     theirs = None
                 copy = timing.same_size_copy_us(nbytes, sets)
                 tbps = nbytes / (ours * 1e-6) / 1e12

@@ -25,13 +25,16 @@ def cycled(calls, min_calls=None):
     return list(calls) * max(1, -(-min_calls // len(calls)))
 
 
-def _separated(calls):
-    """`calls` with a one-element add after each (HPC_BENCH_SEPARATE)."""
+def _separator():
+    """A one-element add: an ordinary launch (no PDL) that starts only after the previous kernel has drained."""
     flag = torch.zeros(1, device="cuda")
-    out = []
-    for c in calls:
-        out += [c, lambda: flag.add_(1.0)]
-    return out
+    return lambda: flag.add_(1.0)
+
+
+def _separated(calls):
+    """`calls` with a separator after each (HPC_BENCH_SEPARATE)."""
+    sep = _separator()
+    return [c for call in calls for c in (call, sep)]
 
 
 def capture(calls, warmup=3, separate=None):
@@ -78,8 +81,7 @@ _SEPARATOR_US = {}
 def separator_us(n, replays=20):
     """µs per one-element add in a graph of n of them alone: what HPC_BENCH_SEPARATE subtracts."""
     if n not in _SEPARATOR_US:
-        flag = torch.zeros(1, device="cuda")
-        graph, _ = capture([lambda: flag.add_(1.0)] * n, separate=False)
+        graph, _ = capture([_separator()] * n, separate=False)
         _SEPARATOR_US[n] = replay_us(graph, n, replays)
     return _SEPARATOR_US[n]
 
