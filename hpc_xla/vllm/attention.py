@@ -25,6 +25,7 @@ from vllm.v1.kv_cache_interface import KVCacheLayout
 
 from hpc_xla import _decode
 from hpc_xla.vllm import _torch_paths
+from hpc_xla.vllm._grad import without_grad
 
 NAME = "HPC_ATTN"  # an existing AttentionBackendEnum member: vLLM resolves backends by get_name()
 HEAD_SIZES = (64, 128, 256)
@@ -276,9 +277,7 @@ class HpcXlaAttentionImpl(AttentionImpl[HpcXlaAttentionMetadata]):
             self._prefill(q, k_cache, v_cache, m, out[rows], k_scale, v_scale)
         return output
 
-    # vLLM calls this under inference_mode; no_grad keeps calls outside it working: vLLM's Parameters require grad
-    # by default, which hpc_xla's torch ops refuse in grad mode.
-    @torch.no_grad()
+    @without_grad  # (vLLM's Parameters require grad; the ops refuse that in grad mode)
     def _decode(self, q, q_scale, k_cache, v_cache, m, out, k_scale, v_scale):
         import hpc_xla.torch as ht
 

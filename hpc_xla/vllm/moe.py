@@ -33,6 +33,8 @@ from vllm.model_executor.layers.quantization.utils.quant_utils import (kFp8Dynam
 from vllm.model_executor.utils import is_weights_pre_processed
 from vllm.platforms import current_platform
 
+from hpc_xla.vllm._grad import without_grad
+
 SCHEMES = ((kFp8StaticTensorSym, kFp8StaticTensorSym), (kFp8Static128BlockSym, kFp8Dynamic128Sym), (None, None))
 
 
@@ -125,9 +127,7 @@ class HpcXlaExperts(mk.FusedMoEExpertsModular):
 
         return interleavable(self.quant, inter)
 
-    # vLLM calls this under inference_mode; no_grad keeps calls outside it working: vLLM's Parameters require grad
-    # by default, which hpc_xla's torch ops refuse in grad mode.
-    @torch.no_grad()
+    @without_grad  # (vLLM's Parameters require grad; the ops refuse that in grad mode)
     def apply(self, output, hidden_states, w1, w2, topk_weights, topk_ids, activation, global_num_experts, expert_map,
               a1q_scale, a2_scale, workspace13, workspace2, expert_tokens_meta, apply_router_weight_on_input):
         import hpc_xla.torch as ht

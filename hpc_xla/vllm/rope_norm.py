@@ -17,6 +17,7 @@ from vllm.model_executor.custom_op import CustomOp
 from vllm.v1.attention.backends.registry import AttentionBackendEnum
 
 from hpc_xla.vllm import attention as _attention
+from hpc_xla.vllm._grad import without_grad
 
 
 class HpcXlaRopeNorm(HpcRopeNorm):
@@ -53,9 +54,7 @@ class HpcXlaRopeNorm(HpcRopeNorm):
         return (kv_cache_dtype in _attention.KV_CACHE_DTYPES and head_dim in _attention.HEAD_SIZES
                 and num_heads % num_kv_heads == 0 and num_heads // num_kv_heads <= _attention.MAX_GQA)
 
-    # vLLM calls this under inference_mode; no_grad keeps calls outside it working: vLLM's Parameters require grad
-    # by default, which hpc_xla's torch ops refuse in grad mode.
-    @torch.no_grad()
+    @without_grad  # (vLLM's Parameters require grad; the ops refuse that in grad mode)
     def _forward_impl(self, qkv, kv_cache, attn_metadata, attn_layer, output):
         import hpc_xla.torch as ht
 
