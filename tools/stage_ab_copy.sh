@@ -10,7 +10,8 @@ so=hpc_xla/_hpc_xla.cpython-312-x86_64-linux-gnu.so
 [ -f "$so" ] || { echo "no $so: run tools/build_gpu_binary.sh first" >&2; exit 1; }
 dst=".peer/exp/$name"
 rm -rf "$dst" && mkdir -p "$dst"
-git ls-files hpc_xla tests | tar cf - -T - | tar xf - -C "$dst"  # tests: each version runs its own
+# tests: each version runs its own; README.md, pyproject.toml and tools/: files that some tests read or run
+git ls-files hpc_xla tests tools README.md pyproject.toml | tar cf - -T - | tar xf - -C "$dst"
 cp "$so" "$dst/hpc_xla/"
 # what the copy is (bench JSONs record it: hpc_xla/bench/report.py provenance): HEAD, and the uncommitted changes
 # built into it (an experiment cherry-picked by stage_experiments.sh shows up here)
