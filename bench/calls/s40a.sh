@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# session 40 call A (~5 min, any Hopper; carry .peer/exp/m3 = main staged and .peer/exp/e43 = experiment 43 staged;
+# session 40 call A (~6 min, any Hopper; carry .peer/exp/m3 = main staged and .peer/exp/e43 = experiment 43 staged, optionally .peer/exp/t43;
 # restage with `tools/stage_experiments.sh m3 e43:3cc67ec`): experiment 43 -- the T=1 layer's L2 prefetches
 # (HPC_MOE_PREFETCH bits: 1 the gate-up CTA's own w13 rows before its cp.async copies, 2 its share of the expert's w2
 # right after its copies are issued, 4 that share after its first K group landed) and the two-pass down sum.
@@ -23,3 +23,13 @@ env AB_WIDTH=110 AB_TIMEOUT=90 OUT=/tmp/abl HPC_BENCH_PEERS=0 tools/ab_bench.sh 
   e43:HPC_MOE_PREFETCH=4 e43:HPC_MOE_PREFETCH=2 e43:HPC_MOE_PREFETCH=1 e43:HPC_MOE_PREFETCH=5 > $R/a_ab.txt 2>&1; t
 grep -a "│\|==" $R/a_ab.txt | cut -c1-110
 cp $R/a_ab.txt $OUT/
+# The timeline with the prefetches (t43 = experiments 42 + 43 built together, staged by hand from the tree of
+# ec30458 + 3cc67ec, conflict resolved: the stamp before the w2 prefetch): where the 12.6 MB of w2 now lands.
+X=$PWD/.peer/exp/t43
+if [ -d $X ]; then
+  for v in 0 4 5; do
+    echo "## HPC_MOE_PREFETCH=$v"
+    ( cd $X && PYTHONPATH=$X HPC_MOE_PREFETCH=$v timeout 120 python3 $ROOT/tools/moe_trace.py \
+      --shape qwen3-30b-a3b/fp8_tensor 2>&1 | tail -24 ); t
+  done | tee $OUT/moe_trace_t43.txt | grep -a "phase\|layer\|per call\|entry\|exit"
+fi
