@@ -77,21 +77,25 @@ def moe():
 
 
 def decode():
+    """Decode 8/1/128 bf16 per kernel (attention, merge) at the q_lens of HPC_PROFILE_QLEN (default "1"; "1,2" shows
+    where q_len 2's extra time goes)."""
     import hpc_xla.torch as ht
     from hpc_xla.bench import decode as bd
 
     gen = torch.Generator(device="cuda").manual_seed(0)
     hq, hkv, d = 8, 1, 128
-    for name in ("64x512", "64x4K", "1x128K+31x4K"):
-        lens = bd.workloads()[name]
-        sets = max(1, min(8, math.ceil(3 * timing.l2_bytes() / (sum(lens) * hkv * d * 4))))
-        kv, k_cache, v_cache, seq_lens, sets_, _ = bd._problem(lens, hq, hkv, d, torch.bfloat16, 1, sets, gen)
-        plan = ht.decode_plan(seq_lens, num_kv_heads=hkv, num_q_heads=hq, head_dim=d, page_size=bd.PAGE, q_len=1,
-                              kv_dtype=torch.bfloat16, q_dtype=torch.bfloat16)
-        profile_graph("decode 8/1/128 bf16 %s, one layer (plan built)" % name,
-                      [lambda s=s: ht.decode_attention(s["q"], k_cache, v_cache, s["table"], seq_lens, plan,
-                                                       q_len=1, out=s["out"]) for s in sets_])
-        del kv, k_cache, v_cache, sets_
+    q_lens = [int(v) for v in os.environ.get("HPC_PROFILE_QLEN", "1").split(",")]
+    for q_len in q_lens:
+        for name in ("64x512", "64x4K", "1x128K+31x4K"):
+            lens = bd.workloads()[name]
+            sets = max(1, min(8, math.ceil(3 * timing.l2_bytes() / (sum(lens) * hkv * d * 4))))
+            kv, k_cache, v_cache, seq_lens, sets_, _ = bd._problem(lens, hq, hkv, d, torch.bfloat16, q_len, sets, gen)
+            plan = ht.decode_plan(seq_lens, num_kv_heads=hkv, num_q_heads=hq, head_dim=d, page_size=bd.PAGE,
+                                  q_len=q_len, kv_dtype=torch.bfloat16, q_dtype=torch.bfloat16)
+            profile_graph("decode 8/1/128 bf16 q_len %d %s, one layer (plan built)" % (q_len, name),
+                          [lambda s=s: ht.decode_attention(s["q"], k_cache, v_cache, s["table"], seq_lens, plan,
+                                                           q_len=q_len, out=s["out"]) for s in sets_])
+            del kv, k_cache, v_cache, sets_
 
 
 def rope():
