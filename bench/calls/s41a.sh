@@ -1,0 +1,22 @@
+#!/usr/bin/env bash
+# session 41 call A (~6 min, any Hopper; carry .peer/exp/m5 = main staged: `tools/stage_experiments.sh m5`): the
+# fused_moe GPU file WHOLE for main with the two-pass stream down sum (141d8b2; whole it runs past one 440 s
+# process, so its test ids in three parallel processes), then where decode q_len 2's extra time goes.
+# Written BEFORE the run: tests all pass (the sum ran 39 stream tests + racecheck clean in s40b). Decode, H200,
+# 8/1/128 bf16 1x128K+31x4K: q_len 1 44.5 us, q_len 2 51.4 (FlashInfer's FA2 prefill 43.8): the attention kernel
+# carries most of the +7 us (twice the live softmax rows: MT = 1 instead of the half-tile MT = 0), the merge
+# (partials of 16 rows instead of 8) +1..2 us.
+. "$(dirname "$0")/prelude.sh"
+M=$PWD/.peer/exp/m5
+T="python3 -m pytest -q -p no:cacheprovider"
+( cd $M && PYTHONPATH=$M:$M/tests $T --collect-only tests/test_gpu_fused_moe.py 2>/dev/null | grep "::" > $R/ids.txt )
+split -n l/3 -d $R/ids.txt $R/ids_part_
+for part in $R/ids_part_*; do
+  # shellcheck disable=SC2046
+  in_background "moe gpu part ${part##*_}" "a_moe_${part##*_}.log" 420 $M $T $(cat $part)
+done
+wait; t
+collect a_
+( cd $M && PYTHONPATH=$M HPC_PROFILE_QLEN=1,2 timeout 150 python3 $ROOT/tools/profile_kernels.py decode \
+  > $OUT/decode_profile.txt 2>&1; echo "decode profile rc=$?" ); t
+grep -av "^ *$" $OUT/decode_profile.txt | tail -40 | cut -c1-160
