@@ -32,7 +32,6 @@
 #include "csrc/common/numeric.h"
 #include "csrc/moe/fused_moe.h"
 #include "csrc/moe/moe_common.cuh"
-#include "csrc/moe/moe_trace.cuh"
 #include "csrc/moe/stream_gate_up_wgmma.h"
 #include "csrc/moe/wgmma_sm90.cuh"
 
@@ -76,20 +75,13 @@ __global__ void __launch_bounds__(kThreads) GateUpWgmmaKernel(const __grid_const
   const int rank = static_cast<int>(blockIdx.x) % p.cluster, unit = static_cast<int>(blockIdx.x) / p.cluster;
   const int slot = unit / p.col_blocks, cb = unit % p.col_blocks;
   const int P = a.tokens * a.top_k;
-  HPC_MOE_TRACE_TIME(0);
   PdlWait();  // topk_ids and x may come from the previous kernel (routing)
-  HPC_MOE_TRACE_TIME(1);
   // The slot's expert. Every warp of every CTA of the cluster decides alike: the cluster runs or exits as one.
   const int id_lo = lane < P ? a.ids[lane] : -1, id_hi = lane + 32 < P ? a.ids[lane + 32] : -1;
   const int mine = __shfl_sync(0xffffffffu, slot < 32 ? id_lo : id_hi, slot % 32);
   const bool repeat = __any_sync(0xffffffffu, (lane < slot && id_lo == mine) || (lane + 32 < slot && id_hi == mine));
   const int e = mine - a.expert_offset;
-  if (repeat || e < 0 || e >= a.experts) {
-    HPC_MOE_TRACE_VALUE(6, 1);
-    HPC_MOE_TRACE_VALUE(7, ::hpc::moe::trace::SmId());
-    HPC_MOE_TRACE_TIME(5);
-    return;
-  }
+  if (repeat || e < 0 || e >= a.experts) return;
   PdlLaunchDependents();  // the down kernel may start its prologue
   if (tid < 32) ids_s[tid] = id_lo, ids_s[tid + 32] = id_hi;
 
@@ -121,7 +113,6 @@ __global__ void __launch_bounds__(kThreads) GateUpWgmmaKernel(const __grid_const
     }
     CpAsyncCommit();
   }
-  HPC_MOE_TRACE_TIME(2);
   // B: x of tokens 0..T-1 over this CTA's K groups, e4m3; rows T..7 zero.
   const float mul = kXFp8 ? 1.f : QuantMultiplier(*a.a13_scale);
   for (int i = tid; i < n * kMaxTokens * 8; i += kThreads) {
@@ -154,12 +145,10 @@ __global__ void __launch_bounds__(kThreads) GateUpWgmmaKernel(const __grid_const
       CpAsyncWaitAtMost(kMaxGroups - 1 - s);
       FenceProxyAsync();
       __syncthreads();
-      if (s == 0) HPC_MOE_TRACE_TIME(3);
       WgmmaGroupE4M3(acc, a_base + s * kAGroupBytes, b_base + s * kBGroupBytes);
     }
   }
 
-  HPC_MOE_TRACE_TIME(4);
   // The cluster's partial tiles, added in rank order on rank 0 (its A tiles are free once every CTA is past the
   // first barrier: each waited for its own wgmmas).
   float4* red = reinterpret_cast<float4*>(a_ptr);
@@ -171,12 +160,7 @@ __global__ void __launch_bounds__(kThreads) GateUpWgmmaKernel(const __grid_const
       *dst = make_float4(acc[0], acc[1], acc[2], acc[3]);
     }
     cluster.sync();
-    if (rank > 0) {
-      HPC_MOE_TRACE_VALUE(6, 2);
-      HPC_MOE_TRACE_VALUE(7, ::hpc::moe::trace::SmId());
-      HPC_MOE_TRACE_TIME(5);
-      return;
-    }
+    if (rank > 0) return;
     for (int r = 1; r < p.cluster; ++r) {
       const float4 o = red[(r - 1) * kThreads + tid];
       acc[0] = __fadd_rn(acc[0], o.x), acc[1] = __fadd_rn(acc[1], o.y);
@@ -210,9 +194,6 @@ __global__ void __launch_bounds__(kThreads) GateUpWgmmaKernel(const __grid_const
       if (ids_s[pair] == mine) a.inter[static_cast<int64_t>(pair) * I + cb * kUnitCols + col] = v;
     }
   }
-  HPC_MOE_TRACE_VALUE(6, 3);
-  HPC_MOE_TRACE_VALUE(7, ::hpc::moe::trace::SmId());
-  HPC_MOE_TRACE_TIME(5);
 }
 
 // CTAs per unit: as few as keep each at <= kMaxGroups K groups.
@@ -251,7 +232,4 @@ Status LaunchStreamGateUpWgmma(const WgmmaGateUpArgs& a, cudaStream_t stream) {
 
 namespace hpc {
 int64_t FusedMoeWgmmaGateUpLaunches() { return moe::g_launches.load(std::memory_order_relaxed); }
-#ifdef HPC_MOE_TRACE
-Status FusedMoeTraceGateUp(bool reset, std::vector<uint64_t>* out) { return moe::trace::Access(reset, out); }
-#endif
 }  // namespace hpc
