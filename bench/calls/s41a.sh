@@ -20,3 +20,8 @@ collect a_
 ( cd $M && PYTHONPATH=$M HPC_PROFILE_QLEN=1,2 timeout 150 python3 $ROOT/tools/profile_kernels.py decode \
   > $OUT/decode_profile.txt 2>&1; echo "decode profile rc=$?" ); t
 grep -av "^ *$" $OUT/decode_profile.txt | tail -40 | cut -c1-160
+# rope_norm's new "sep us" column (separated timing of our calls, next to the chained us), first GPU run: expected
+# bf16 8/1 T=1024 ~3.8 chained / ~4.7 separated (s39d's A/B), T=16384 within 2% of each other.
+( cd $M && PYTHONPATH=$M timeout 120 python3 -m hpc_xla.bench rope_norm --tokens 1,1024,16384 --heads 8/1/128 \
+  --out $OUT/rope_sep.json > $OUT/rope_sep.txt 2>&1; echo "rope bench rc=$?" ); t
+grep -a "│" $OUT/rope_sep.txt | cut -c1-150

@@ -86,13 +86,15 @@ def separator_us(n, replays=20):
     return _SEPARATOR_US[n]
 
 
-def graph_time_us(calls, replays=20, warmup=3):
+def graph_time_us(calls, replays=20, warmup=3, separate=None):
     """Median µs per call of `calls` (a list of zero-arg callables, e.g. one per rotating input set) in one CUDA
-    graph (`capture`), replayed `replays` times; under HPC_BENCH_SEPARATE, less the separators' own time."""
-    graph, n = capture(calls, warmup)
+    graph (`capture`), replayed `replays` times; separated (`separate`, default HPC_BENCH_SEPARATE), less the
+    separators' own time."""
+    separate = SEPARATE if separate is None else separate
+    graph, n = capture(calls, warmup, separate)
     us = replay_us(graph, n, replays)
     del graph
-    return us - separator_us(n) if SEPARATE else us
+    return us - separator_us(n) if separate else us
 
 
 def copy_ceiling_tbps(num_bytes=2 << 30, reps=10):
