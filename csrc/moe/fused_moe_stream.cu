@@ -621,8 +621,8 @@ __global__ void __launch_bounds__(32 * kWarps) MoeStreamDownKernel(const __grid_
   // y[t, h0 + c (+1)] = sum_j (j order) w[t, j] * down[t*k + j] (+ shared): the reduce of the other paths.
   // In two passes -- each (pair, column pair) adds its splits, scales and weights them into split 0's row, then each
   // (token, column pair) adds its top_k slots: the same operations in the same order as one pass (bitwise equal),
-  // but a thread's serial chain is splits + top_k shared-memory reads, not splits * top_k (experiment 43, H200,
-  // Qwen3 fp8 T=1: this phase 1.5 -> 0.7 us, the layer 19.1-19.3 -> 18.7-18.9 us).
+  // but a thread's serial chain is splits + top_k shared-memory reads, not splits * top_k (experiments 42/43, H200,
+  // Qwen3 fp8 T=1: this phase 1.5 -> 0.7 us; s40b: the layer 19.0-19.1 -> 18.3 us, Hy3-TP8 14.9-15.0 -> 14.4).
   for (int it = threadIdx.x; it < P * (kDownRows / 2); it += kThreads) {
     const int pair = it / (kDownRows / 2);
     const int c = 2 * (it % (kDownRows / 2));
