@@ -234,7 +234,8 @@ def run(args):
                            index_layout=layout)
                 records.append(rec)
                 rows.append([variant, "%d/%d/%d" % (hq, hkv, d), tokens, "%.1f" % ours, "%.1f" % separated,
-                             "%.2f" % tbps, "%.0f%%" % rec["pct_ceiling"], "%.1f" % copy, "-" if theirs is None else "%.1f" % theirs,
+                             "%.2f" % tbps, "%.0f%%" % rec["pct_ceiling"], "%.1f" % copy,
+                             "-" if theirs is None else "%.1f" % theirs,
                              "-" if theirs is None else "%.2fx" % rec["speedup_vs_unfused"]])
                 print("  " + "  ".join(str(x) for x in rows[-1]), flush=True)
                 del probs
