@@ -130,7 +130,13 @@ def check_shape_args(op, num_kv_heads, num_q_heads, head_dim, page_size, q_len, 
     ints = [_args.integer(op, n, v, minimum=1, maximum=2**31 - 1)
             for n, v in (("num_kv_heads", num_kv_heads), ("num_q_heads", num_q_heads), ("head_dim", head_dim),
                          ("page_size", page_size), ("q_len", q_len))]
-    return ints + [_args.optional_integer(op, "max_ctas", max_ctas, 1, MAX_CTAS_LIMIT)]
+    return ints + [None if max_ctas is None else checked_max_ctas(op, max_ctas)]
+
+
+def checked_max_ctas(op, max_ctas):
+    """An explicit max_ctas -> int in [1, MAX_CTAS_LIMIT] (the workspace is sized from it before csrc sees it: a
+    huge value was an allocation of terabytes, or a hang in eager jax, instead of an error)."""
+    return _args.integer(op, "max_ctas", max_ctas, minimum=1, maximum=MAX_CTAS_LIMIT)
 
 
 def max_ctas_for(device_index, num_kv_heads, num_q_heads, head_dim, q_len, page_size, kv_dtype, q_dtype):
@@ -172,7 +178,7 @@ def planned_max_ctas(config, max_ctas):
     """decode_attention's CTA budget when a plan is given, for either schedule and both faces: the plan's. A
     different explicit max_ctas is refused (it used to be ignored by one face's static schedule and used by the
     other's, so the two gave different splits, hence different bits)."""
-    if max_ctas is not None and _args.integer("decode_attention", "max_ctas", max_ctas, minimum=1) != config.max_ctas:
+    if max_ctas is not None and checked_max_ctas("decode_attention", max_ctas) != config.max_ctas:
         raise ValueError("decode_attention: max_ctas=%d but the plan was built for max_ctas=%d; omit max_ctas (the "
                          "plan's is used) or build the plan with it" % (max_ctas, config.max_ctas))
     return config.max_ctas

@@ -38,8 +38,9 @@ def scoring_code(scoring):
 
 def groups_or_default(num_groups, topk_groups):
     """(num_groups, topk_groups) as the binary takes them: 0/0 when grouping is off."""
-    num_groups = _args.optional_integer("moe_route", "num_groups", num_groups, minimum=0)
-    topk_groups = _args.optional_integer("moe_route", "topk_groups", topk_groups, minimum=0)
+    # (<= 2^31 - 1: the binary takes C ints; larger ones got nanobind's / numpy's unnamed errors)
+    num_groups = _args.optional_integer("moe_route", "num_groups", num_groups, minimum=0, maximum=2**31 - 1)
+    topk_groups = _args.optional_integer("moe_route", "topk_groups", topk_groups, minimum=0, maximum=2**31 - 1)
     if num_groups is None or num_groups <= 1:
         if topk_groups not in (None, 0, 1):
             raise ValueError("moe_route: topk_groups needs num_groups > 1; got num_groups=%s, topk_groups=%d"

@@ -152,6 +152,8 @@ def _route_torch(**kw):
     (dict(top_k=2**31), ValueError, r"moe_route: top_k must be in \[1, num_experts=16\]; got 2147483648"),
     (dict(top_k=2.0), TypeError, r"moe_route: top_k must be an int"),
     (dict(routed_scaling="x"), TypeError, r"moe_route: routed_scaling must be a number"),
+    (dict(num_groups=2**31, topk_groups=1), ValueError, r"moe_route: num_groups must be <= 2147483647"),
+    (dict(num_groups=4, topk_groups=2**32), ValueError, r"moe_route: topk_groups must be <= 2147483647"),
 ])
 def test_route_options(kw, error, message):
     with pytest.raises(error, match=message):
@@ -365,3 +367,100 @@ def test_a_misspelled_fused_moe_keyword_is_named(framework):
         logits = torch.from_numpy(logits)
     with pytest.raises(TypeError, match=msg):
         face.fused_moe(p["x"], p["w13"], p["w2"], router_logits=logits, top_k=2, a13_scales=1.0)
+
+
+# ---- session 40's bad-input review: sizes from an unchecked max_ctas, a stale plan, unchecked q / x scales ----
+
+@pytest.mark.parametrize("framework", ["jax", "torch"])
+def test_static_schedule_checks_max_ctas_before_sizing_the_workspace(framework):
+    """Without a plan the static schedule sized its workspace from max_ctas before csrc saw it: 10**9 was a
+    terabyte allocation in torch and a hang in eager jax; 8.9, "8" and True were taken as 8, 8 and 1."""
+    d = decode_harness.make_inputs(DECODE)
+    if framework == "torch":
+        t = {k: decode_harness.to_torch(v, "cpu") for k, v in d.items()}
+        call = lambda m: _decode_torch(t, schedule="static", max_ctas=m)  # noqa: E731
+    else:
+        import hpc_xla.jax as hj
+
+        args = [d[k] for k in ("q", "k_cache", "v_cache", "block_table", "seq_lens")]
+        call = lambda m: hj.decode_attention(*args, schedule="static", max_ctas=m)  # noqa: E731
+    with pytest.raises(ValueError, match=r"decode_attention: max_ctas must be <= \d+; got 1000000000"):
+        call(10**9)
+    for bad in (8.9, "8", True):
+        with pytest.raises(TypeError, match=r"decode_attention: max_ctas must be an int"):
+            call(bad)
+
+
+@pytest.mark.parametrize("framework", ["jax", "torch"])
+def test_a_plan_for_other_seq_lens_is_refused(framework):
+    """A plan refilled for other lengths (same batch and heads) merged partials the call never wrote: finite garbage
+    (relative error 646) or NaN. Lengths with the same tile counts are the same plan and pass."""
+    built, other, same_tiles = (3000, 0, 100), (100, 0, 3000), (120, 0, 2990)
+    case = dataclasses.replace(DECODE, seq_lens=other)
+    d = decode_harness.make_inputs(case)
+    want = r"plan does not match seq_lens: seq_lens\[0\] = 100 needs 2 tiles, the plan has 47"
+    if framework == "torch":
+        import torch
+
+        import hpc_xla.torch as ht
+
+        t = {k: decode_harness.to_torch(v, "cpu") for k, v in d.items()}
+        plan_for = lambda lens: ht.decode_plan(torch.tensor(lens, dtype=torch.int32), num_kv_heads=1,  # noqa: E731
+                                               num_q_heads=8, head_dim=128, page_size=16, max_ctas=8)
+        call = lambda plan: ht.decode_attention(t["q"], t["k_cache"], t["v_cache"], t["block_table"],  # noqa: E731
+                                                t["seq_lens"], plan)
+        error = ValueError
+    else:
+        import jax
+
+        import hpc_xla.jax as hj
+
+        plan_for = lambda lens: hj.decode_plan(np.array(lens, np.int32), num_kv_heads=1, num_q_heads=8,  # noqa: E731
+                                               head_dim=128, page_size=16, max_ctas=8)
+        call = lambda plan: jax.block_until_ready(hj.decode_attention(  # noqa: E731
+            d["q"], d["k_cache"], d["v_cache"], d["block_table"], d["seq_lens"], plan))
+        error = jax.errors.JaxRuntimeError
+    with pytest.raises(error, match=want):
+        call(plan_for(built))
+    call(plan_for(same_tiles))  # 2 and 47 tiles, as the call's 100 and 3000
+    call(plan_for(other))
+
+
+@pytest.mark.parametrize("value", [-1.0, float("nan"), float("inf")])
+def test_q_and_x_scales_must_be_finite_and_not_negative(value):
+    """An fp8 q's q_scale (decode) and an fp8 x's x_scale (fp8_block128) were never checked: NaN / inf gave NaN
+    rows, a negative one sign-flipped results, silently. 0 stays legal (an all-zero row or block)."""
+    import torch
+
+    import hpc_xla.torch as ht
+
+    fp8q = dataclasses.replace(DECODE, kv_dtype="float8_e4m3fn", q_dtype="float8_e4m3fn")
+    d = {k: decode_harness.to_torch(v, "cpu") for k, v in decode_harness.make_inputs(fp8q).items()}
+    d["q_scale"][0, 0] = 0.0
+    _decode_torch(d, q_scale=d["q_scale"])
+    d["q_scale"][0, 1] = value
+    with pytest.raises(ValueError, match=r"decode_attention: q_scale\[1\] \(flat index\) must be finite and >= 0"):
+        _decode_torch(d, q_scale=d["q_scale"])
+    p = make_problem(tokens=3, experts=4, hidden=256, inter=128, top_k=2, quant="fp8_block128", x_fp8=True)
+    t = {k: (rope_norm_harness.to_torch(v, "cpu") if isinstance(v, np.ndarray) else v) for k, v in p.items()}
+    kw = dict(quant="fp8_block128", w13_scale=t["w13_scale"], w2_scale=t["w2_scale"])
+    t["x_scale"][0, 0] = 0.0
+    ht.fused_moe(t["x"], t["w13"], t["w2"], t["topk_weights"], t["topk_ids"], x_scale=t["x_scale"], **kw)
+    t["x_scale"][1, 1] = value
+    with pytest.raises(ValueError, match=r"fused_moe: x_scale\[3\] \(flat index\) must be finite and >= 0"):
+        ht.fused_moe(t["x"], t["w13"], t["w2"], t["topk_weights"], t["topk_ids"], x_scale=t["x_scale"], **kw)
+
+
+def test_route_out_must_be_a_pair_of_tensors():
+    """torch moe_route's out=: a 1-tuple was an IndexError, one tensor was split into its rows (a dtype error about
+    topk_ids), (None, None) nanobind's unnamed signature error."""
+    import torch
+
+    w, i = torch.empty(5, 2), torch.empty(5, 2, dtype=torch.int32)
+    with pytest.raises(TypeError, match=r"moe_route: out must be a pair .*; got 1 items"):
+        _route_torch(out=(w,))
+    with pytest.raises(TypeError, match=r"moe_route: out must be a pair .*; got Tensor"):
+        _route_torch(out=w)
+    with pytest.raises(TypeError, match=r"moe_route: out\[1\] must be a torch.Tensor; got NoneType"):
+        _route_torch(out=(w, None))
+    assert _route_torch(out=(w, i))[1] is i

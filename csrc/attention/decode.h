@@ -72,6 +72,9 @@ Status ValidateDecodeAttention(const DecodeAttentionArgs& args, DecodeConfig* co
 // Checks a plan header (host copy) against the call: "plan was built for q_len=1 but this call has q_len=2";
 // plan_ints is the plan tensor's length (its max_ctas must be the header's).
 Status CheckPlanHeader(const int32_t* header, const DecodeConfig& config, int64_t batch, int64_t plan_ints);
+// Checks a plan's per-sequence costs (host copy of header + prefix) against this call's seq_lens: a plan refilled
+// for other lengths (a stale one) would merge partials this call never wrote -- garbage, not an error.
+Status CheckPlanLengths(const int32_t* plan, const int32_t* seq_lens, int64_t batch);
 // Fills the plan for host seq_lens (the CPU platform; also what the GPU planner computes).
 // The least work (tiles) the planner gives a CTA: kMinCapacityTiles, or HPC_XLA_DECODE_MIN_TILES (1..64) for
 // A/B runs. Read once; the GPU planner and BuildPlanHost use the same value.

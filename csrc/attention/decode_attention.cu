@@ -149,10 +149,12 @@ Status CheckOnDevice(const DecodeAttentionArgs& a, const DecodeConfig& cfg, cuda
     }
   }
   if (a.schedule == DecodeSchedule::kDynamic) {
-    int32_t header[attention::kPlanHeaderInts];
-    HPC_RETURN_IF_ERROR(CudaStatus(cudaMemcpy(header, a.plan.data, sizeof(header), cudaMemcpyDeviceToHost),
+    // the header and the per-sequence cost prefix (kPlanHeaderInts + batch + 1 ints: inside any plan of this batch)
+    std::vector<int32_t> head(attention::kPlanHeaderInts + batch + 1);
+    HPC_RETURN_IF_ERROR(CudaStatus(cudaMemcpy(head.data(), a.plan.data, head.size() * 4, cudaMemcpyDeviceToHost),
                                    "decode_attention check"));
-    HPC_RETURN_IF_ERROR(CheckPlanHeader(header, cfg, batch, a.plan.shape[0]));
+    HPC_RETURN_IF_ERROR(CheckPlanHeader(head.data(), cfg, batch, a.plan.shape[0]));
+    HPC_RETURN_IF_ERROR(CheckPlanLengths(head.data(), lens.data(), batch));
   }
   return Status::Ok();
 }
@@ -193,6 +195,7 @@ Status DecodeAttentionCuda(const DecodeAttentionArgs& a, cudaStream_t stream) {
     HPC_RETURN_IF_ERROR(CheckOnDevice(a, cfg, stream));
     HPC_RETURN_IF_ERROR(CheckScalesOnDevice("decode_attention", "k_scale", a.k_scale, stream));
     HPC_RETURN_IF_ERROR(CheckScalesOnDevice("decode_attention", "v_scale", a.v_scale, stream));
+    HPC_RETURN_IF_ERROR(CheckScalesOnDevice("decode_attention", "q_scale", a.q_scale, stream, /*zero_ok=*/true));
   }
   // Vector widths of the kernels' accesses: 16-byte cp.async of K/V rows, 8 q elements per load, 2 out elements
   // per store, float4 partials in the combine.

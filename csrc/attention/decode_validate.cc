@@ -215,6 +215,23 @@ Status CheckPlanHeader(const int32_t* header, const DecodeConfig& cfg, int64_t b
   return Status::Ok();
 }
 
+Status CheckPlanLengths(const int32_t* plan, const int32_t* seq_lens, int64_t batch) {
+  using namespace attention;
+  const int32_t* prefix = PlanPrefix(plan);
+  const int piece_cost = plan[kFieldPieceCost];
+  for (int64_t b = 0; b < batch; ++b) {
+    const int64_t want = UnitCost(seq_lens[b], piece_cost), have = static_cast<int64_t>(prefix[b + 1]) - prefix[b];
+    if (want != have) {
+      return ArgCheck("decode_attention")
+          .Fail("plan does not match seq_lens: seq_lens[" + std::to_string(b) + "] = " + std::to_string(seq_lens[b]) +
+                " needs " + std::to_string(TilesOf(seq_lens[b])) + " tiles, the plan has " +
+                std::to_string(have > piece_cost ? have - piece_cost : 0) +
+                " -- refill it for these seq_lens (decode_plan(seq_lens, ..., out=plan)) before the call");
+    }
+  }
+  return Status::Ok();
+}
+
 int DecodePieceCostTiles(const DecodeConfig& config) {
   static const int forced = [] {
     const int n = EnvInt("HPC_XLA_DECODE_PIECE_COST", -1);

@@ -290,7 +290,7 @@ Status FusedMoeCuda(const FusedMoeArgs& a, cudaStream_t stream) {
     HPC_RETURN_IF_ERROR(CheckIdsOnDevice(a, global, stream));
     for (const auto& [name, t, zero_ok] : {std::tuple<const char*, const TensorView*, bool>{"a13_scale", &a.a13_scale, false},
                                           {"a2_scale", &a.a2_scale, false}, {"w13_scale", &a.w13_scale, true},
-                                          {"w2_scale", &a.w2_scale, true}}) {
+                                          {"w2_scale", &a.w2_scale, true}, {"x_scale", &a.x_scale, true}}) {
       HPC_RETURN_IF_ERROR(CheckScalesOnDevice("fused_moe", name, *t, stream, zero_ok));
     }
   }

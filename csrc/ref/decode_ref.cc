@@ -149,6 +149,8 @@ Status CheckData(const DecodeAttentionArgs& a, const DecodeConfig& cfg) {
   ArgCheck c("decode_attention");
   HPC_RETURN_IF_ERROR(c.PositiveFiniteScales("k_scale", a.k_scale));
   HPC_RETURN_IF_ERROR(c.PositiveFiniteScales("v_scale", a.v_scale));
+  // an fp8 q's per-(token, head) scales: 0 is rope_norm's for an all-zero row, never negative or NaN
+  HPC_RETURN_IF_ERROR(c.PositiveFiniteScales("q_scale", a.q_scale, /*zero_ok=*/true));
   const int64_t batch = a.seq_lens.shape[0], max_blocks = a.block_table.shape[1], num_blocks = a.k_cache.shape[0];
   for (int64_t b = 0; b < batch; ++b) {
     const int64_t len = a.seq_lens.ptr<const int32_t>()[b];
@@ -235,6 +237,7 @@ Status DecodeAttentionCpu(const DecodeAttentionArgs& a) {
   if (a.schedule == DecodeSchedule::kDynamic) {
     const int32_t* plan = a.plan.ptr<const int32_t>();
     HPC_RETURN_IF_ERROR(CheckPlanHeader(plan, cfg, batch, a.plan.shape[0]));
+    HPC_RETURN_IF_ERROR(CheckPlanLengths(plan, lens, batch));
     const int num_ctas = plan[attention::kFieldNumCtas];
     const Partials parts{a.workspace.ptr<float>(), 2 * static_cast<int64_t>(plan[attention::kFieldMaxCtas]), rows, dim};
     for (int cta = 0; cta < num_ctas; ++cta) {

@@ -88,6 +88,8 @@ Status FusedMoeCpu(const FusedMoeArgs& a) {
   HPC_RETURN_IF_ERROR(c.PositiveFiniteScales("a2_scale", a.a2_scale));
   HPC_RETURN_IF_ERROR(c.PositiveFiniteScales("w13_scale", a.w13_scale, /*zero_ok=*/true));
   HPC_RETURN_IF_ERROR(c.PositiveFiniteScales("w2_scale", a.w2_scale, /*zero_ok=*/true));
+  // an fp8 x's per-token, per-128-column scales (fp8_block128): 0 for an all-zero block, never negative or NaN
+  HPC_RETURN_IF_ERROR(c.PositiveFiniteScales("x_scale", a.x_scale, /*zero_ok=*/true));
   const bool block = a.quant == MoeQuant::kFp8Block128, tensor = a.quant == MoeQuant::kFp8Tensor;
   const float a13 = tensor ? a.a13_scale.ptr<const float>()[0] : 0.f;
   const float a2 = tensor ? a.a2_scale.ptr<const float>()[0] : 0.f;

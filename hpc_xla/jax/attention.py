@@ -34,7 +34,7 @@ class DecodePlan:
 
 def _max_ctas(max_ctas, num_kv_heads, num_q_heads, head_dim, q_len, page_size, kv_dtype, q_dtype):
     if max_ctas is not None:
-        return int(max_ctas)
+        return _decode.checked_max_ctas("decode_attention", max_ctas)
     on_gpu = jax.default_backend() == "gpu"
     return _decode.max_ctas_for(0 if on_gpu else None, num_kv_heads, num_q_heads, head_dim, q_len, page_size,
                                 kv_dtype, q_dtype)

@@ -52,7 +52,7 @@ decode_attention_op = define(
 
 def _max_ctas(max_ctas, device, num_kv_heads, num_q_heads, head_dim, q_len, page_size, kv_dtype, q_dtype):
     if max_ctas is not None:
-        return int(max_ctas)
+        return _decode.checked_max_ctas("decode_attention", max_ctas)
     index = (device.index or 0) if device.type == "cuda" else None  # cpu, meta: the CPU platform's count, no GPU query
     return _device_max_ctas(index, num_kv_heads, num_q_heads, head_dim, q_len, page_size,
                             _decode.canonical_dtype_name(kv_dtype), _decode.canonical_dtype_name(q_dtype))
