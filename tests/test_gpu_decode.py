@@ -152,6 +152,37 @@ except ValueError as e:
     assert "block_table[3, 1] = -2 is outside" in out, out
 
 
+def test_device_checks_report_a_stale_plan_and_bad_q_scale():
+    """HPC_XLA_CHECK=1 on the GPU: a plan refilled for other seq_lens, and an fp8 q's q_scale with a NaN, are
+    errors (the CPU path always checks them; session 40's bad-input review)."""
+    out = _run_python("""
+import dataclasses, numpy as np, torch
+import hpc_xla.torch as ht
+from decode_harness import DecodeCase, make_inputs, to_torch
+t = {k: to_torch(v, "cuda") for k, v in make_inputs(DecodeCase(seq_lens=(100, 0, 3000))).items()}
+stale = ht.decode_plan(torch.tensor([3000, 0, 100], dtype=torch.int32, device="cuda"), num_kv_heads=1, num_q_heads=8,
+                       head_dim=128, page_size=16)
+for name, call in (
+        ("stale", lambda: ht.decode_attention(t["q"], t["k_cache"], t["v_cache"], t["block_table"], t["seq_lens"],
+                                              stale)),
+        ("q_scale", None)):
+    if call is None:
+        f = {k: to_torch(v, "cuda") for k, v in make_inputs(DecodeCase(seq_lens=(100, 0, 3000), kv_dtype="float8_e4m3fn",
+                                                                        q_dtype="float8_e4m3fn")).items()}
+        f["q_scale"][0, 1] = float("nan")
+        call = lambda: ht.decode_attention(f["q"], f["k_cache"], f["v_cache"], f["block_table"], f["seq_lens"],
+                                           k_scale=f["k_scale"], v_scale=f["v_scale"], q_scale=f["q_scale"])
+    try:
+        call()
+        torch.cuda.synchronize()
+        print(name, "NO ERROR")
+    except ValueError as e:
+        print(name, "ERROR", e)
+""", HPC_XLA_CHECK="1")
+    assert "stale ERROR" in out and "plan does not match seq_lens: seq_lens[0] = 100" in out, out
+    assert "q_scale ERROR" in out and "q_scale[1] (flat index) must be finite and >= 0" in out, out
+
+
 def test_misaligned_workspace_is_refused():
     # the combine kernel reads the fp32 partials as float4: a workspace view at a 4-byte offset gets a clear error
     import torch

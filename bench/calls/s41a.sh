@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# session 41 call A (~6 min, any Hopper; carry .peer/exp/m5 = main staged: `tools/stage_experiments.sh m5`): the
-# fused_moe GPU file WHOLE for main with the two-pass stream down sum (141d8b2; whole it runs past one 440 s
+# session 41 call A (~6 min, any Hopper; carry .peer/exp/m5 = main staged: `tools/stage_experiments.sh m5` AFTER
+# a317d01, the bad-input fixes): the decode GPU file, the fused_moe GPU file WHOLE for main with the two-pass stream down sum (141d8b2; whole it runs past one 440 s
 # process, so its test ids in three parallel processes), then where decode q_len 2's extra time goes.
 # Written BEFORE the run: tests all pass (the sum ran 39 stream tests + racecheck clean in s40b). Decode, H200,
 # 8/1/128 bf16 1x128K+31x4K: q_len 1 44.5 us, q_len 2 51.4 (FlashInfer's FA2 prefill 43.8): the attention kernel
@@ -15,6 +15,9 @@ for part in $R/ids_part_*; do
   # shellcheck disable=SC2046
   in_background "moe gpu part ${part##*_}" "a_moe_${part##*_}.log" 420 $M $T $(cat $part)
 done
+# session 40's bad-input fixes on the GPU (HPC_XLA_CHECK's stale-plan and q_scale checks, a new GPU test) and the
+# argument-error tests with the GPU present
+in_background "decode gpu + argument errors" a_dec.log 300 $M $T tests/test_gpu_decode.py tests/test_argument_errors.py
 wait; t
 collect a_
 ( cd $M && PYTHONPATH=$M HPC_PROFILE_QLEN=1,2 timeout 150 python3 $ROOT/tools/profile_kernels.py decode \
