@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # session 41 call A (~6 min, any Hopper; carry .peer/exp/m5 = main staged: `tools/stage_experiments.sh m5` AFTER
-# a317d01, the bad-input fixes): the decode GPU file, the fused_moe GPU file WHOLE for main with the two-pass stream down sum (141d8b2; whole it runs past one 440 s
-# process, so its test ids in three parallel processes), then where decode q_len 2's extra time goes.
+# a317d01, the bad-input fixes): the decode GPU file, the fused_moe GPU file WHOLE for main with the two-pass
+# stream down sum (141d8b2; whole it runs past one 440 s process, so its test ids in three parallel processes),
+# then where decode q_len 2's extra time goes.
 # Written BEFORE the run: tests all pass (the sum ran 39 stream tests + racecheck clean in s40b). Decode, H200,
 # 8/1/128 bf16 1x128K+31x4K: q_len 1 44.5 us, q_len 2 51.4 (FlashInfer's FA2 prefill 43.8): the attention kernel
 # carries most of the +7 us (twice the live softmax rows: MT = 1 instead of the half-tile MT = 0), the merge
