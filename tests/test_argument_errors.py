@@ -464,3 +464,16 @@ def test_route_out_must_be_a_pair_of_tensors():
     with pytest.raises(TypeError, match=r"moe_route: out\[1\] must be a torch.Tensor; got NoneType"):
         _route_torch(out=(w, None))
     assert _route_torch(out=(w, i))[1] is i
+
+
+def test_jax_fused_moe_names_a_wrong_rank():
+    """hj.fused_moe read w13.shape[1] for its workspace before anything checked the rank: a 1-D w13 was an
+    IndexError naming nothing. Now as the torch face says it."""
+    import hpc_xla.jax as hj
+
+    p = make_problem(tokens=2, experts=4, hidden=128, inter=128, top_k=2, quant=None)
+    rest = (p["topk_weights"], p["topk_ids"])
+    with pytest.raises(ValueError, match=r"fused_moe: w13 must be a 3-D array \[E, 2I, H\]; got shape \[131072\]"):
+        hj.fused_moe(p["x"], p["w13"].reshape(-1), p["w2"], *rest)
+    with pytest.raises(ValueError, match=r"fused_moe: x must be a 2-D array \[T, H\]; got shape \[256\]"):
+        hj.fused_moe(p["x"].reshape(-1), p["w13"], p["w2"], *rest)
