@@ -148,8 +148,15 @@ def max_ctas_for(device_index, num_kv_heads, num_q_heads, head_dim, q_len, page_
                                      -1 if device_index is None else int(device_index)))
 
 
+KV_DTYPES = ("bfloat16", "float16", "float8_e4m3fn")
+
+
 def check_attention_call(q, k_cache, seq_lens, plan, plan_type, q_len, schedule):
     """decode_attention's arguments as both faces check them before planning (shapes the wrappers read) -> q_len."""
+    if canonical_dtype_name(k_cache.dtype) not in KV_DTYPES:  # before a plan is built for it (that error names
+        # decode_plan's kv_dtype, which this call never passed)
+        raise ValueError("decode_attention: k_cache must have dtype %s; got %s"
+                         % (", ".join(KV_DTYPES), canonical_dtype_name(k_cache.dtype)))
     if plan is not None and not isinstance(plan, plan_type):
         raise TypeError("decode_attention: plan must be a DecodePlan from decode_plan (or None); got %s"
                         % type(plan).__name__)

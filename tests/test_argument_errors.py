@@ -477,3 +477,25 @@ def test_jax_fused_moe_names_a_wrong_rank():
         hj.fused_moe(p["x"], p["w13"].reshape(-1), p["w2"], *rest)
     with pytest.raises(ValueError, match=r"fused_moe: x must be a 2-D array \[T, H\]; got shape \[256\]"):
         hj.fused_moe(p["x"].reshape(-1), p["w13"], p["w2"], *rest)
+
+
+@pytest.mark.parametrize("framework", ["jax", "torch"])
+def test_decode_plan_names_a_kv_dtype_it_cannot_run(framework):
+    """decode_plan took any dtype it knew as kv_dtype (int32, float32) and the mistake surfaced only at the call,
+    as "plan was built for kv_dtype=...": now the plan itself refuses it."""
+    import jax
+
+    lens = np.array([100, 0, 3000], np.int32)
+    kw = dict(num_kv_heads=1, num_q_heads=8, head_dim=128, page_size=16, max_ctas=8)
+    with pytest.raises((ValueError, jax.errors.JaxRuntimeError), match=r"decode_plan: kv_dtype must be bfloat16, float16 or float8_e4m3fn; got "
+                                         r"(int32|i32|float32|f32)"):
+        if framework == "torch":
+            import torch
+
+            import hpc_xla.torch as ht
+
+            ht.decode_plan(torch.from_numpy(lens), kv_dtype=torch.int32, **kw)
+        else:
+            import hpc_xla.jax as hj
+
+            jax.block_until_ready(hj.decode_plan(lens, kv_dtype=np.float32, **kw).array)

@@ -57,6 +57,12 @@ int64_t DecodeWorkspaceFloats(int64_t batch, int num_kv_heads, int num_q_heads, 
 Status ValidateDecodePlan(const DecodePlanArgs& a) {
   ArgCheck c("decode_plan");
   HPC_RETURN_IF_ERROR(ValidateConfig(c, a.config));
+  // (a plan for an int32 "cache" was accepted and failed only at the call, as a plan/call mismatch; the call's own
+  // cache dtype check names k_cache)
+  const DType kv = a.config.kv_dtype;
+  if (kv != DType::kBF16 && kv != DType::kF16 && kv != DType::kF8E4M3) {
+    return c.Fail(std::string("kv_dtype must be bfloat16, float16 or float8_e4m3fn; got ") + DTypeName(kv));
+  }
   HPC_RETURN_IF_ERROR(c.Required("seq_lens", a.seq_lens, 1, "[B]"));
   HPC_RETURN_IF_ERROR(c.Dtype("seq_lens", a.seq_lens, {DType::kI32}));
   HPC_RETURN_IF_ERROR(c.Contiguous("seq_lens", a.seq_lens));
