@@ -151,12 +151,17 @@ def max_ctas_for(device_index, num_kv_heads, num_q_heads, head_dim, q_len, page_
 KV_DTYPES = ("bfloat16", "float16", "float8_e4m3fn")
 
 
-def check_attention_call(q, k_cache, seq_lens, plan, plan_type, q_len, schedule):
-    """decode_attention's arguments as both faces check them before planning (shapes the wrappers read) -> q_len."""
-    if canonical_dtype_name(k_cache.dtype) not in KV_DTYPES:  # before a plan is built for it (that error names
-        # decode_plan's kv_dtype, which this call never passed)
+def check_cache_dtype_before_planning(k_cache):
+    """decode_attention without a plan builds one for k_cache's dtype: a dtype no kernel runs is named here as the
+    cache's (decode_plan's own error names a kv_dtype this call never passed). Off the hot path: with a plan, csrc
+    checks the cache against it."""
+    if canonical_dtype_name(k_cache.dtype) not in KV_DTYPES:
         raise ValueError("decode_attention: k_cache must have dtype %s; got %s"
                          % (", ".join(KV_DTYPES), canonical_dtype_name(k_cache.dtype)))
+
+
+def check_attention_call(q, k_cache, seq_lens, plan, plan_type, q_len, schedule):
+    """decode_attention's arguments as both faces check them before planning (shapes the wrappers read) -> q_len."""
     if plan is not None and not isinstance(plan, plan_type):
         raise TypeError("decode_attention: plan must be a DecodePlan from decode_plan (or None); got %s"
                         % type(plan).__name__)

@@ -114,6 +114,7 @@ def decode_attention(q, k_cache, v_cache, block_table, seq_lens, plan=None, *, s
     _args.nonempty_dims("decode_attention", **{"batch (seq_lens.shape[0])": batch, "num_q_heads (q.shape[1])":
                                                num_q_heads, "head_dim (q.shape[2])": head_dim})
     if schedule == "dynamic" and plan is None:
+        _decode.check_cache_dtype_before_planning(k_cache)
         plan = decode_plan(seq_lens, num_kv_heads=num_kv_heads, num_q_heads=num_q_heads, head_dim=head_dim,
                            page_size=page_size, q_len=q_len, kv_dtype=k_cache.dtype, q_dtype=q.dtype,
                            max_ctas=max_ctas)

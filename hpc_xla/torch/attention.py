@@ -130,6 +130,7 @@ def decode_attention(q, k_cache, v_cache, block_table, seq_lens, plan=None, *, s
     num_q_heads, head_dim = int(q.shape[1]), int(q.shape[2])
     page_size, num_kv_heads = int(k_cache.shape[1]), int(k_cache.shape[2])
     if schedule == "dynamic" and plan is None:
+        _decode.check_cache_dtype_before_planning(k_cache)
         plan = decode_plan(seq_lens, num_kv_heads=num_kv_heads, num_q_heads=num_q_heads, head_dim=head_dim,
                            page_size=page_size, q_len=q_len, kv_dtype=k_cache.dtype, q_dtype=q.dtype,
                            max_ctas=max_ctas)
