@@ -66,10 +66,10 @@ def fused_moe(x, w13, w2, topk_weights=None, topk_ids=None, *, quant=None, w13_s
     """
     _args.arrays("fused_moe", x=x, w13=w13, w2=w2)
     # ranks before any shape is read here (the workspace size): csrc's words for what it would say itself
-    for name, arr, layout in (("x", x, "[T, H]"), ("w13", w13, "[E, 2I, H]"), ("w2", w2, "[E, H, I]")):
-        if arr.ndim != len(layout.split(",")):
-            raise ValueError("fused_moe: %s must be a %d-D array %s; got shape %s"
-                             % (name, len(layout.split(",")), layout, list(arr.shape)))
+    for name, arr, rank, layout in (("x", x, 2, "[T, H]"), ("w13", w13, 3, "[E, 2I, H]"), ("w2", w2, 3, "[E, H, I]")):
+        if arr.ndim != rank:
+            raise ValueError("fused_moe: %s must be a %d-D array %s; got shape %s" % (name, rank, layout,
+                                                                                  list(arr.shape)))
     _args.nonempty_dims("fused_moe", **{"H (x.shape[-1])": x.shape[-1] if x.ndim else 0})
     _options.check_activation(activation)
     w13_interleaved = _options.w13_interleaved_flag(w13_interleaved, quant, w13.shape)
