@@ -102,6 +102,12 @@ def test_partitioned_decode_plan_for_a_share_of_the_heads():
                                       np.asarray(hj.decode_attention(*args, sm_scale=0.1)))
     with pytest.raises(ValueError, match=r"num_kv_heads \(2\) must split evenly into head_shards \(4\)"):
         hp.decode_plan(args[4], head_shards=4, **shape)
+    # a numpy int is an int (it was refused as "must split evenly"); None heads and a float share are named
+    assert hp.decode_plan(args[4], head_shards=np.int64(2), **shape).config == plan.config
+    with pytest.raises(TypeError, match=r"partitioned.decode_plan: num_kv_heads must be an int; got None"):
+        hp.decode_plan(args[4], head_shards=2, **dict(shape, num_kv_heads=None))
+    with pytest.raises(TypeError, match=r"partitioned.decode_plan: head_shards must be an int; got 2.0"):
+        hp.decode_plan(args[4], head_shards=2.0, **shape)
     with pytest.raises(TypeError, match="plan must come from hpc_xla.jax.partitioned.decode_plan"):
         hp.decode_attention(*args, plan.array)
 

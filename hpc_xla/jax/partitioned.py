@@ -25,7 +25,7 @@ from jax.experimental.custom_partitioning import custom_partitioning
 from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
-from hpc_xla import _options
+from hpc_xla import _args, _options
 from hpc_xla.jax.attention import DecodePlan
 from hpc_xla.jax.attention import decode_attention as _decode_attention
 from hpc_xla.jax.attention import decode_plan as _decode_plan
@@ -211,10 +211,12 @@ def decode_plan(seq_lens, *, num_kv_heads, num_q_heads, head_shards, **options):
     """hpc_xla.jax.decode_plan for ONE device's share of the heads when they are split `head_shards` ways (the
     size of the mesh axis that shards the cache's heads): build once per step, pass to every layer's
     decode_attention here. Same other arguments as hpc_xla.jax.decode_plan."""
+    op = "hpc_xla.jax.partitioned.decode_plan"
+    head_shards = _args.integer(op, "head_shards", head_shards, minimum=1)  # (numpy ints too; bools, floats refused)
     for name, heads in (("num_kv_heads", num_kv_heads), ("num_q_heads", num_q_heads)):
-        if not isinstance(head_shards, int) or head_shards < 1 or heads % head_shards:
-            raise ValueError("hpc_xla.jax.partitioned.decode_plan: %s (%s) must split evenly into head_shards (%r)"
-                             % (name, heads, head_shards))
+        heads = _args.integer(op, name, heads, minimum=1)
+        if heads % head_shards:
+            raise ValueError("%s: %s (%d) must split evenly into head_shards (%d)" % (op, name, heads, head_shards))
     return _decode_plan(seq_lens, num_kv_heads=num_kv_heads // head_shards, num_q_heads=num_q_heads // head_shards,
                         **options)
 
