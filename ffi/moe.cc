@@ -2,7 +2,7 @@
 //   moe_route: args router_logits, correction_bias (shape (0,) when absent)   rets topk_weights, topk_ids
 //              attrs top_k, scoring, renormalize, num_groups, topk_groups, routed_scaling
 //   fused_moe: args x, x_scale, w13, w2, w13_scale, w2_scale, a13_scale, a2_scale, topk_weights, topk_ids,
-//              shared_output (optional ones shape (0,))                      rets out, workspace (uint8
+//              shared_output, traced_offset (optional ones shape (0,))       rets out, workspace (uint8
 //              [fused_moe_call_workspace_size] scratch of the CUDA pipeline; the CPU handler ignores it)
 //              attrs quant, expert_offset, num_experts_global, w13_interleaved
 #include <cuda_runtime.h>
@@ -41,8 +41,8 @@ ffi::Error MoeRoute(DeviceKind device, cudaStream_t stream, int device_id, AnyBu
 ffi::Error FusedMoe(DeviceKind device, cudaStream_t stream, int device_id, AnyBuffer x, AnyBuffer x_scale,
                     AnyBuffer w13, AnyBuffer w2, AnyBuffer w13_scale, AnyBuffer w2_scale, AnyBuffer a13_scale,
                     AnyBuffer a2_scale, AnyBuffer topk_weights, AnyBuffer topk_ids, AnyBuffer shared_output,
-                    Result<AnyBuffer> out, Result<AnyBuffer> workspace, int32_t quant, int64_t expert_offset,
-                    int64_t num_experts_global, bool w13_interleaved) {
+                    AnyBuffer traced_offset, Result<AnyBuffer> out, Result<AnyBuffer> workspace, int32_t quant,
+                    int64_t expert_offset, int64_t num_experts_global, bool w13_interleaved) {
   FusedMoeArgs a;
   a.x = View(x, device, device_id);
   a.x_scale = View(x_scale, device, device_id, /*optional=*/true);
@@ -55,6 +55,7 @@ ffi::Error FusedMoe(DeviceKind device, cudaStream_t stream, int device_id, AnyBu
   a.topk_weights = View(topk_weights, device, device_id);
   a.topk_ids = View(topk_ids, device, device_id);
   a.shared_output = View(shared_output, device, device_id, /*optional=*/true);
+  a.traced_offset = View(traced_offset, device, device_id, /*optional=*/true);
   a.out = View(*out, device, device_id);
   a.workspace = View(*workspace, device, device_id);
   a.quant = static_cast<MoeQuant>(quant);
@@ -78,6 +79,7 @@ auto BindFusedMoeOperands(Binding binding) {
       .template Arg<AnyBuffer>()  // topk_weights
       .template Arg<AnyBuffer>()  // topk_ids
       .template Arg<AnyBuffer>()  // shared_output
+      .template Arg<AnyBuffer>()  // traced_offset
       .template Ret<AnyBuffer>()  // out
       .template Ret<AnyBuffer>()  // workspace
       .template Attr<int32_t>("quant")

@@ -266,7 +266,8 @@ def test_empty_operands_that_are_real():
 
 
 def test_traced_negative_offset_keeps_negative_ids_out():
-    """A traced expert_offset never turns a 'no expert' id (< 0) into a local one."""
+    """A traced expert_offset never turns a 'no expert' id (< 0) into a local one; a negative offset (where -1 - off
+    would land in the local range) is refused by the binary's check of the offset (session 40)."""
     import jax
     import jax.numpy as jnp
 
@@ -276,7 +277,9 @@ def test_traced_negative_offset_keeps_negative_ids_out():
     ids = np.full((4, 2), -1, np.int32)
     f = jax.jit(lambda off: hj.fused_moe(p["x"], p["w13"], p["w2"], p["topk_weights"], ids, expert_offset=off,
                                          num_experts_global=8))
-    assert np.all(np.asarray(f(jnp.int32(-2))).astype(np.float32) == 0)
+    assert np.all(np.asarray(f(jnp.int32(4))).astype(np.float32) == 0)
+    with pytest.raises(Exception, match=r"expert_offset \(traced\) = -2 must be in"):
+        jax.block_until_ready(f(jnp.int32(-2)))
 
 
 def test_torch_unsupported_dtypes_are_named():

@@ -323,6 +323,30 @@ except ValueError as e:
         r.stdout, r.stdout + r.stderr
 
 
+def test_jax_device_check_reports_a_traced_offset_out_of_range():
+    """A traced expert_offset (shard_map) past num_experts_global - E: under HPC_XLA_CHECK the GPU path names it
+    (without the check it gives zeros or other experts' results, like any id that is not local)."""
+    code = r"""
+import sys
+sys.path.insert(0, "tests")
+import jax, jax.numpy as jnp
+import hpc_xla.jax as hj
+from test_fused_moe import make_problem
+p = make_problem(tokens=3, experts=4, hidden=128, inter=128, top_k=2, quant=None, extra_experts=4)
+f = jax.jit(lambda off: hj.fused_moe(p["x"], p["w13"], p["w2"], p["topk_weights"], p["topk_ids"], expert_offset=off,
+                                     num_experts_global=8))
+jax.block_until_ready(f(jnp.int32(4)))
+try:
+    jax.block_until_ready(f(jnp.int32(100)))
+    print("NO ERROR")
+except Exception as e:
+    print("ERR", e)
+"""
+    r = _run_child(code, HPC_XLA_CHECK="1")
+    assert "expert_offset (traced) = 100 must be in [0, num_experts_global - E] = [0, 4]" in r.stdout and \
+        "(HPC_XLA_CHECK)" in r.stdout, r.stdout + r.stderr
+
+
 def test_device_checks_are_skipped_inside_a_graph_capture():
     """HPC_XLA_CHECK=1 copies the ids and scales to the host and syncs, which a CUDA-graph capture forbids (vLLM
     captures its MoE layers): eager calls are checked, captured ones run unchecked, and the replay equals eager."""

@@ -68,6 +68,21 @@ def test_traced_expert_offset_keeps_id_checks():
                                            expert_offset=jnp.int32(8), num_experts_global=24))
 
 
+def test_traced_expert_offset_out_of_range_is_named():
+    """A traced offset outside [0, num_experts_global - E] (axis_index * E_global instead of * E, say) gave all-zero
+    output, or other experts' results for a negative one, or blamed an id the user never passed (E, the fold's
+    "not local"); the binary now checks the offset itself (on the CPU; on the GPU under HPC_XLA_CHECK)."""
+    p = make_problem(tokens=3, experts=4, hidden=128, inter=128, top_k=2, quant=None, extra_experts=4)
+    args = (p["x"], p["w13"], p["w2"], p["topk_weights"], p["topk_ids"])
+    with jax.default_device(jax.devices("cpu")[0]):
+        f = jax.jit(lambda off, g: hj.fused_moe(*args, expert_offset=off, num_experts_global=g), static_argnums=1)
+        jax.block_until_ready(f(jnp.int32(4), 8))
+        for off, g, bound in ((100, 8, 4), (-2, 8, 4), (1, 4, 0)):
+            with pytest.raises(Exception, match=r"expert_offset \(traced\) = %d must be in \[0, num_experts_global - "
+                                                r"E\] = \[0, %d\]" % (off, bound)):
+                jax.block_until_ready(f(jnp.int32(off), g))
+
+
 def test_traced_expert_offset_argument_errors():
     p = make_problem(tokens=2, experts=8, hidden=128, inter=128, top_k=2, quant=None)
     args = (p["x"], p["w13"], p["w2"], p["topk_weights"], p["topk_ids"])

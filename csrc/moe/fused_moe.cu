@@ -276,6 +276,19 @@ Status CheckIdsOnDevice(const FusedMoeArgs& a, int64_t global, cudaStream_t stre
   return Status::Ok();
 }
 
+Status CheckTracedOffsetOnDevice(const FusedMoeArgs& a, cudaStream_t stream) {
+  if (!a.traced_offset.present()) return Status::Ok();
+  bool capturing = false;
+  HPC_RETURN_IF_ERROR(StreamCapturing(stream, "fused_moe check", &capturing));
+  if (capturing) return Status::Ok();
+  int32_t value = 0;
+  HPC_RETURN_IF_ERROR(CudaStatus(cudaMemcpyAsync(&value, a.traced_offset.data, 4, cudaMemcpyDeviceToHost, stream),
+                                 "fused_moe: HPC_XLA_CHECK copy"));
+  HPC_RETURN_IF_ERROR(CudaStatus(cudaStreamSynchronize(stream), "fused_moe: HPC_XLA_CHECK sync"));
+  const Status s = CheckTracedOffset(a, value);
+  return s.ok() ? s : Status::InvalidArgument(s.message() + " (HPC_XLA_CHECK)");
+}
+
 }  // namespace
 
 Status FusedMoeCuda(const FusedMoeArgs& a, cudaStream_t stream) {
@@ -287,6 +300,7 @@ Status FusedMoeCuda(const FusedMoeArgs& a, cudaStream_t stream) {
   if (tokens == 0) return Status::Ok();
   const int64_t global = GlobalExperts(a);
   if (DeviceChecksEnabled()) {
+    HPC_RETURN_IF_ERROR(CheckTracedOffsetOnDevice(a, stream));  // first: a bad one folds ids the next check blames
     HPC_RETURN_IF_ERROR(CheckIdsOnDevice(a, global, stream));
     for (const auto& [name, t, zero_ok] : {std::tuple<const char*, const TensorView*, bool>{"a13_scale", &a.a13_scale, false},
                                           {"a2_scale", &a.a2_scale, false}, {"w13_scale", &a.w13_scale, true},

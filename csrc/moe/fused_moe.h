@@ -32,6 +32,10 @@ struct FusedMoeArgs {
   TensorView topk_weights;   // [T, k] f32
   TensorView topk_ids;       // [T, k] int32 (global expert ids)
   TensorView shared_output;  // optional [T, H] bf16, added to y
+  // optional int32 [1]: a traced expert_offset (jax under shard_map) that hpc_xla.jax already folded into topk_ids
+  // (expert_offset is then 0): 0 <= it <= num_experts_global - E is checked here (CheckTracedOffset) -- on the CPU,
+  // and on the GPU under HPC_XLA_CHECK -- since a wrong one gives zeros or other experts' results, not an error.
+  TensorView traced_offset;
   TensorView out;            // [T, H] bf16, written
   TensorView workspace;      // CUDA path: uint8 [>= FusedMoeWorkspaceBytes(...)] scratch; the CPU path ignores it
   MoeQuant quant = MoeQuant::kNone;
@@ -90,6 +94,8 @@ int64_t FusedMoeMaxWorkspaceBytes(int64_t max_tokens, int64_t top_k, int64_t exp
                                   MoeQuant quant, int64_t experts_global = 0, bool w13_interleaved = false);
 
 Status ValidateFusedMoe(const FusedMoeArgs& args);
+// The traced expert_offset's value (read to the host) against E and num_experts_global (FusedMoeArgs::traced_offset).
+Status CheckTracedOffset(const FusedMoeArgs& args, int64_t value);
 // ValidateFusedMoe plus what the CUDA pipeline needs on top: H and I multiples of 64, E <= kMaxMoeCudaExperts,
 // a large enough workspace.
 Status ValidateFusedMoeCuda(const FusedMoeArgs& args);

@@ -269,12 +269,29 @@ Status ValidateFusedMoe(const FusedMoeArgs& a) {
                   ") exceeds the routing's experts (num_experts_global, or E + expert_offset when not given: " +
                   std::to_string(global) + ")");
   }
+  if (a.traced_offset.present()) {
+    HPC_RETURN_IF_ERROR(c.Dtype("traced_offset", a.traced_offset, {DType::kI32}));
+    if (a.traced_offset.numel() != 1 || a.expert_offset != 0) {
+      return c.Fail("traced_offset must be one int32 with expert_offset 0 (hpc_xla.jax folds it into topk_ids)");
+    }
+  }
   if (a.shared_output.present()) {
     HPC_RETURN_IF_ERROR(c.Dense("shared_output", a.shared_output, "[T, H]", {DType::kBF16},
                                 {{tokens, "T, from x"}, {hidden, "H, from x"}}, "x", a.x));
   }
   HPC_RETURN_IF_ERROR(c.Dense("out", a.out, "[T, H]", {DType::kBF16}, {{tokens, "T, from x"}, {hidden, "H, from x"}},
                               "x", a.x));
+  return Status::Ok();
+}
+
+Status CheckTracedOffset(const FusedMoeArgs& a, int64_t value) {
+  const int64_t experts = a.w13.shape[0], global = GlobalExperts(a);
+  if (value < 0 || value + experts > global) {
+    return ArgCheck("fused_moe").Fail(
+        "expert_offset (traced) = " + std::to_string(value) + " must be in [0, num_experts_global - E] = [0, " +
+        std::to_string(global - experts) + "]: this rank holds experts [expert_offset, expert_offset + E) with E = " +
+        std::to_string(experts) + " (w13.shape[0]) -- under shard_map, axis_index * E");
+  }
   return Status::Ok();
 }
 

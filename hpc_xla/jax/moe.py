@@ -78,7 +78,8 @@ def fused_moe(x, w13, w2, topk_weights=None, topk_ids=None, *, quant=None, w13_s
         topk_weights, topk_ids = moe_route(router_logits, top_k, **route_kwargs)
     _args.arrays("fused_moe", topk_weights=topk_weights, topk_ids=topk_ids)
     num_experts_global = _args.optional_integer("fused_moe", "num_experts_global", num_experts_global, minimum=1)
-    expert_offset, topk_ids = _static_expert_offset(expert_offset, num_experts_global, w13.shape[0], topk_ids)
+    expert_offset, topk_ids, traced_offset = _static_expert_offset(expert_offset, num_experts_global, w13.shape[0],
+                                                                   topk_ids)
     # The CUDA pipeline's scratch is an extra result (XLA allocates it; handlers never allocate); dropped here.
     # The CPU handler ignores it (its size is the CUDA one: shapes must not depend on the platform).
     # Sized for exactly this call's T (the size for "any T up to a max" can be larger: fused_moe_workspace_size).
@@ -97,22 +98,26 @@ def fused_moe(x, w13, w2, topk_weights=None, topk_ids=None, *, quant=None, w13_s
     out, _ = call(x, _ffi.optional(op, "x_scale", x_scale), w13, w2, _ffi.optional(op, "w13_scale", w13_scale),
                 _ffi.optional(op, "w2_scale", w2_scale), _ffi.f32_scalar(op, "a13_scale", a13_scale),
                 _ffi.f32_scalar(op, "a2_scale", a2_scale), topk_weights, topk_ids,
-                _ffi.optional(op, "shared_output", shared_output), quant=np.int32(_options.moe_quant_code(quant)),
+                _ffi.optional(op, "shared_output", shared_output),
+                _ffi.absent() if traced_offset is None else traced_offset,
+                quant=np.int32(_options.moe_quant_code(quant)),
                 expert_offset=np.int64(expert_offset), num_experts_global=np.int64(num_experts_global or 0),
                 w13_interleaved=w13_interleaved)
     return out
 
 
 def _static_expert_offset(expert_offset, num_experts_global, experts, topk_ids):
-    """(static offset, ids) for the binary, whose expert_offset is a compile-time attribute.
+    """(static offset, ids, traced offset or None) for the binary, whose expert_offset is a compile-time attribute.
 
     A traced offset (shard_map: one program for every rank) is folded into the ids instead: local ids become
     id - offset, other valid ids become E -- a valid id that is not local under offset 0, since E < E_global
     whenever some valid id is not local -- and invalid ids (< 0 or >= E_global) pass unchanged, so the op's own
     id checks still report them. Same local rows per expert, so the kernels take the same paths as with a static offset.
+    The offset itself goes to the binary as an operand that it checks (0 <= offset <= E_global - E; on the GPU under
+    HPC_XLA_CHECK): a wrong one (axis_index * E_global instead of * E) otherwise gives zeros or other experts' results.
     """
     if isinstance(expert_offset, (int, np.integer)) and not isinstance(expert_offset, bool):
-        return _args.integer("fused_moe", "expert_offset", expert_offset, minimum=0), topk_ids
+        return _args.integer("fused_moe", "expert_offset", expert_offset, minimum=0), topk_ids, None
     if not isinstance(expert_offset, (jax.Array, np.ndarray)) or jnp.ndim(expert_offset) != 0 or \
             not jnp.issubdtype(jnp.result_type(expert_offset), jnp.integer):
         raise ValueError("fused_moe: expert_offset must be an int or an integer scalar array (e.g. "
@@ -120,8 +125,12 @@ def _static_expert_offset(expert_offset, num_experts_global, experts, topk_ids):
     if num_experts_global is None:
         raise ValueError("fused_moe: a traced expert_offset needs num_experts_global (the routing's expert count)")
     ids = jnp.asarray(topk_ids)
-    offset = jnp.asarray(expert_offset).astype(ids.dtype)
+    given = jnp.asarray(expert_offset)
+    offset = given.astype(ids.dtype)
     # ids < 0 stay "no expert" whatever the offset (a negative offset must not turn -1 into a local expert)
     local = (ids >= 0) & (ids >= offset) & (ids < offset + experts)
     valid = (ids >= 0) & (ids < num_experts_global)
-    return 0, jnp.where(local, ids - offset, jnp.where(valid, experts, ids)).astype(ids.dtype)
+    # an offset past int32 (an int64 one under x64) reaches the check as INT32_MIN, not wrapped into range
+    i32 = np.iinfo(np.int32)
+    checked = jnp.where((given >= i32.min) & (given <= i32.max), given, i32.min).astype(jnp.int32).reshape((1,))
+    return 0, jnp.where(local, ids - offset, jnp.where(valid, experts, ids)).astype(ids.dtype), checked
