@@ -502,3 +502,13 @@ def test_decode_plan_names_a_kv_dtype_it_cannot_run(framework):
             import hpc_xla.jax as hj
 
             jax.block_until_ready(hj.decode_plan(lens, kv_dtype=np.float32, **kw).array)
+
+
+def test_rope_norm_fp8_out_without_q_quant_names_the_cause():
+    """An fp8 `out` without q_quant="fp8" was reported as "q_scale is required" (a name the torch face does not
+    even use: its argument is out_scale)."""
+    import torch
+
+    t = _torch(rope_norm_harness.make_inputs(ROPE))
+    with pytest.raises(ValueError, match=r"rope_norm: out is float8_e4m3fn, which needs q_quant='fp8'"):
+        _rope_torch(t, out=torch.empty(t["q"].shape, dtype=torch.float8_e4m3fn))

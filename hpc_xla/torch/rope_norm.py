@@ -53,6 +53,9 @@ def rope_norm(q, k, v, positions, cos_sin_cache, slot_mapping, k_cache, v_cache,
     eps = _args.real("rope_norm", "eps", eps)
     if out is None:
         out = torch.empty(q.shape, dtype=torch.float8_e4m3fn if quant_q else q.dtype, device=q.device)
+    elif out.dtype == torch.float8_e4m3fn and not quant_q:  # (csrc would name the missing scale, not the cause)
+        raise ValueError("rope_norm: out is float8_e4m3fn, which needs q_quant='fp8' (and its out_scale); got "
+                         "q_quant=%r" % (q_quant,))
     if quant_q and out_scale is None:
         out_scale = torch.empty(q.shape[:2], dtype=torch.float32, device=q.device)
     rope_norm_op(q, k, v, positions, cos_sin_cache, slot_mapping, k_cache, v_cache, out,
