@@ -17,18 +17,24 @@ Status StreamCapturing(cudaStream_t stream, const char* what, bool* capturing) {
   return Status::Ok();
 }
 
+Status CopyForCheck(cudaStream_t stream, const char* what, const void* src, void* dst, size_t bytes, bool* skipped) {
+  HPC_RETURN_IF_ERROR(StreamCapturing(stream, what, skipped));
+  if (*skipped) return Status::Ok();
+  cudaError_t err = cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, stream);
+  if (err == cudaSuccess) err = cudaStreamSynchronize(stream);
+  if (err != cudaSuccess) return Status::Internal(std::string(what) + ": " + cudaGetErrorString(err));
+  return Status::Ok();
+}
+
 Status CheckScalesOnDevice(const char* op, const char* name, const TensorView& scale, cudaStream_t stream,
                            bool zero_ok) {
   if (!scale.present() || scale.numel() == 0) return Status::Ok();
   const std::string what = std::string(op) + " check";
-  bool capturing = false;
-  HPC_RETURN_IF_ERROR(StreamCapturing(stream, what.c_str(), &capturing));
-  if (capturing) return Status::Ok();
   std::vector<float> host(static_cast<size_t>(scale.numel()));
-  cudaError_t err = cudaMemcpyAsync(host.data(), scale.data, host.size() * sizeof(float), cudaMemcpyDeviceToHost,
-                                    stream);
-  if (err == cudaSuccess) err = cudaStreamSynchronize(stream);
-  if (err != cudaSuccess) return Status::Internal(what + ": " + cudaGetErrorString(err));
+  bool skipped = false;
+  HPC_RETURN_IF_ERROR(CopyForCheck(stream, what.c_str(), scale.data, host.data(), host.size() * sizeof(float),
+                                   &skipped));
+  if (skipped) return Status::Ok();
   TensorView view = scale;
   view.data = host.data();
   view.device = DeviceKind::kCpu;

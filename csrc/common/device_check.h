@@ -13,6 +13,10 @@ namespace hpc {
 // the host and sync, which a capture forbids, so they are skipped (Ok) while one is in progress.
 Status StreamCapturing(cudaStream_t stream, const char* what, bool* capturing);
 
+// `bytes` of device memory at `src` copied to the host buffer `dst` after the work queued on `stream` (synced), for
+// a check: *skipped (and nothing copied) while the stream is being captured. `what` prefixes CUDA errors.
+Status CopyForCheck(cudaStream_t stream, const char* what, const void* src, void* dst, size_t bytes, bool* skipped);
+
 // The float32 scale tensor `scale` (on the GPU, contiguous; absent is fine) checked like
 // ArgCheck::PositiveFiniteScales: every element finite and > 0 (>= 0 with zero_ok). Syncs `stream`; skipped (Ok)
 // while the stream is being captured.

@@ -258,14 +258,11 @@ Status DispatchTile(int tile_m, const GemmParams& up, const GemmParams& down, in
 // HPC_XLA_CHECK=1: the ids must be below num_experts_global (negative ones are skipped, as everywhere; copies them
 // to the host; syncs). Skipped while the stream is captured (vLLM captures its MoE layers inside CUDA graphs).
 Status CheckIdsOnDevice(const FusedMoeArgs& a, int64_t global, cudaStream_t stream) {
-  bool capturing = false;
-  HPC_RETURN_IF_ERROR(StreamCapturing(stream, "fused_moe check", &capturing));
-  if (capturing) return Status::Ok();
   const int64_t n = a.topk_ids.numel(), top_k = a.topk_ids.shape[1];
   std::vector<int32_t> ids(n);
-  HPC_RETURN_IF_ERROR(CudaStatus(cudaMemcpyAsync(ids.data(), a.topk_ids.data, n * 4, cudaMemcpyDeviceToHost, stream),
-                                 "fused_moe: HPC_XLA_CHECK copy"));
-  HPC_RETURN_IF_ERROR(CudaStatus(cudaStreamSynchronize(stream), "fused_moe: HPC_XLA_CHECK sync"));
+  bool skipped = false;
+  HPC_RETURN_IF_ERROR(CopyForCheck(stream, "fused_moe check", a.topk_ids.data, ids.data(), n * 4, &skipped));
+  if (skipped) return Status::Ok();
   for (int64_t i = 0; i < n; ++i) {
     if (ids[i] >= global) {
       return ArgCheck("fused_moe").Fail("topk_ids[" + std::to_string(i / top_k) + ", " + std::to_string(i % top_k) +
@@ -278,13 +275,10 @@ Status CheckIdsOnDevice(const FusedMoeArgs& a, int64_t global, cudaStream_t stre
 
 Status CheckTracedOffsetOnDevice(const FusedMoeArgs& a, cudaStream_t stream) {
   if (!a.traced_offset.present()) return Status::Ok();
-  bool capturing = false;
-  HPC_RETURN_IF_ERROR(StreamCapturing(stream, "fused_moe check", &capturing));
-  if (capturing) return Status::Ok();
   int32_t value = 0;
-  HPC_RETURN_IF_ERROR(CudaStatus(cudaMemcpyAsync(&value, a.traced_offset.data, 4, cudaMemcpyDeviceToHost, stream),
-                                 "fused_moe: HPC_XLA_CHECK copy"));
-  HPC_RETURN_IF_ERROR(CudaStatus(cudaStreamSynchronize(stream), "fused_moe: HPC_XLA_CHECK sync"));
+  bool skipped = false;
+  HPC_RETURN_IF_ERROR(CopyForCheck(stream, "fused_moe check", a.traced_offset.data, &value, 4, &skipped));
+  if (skipped) return Status::Ok();
   const Status s = CheckTracedOffset(a, value);
   return s.ok() ? s : Status::InvalidArgument(s.message() + " (HPC_XLA_CHECK)");
 }

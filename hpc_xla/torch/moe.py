@@ -32,12 +32,13 @@ def moe_route(router_logits, top_k, *, scoring="softmax", renormalize=True, num_
     top_k, scoring, groups, kept, routed_scaling = _options.route_options(router_logits, top_k, scoring, num_groups,
                                                                           topk_groups, routed_scaling)
     renormalize = _args.boolean("moe_route", "renormalize", renormalize)
-    if out is not None and (not isinstance(out, (tuple, list)) or len(out) != 2):
-        raise TypeError("moe_route: out must be a pair (topk_weights [T, top_k] float32, topk_ids [T, top_k] int32); "
-                        "got %s" % (type(out).__name__ if not isinstance(out, (tuple, list)) else "%d items" % len(out)))
     if out is not None:
+        if not isinstance(out, (tuple, list)) or len(out) != 2:
+            raise TypeError("moe_route: out must be a pair (topk_weights [T, top_k] float32, topk_ids [T, top_k] "
+                            "int32); got %s" % ("%d items" % len(out) if isinstance(out, (tuple, list))
+                                                else type(out).__name__))
         _args.tensors("moe_route", **{"out[0]": out[0], "out[1]": out[1]})
-    if out is None:
+    else:
         tokens = router_logits.shape[0]
         out = (torch.empty(tokens, top_k, dtype=torch.float32, device=router_logits.device),
                torch.empty(tokens, top_k, dtype=torch.int32, device=router_logits.device))
