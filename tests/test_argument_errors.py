@@ -3,6 +3,7 @@ argument -- before, they crashed the process (decode workspace / plan views), we
 infinite scales; truncated floats; broadcast output views; empty optional arrays in jax; meta tensors mixed with
 real ones) or failed with an error that named nothing (AttributeError on None, IndexError, ZeroDivisionError)."""
 
+import contextlib
 import dataclasses
 
 import numpy as np
@@ -277,9 +278,11 @@ def test_traced_negative_offset_keeps_negative_ids_out():
     ids = np.full((4, 2), -1, np.int32)
     f = jax.jit(lambda off: hj.fused_moe(p["x"], p["w13"], p["w2"], p["topk_weights"], ids, expert_offset=off,
                                          num_experts_global=8))
-    assert np.all(np.asarray(f(jnp.int32(4))).astype(np.float32) == 0)
-    with pytest.raises(Exception, match=r"expert_offset \(traced\) = -2 must be in"):
-        jax.block_until_ready(f(jnp.int32(-2)))
+    # on the CPU, where the binary always checks (the GPU checks under HPC_XLA_CHECK only: test_gpu_fused_moe.py)
+    with jax.default_device(jax.devices("cpu")[0]):
+        assert np.all(np.asarray(f(jnp.int32(4))).astype(np.float32) == 0)
+        with pytest.raises(Exception, match=r"expert_offset \(traced\) = -2 must be in"):
+            jax.block_until_ready(f(jnp.int32(-2)))
 
 
 def test_torch_unsupported_dtypes_are_named():
@@ -423,10 +426,14 @@ def test_a_plan_for_other_seq_lens_is_refused(framework):
         call = lambda plan: jax.block_until_ready(hj.decode_attention(  # noqa: E731
             d["q"], d["k_cache"], d["v_cache"], d["block_table"], d["seq_lens"], plan))
         error = jax.errors.JaxRuntimeError
-    with pytest.raises(error, match=want):
-        call(plan_for(built))
-    call(plan_for(same_tiles))  # 2 and 47 tiles, as the call's 100 and 3000
-    call(plan_for(other))
+    # jax on the CPU, which always checks (the GPU checks under HPC_XLA_CHECK only: test_gpu_decode.py); numpy
+    # inputs would go to jax's default device, a GPU where there is one
+    on_cpu = contextlib.nullcontext() if framework == "torch" else jax.default_device(jax.devices("cpu")[0])
+    with on_cpu:
+        with pytest.raises(error, match=want):
+            call(plan_for(built))
+        call(plan_for(same_tiles))  # 2 and 47 tiles, as the call's 100 and 3000
+        call(plan_for(other))
 
 
 @pytest.mark.parametrize("value", [-1.0, float("nan"), float("inf")])

@@ -87,7 +87,7 @@ def _case_problem(case):
                         seed=case[9], x_fp8=len(case) > 10 and case[10])
 
 
-def _check_oracle(p, out):
+def _check_oracle(p, out, tol=None):
     assert out.dtype == BF16
     assert np.all(np.isfinite(out.astype(np.float32)))
     ref = reference_out(p)
@@ -96,7 +96,7 @@ def _check_oracle(p, out):
         return
     # the oracle quantizes like the pipeline, so the tiled and stream paths sit ~2e-3 from it (1e-2 catches a
     # missing fp8 step, 2-3e-2); the grouped path's bf16 rounding between kernels takes _tol's 5e-2 for fp8
-    tol = _cpu_bound(p)
+    tol = _cpu_bound(p) if tol is None else tol
     err = reference.relative_error(out, ref)
     assert err < tol, "relative error %g vs the float64 oracle (tolerance %g)" % (err, tol)
     worst = reference.worst_row_error(out, ref)  # token by token: one token's lost expert hid under the rest
@@ -706,8 +706,11 @@ def test_v1_and_grouped_paths_agree(args, request):
     assert STREAM_TILE < v1_tile < GROUPED_TILE and grouped_tile == GROUPED_TILE
     assert stream_tile == (STREAM_TILE if tokens * 2 <= 512 else GROUPED_TILE)
     p = _case_problem(args)
+    tiles = {"v1": v1_tile, "grouped": grouped_tile, "stream": stream_tile}
     for name, out in (("v1", v1), ("grouped", grouped), ("stream", stream)):
-        _check_oracle(p, out)
+        # each output by the tile its path ran (_cpu_bound reads the auto path's): a forced grouped path rounds
+        # between its kernels, ~1.5% for fp8 (1.52% seen on an H100, T=5 fp8_block128)
+        _check_oracle(p, out, _tol(p) if tiles[name] >= GROUPED_TILE else 1e-2)
         err = reference.relative_error(out, v1.astype(np.float64))
         assert err < _tol(p), "v1 vs %s relative error %g" % (name, err)
 

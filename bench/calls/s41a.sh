@@ -13,8 +13,8 @@ T="python3 -m pytest -q -p no:cacheprovider"
 ( cd $M && PYTHONPATH=$M:$M/tests $T --collect-only tests/test_gpu_fused_moe.py 2>/dev/null | grep "::" > $R/ids.txt )
 split -n l/3 -d $R/ids.txt $R/ids_part_
 for part in $R/ids_part_*; do
-  # shellcheck disable=SC2046
-  in_background "moe gpu part ${part##*_}" "a_moe_${part##*_}.log" 420 $M $T $(cat $part)
+  mapfile -t ids < "$part"  # one id a line: parametrized ids hold spaces
+  in_background "moe gpu part ${part##*_}" "a_moe_${part##*_}.log" 420 $M $T "${ids[@]}"
 done
 # session 40's bad-input fixes on the GPU (HPC_XLA_CHECK's stale-plan and q_scale checks, a new GPU test) and the
 # argument-error tests with the GPU present
