@@ -130,12 +130,8 @@ struct TileStream {
     tile = piece.tile_begin;
   }
   __device__ __forceinline__ bool Empty() const { return piece.tile_end <= piece.tile_begin; }
-  // The next tile; the next piece past the last one (rare: kept off the straight per-tile path).
   __device__ __forceinline__ void Advance(const DecodeParams& p) {
-    if (__builtin_expect(++tile < piece.tile_end, 1)) return;
-    AdvancePiece(p);
-  }
-  __device__ __forceinline__ void AdvancePiece(const DecodeParams& p) {
+    if (++tile < piece.tile_end) return;
     valid = p.dynamic ? NextPiece(cursor, p.seq_lens, &piece) : false;
     tile = piece.tile_begin;
   }
@@ -360,14 +356,14 @@ __device__ __forceinline__ void ComputeTile(const DecodeParams& p, const Piece& 
   // kRescaleSlack (log2 units), so P <= 2^kRescaleSlack (exact in fp32, same relative precision in the 16-bit
   // P fragments) and O, l are rescaled a few times per piece instead of on every tile that raises a maximum.
   constexpr float kRescaleSlack = 8.f;
-  int grow = 0;
+  bool grow = false;
 #pragma unroll
   for (int half = 0; half < H; ++half) {
     tile_max[half] = fmaxf(tile_max[half], __shfl_xor_sync(0xffffffffu, tile_max[half], 1));
     tile_max[half] = fmaxf(tile_max[half], __shfl_xor_sync(0xffffffffu, tile_max[half], 2));
     grow |= tile_max[half] > st.m[half] + kRescaleSlack;  // m = -inf: any finite maximum
   }
-  if (__builtin_expect(__any_sync(0xffffffffu, grow), 0)) {
+  if (__any_sync(0xffffffffu, grow)) {
     float alpha[2];
 #pragma unroll
     for (int half = 0; half < H; ++half) {
@@ -621,33 +617,36 @@ __global__ void __launch_bounds__(kDecodeThreads) DecodeAttentionKernel(const __
       CpAsyncCommit();
     }
     WarpState<D> st;
+    bool new_piece = true;
     int stage = 0;
-    // Two levels: the pieces, and inside a piece a tight loop over its tiles. The per-tile path (copy, wait,
-    // compute) is then one short stretch of code with its own back edge; as one flat loop it also jumped over
-    // the q load, the epilogue and the piece advance on every tile (22 KB of code for the 16-row kernel): ncu
-    // showed instruction-fetch stalls at its back edge (s41e).
     while (comp.valid) {
-      st.Reset();
-      LoadQ<D, CT, S::kFp8>(p, comp.piece, qsmem, S::kQRows);
-      __syncthreads();
-      if constexpr (WarpState<D>::kQInRegs) {
+      if (new_piece) {
+        st.Reset();
+        LoadQ<D, CT, S::kFp8>(p, comp.piece, qsmem, S::kQRows);
+        __syncthreads();
+        if constexpr (WarpState<D>::kQInRegs) {
 #pragma unroll
-        for (int ks = 0; ks < D / 16; ++ks) LdMatrixX4(st.q[ks], QFragAddr<D>(qsmem_addr, wm, ks));
-        __syncthreads();  // the next piece's LoadQ may follow without a tile barrier in between
+          for (int ks = 0; ks < D / 16; ++ks) LdMatrixX4(st.q[ks], QFragAddr<D>(qsmem_addr, wm, ks));
+          __syncthreads();  // the next piece's LoadQ may follow without a tile barrier in between
+        }
+        new_piece = false;
       }
-      for (int tile = comp.piece.tile_begin; tile < comp.piece.tile_end; ++tile) {
+      if (!comp.Empty()) {
         copy_next((stage + S::kStages - 1) % S::kStages);
         CpAsyncCommit();
         CpAsyncWait<S::kStages - 1>();
         __syncthreads();
-        ComputeTile<D, MT, KV, CT>(p, comp.piece, tile, stages_addr + stage * S::kStageBytes, qsmem_addr, st, pos,
-                                   s_scale);
+        ComputeTile<D, MT, KV, CT>(p, comp.piece, comp.tile, stages_addr + stage * S::kStageBytes, qsmem_addr, st,
+                                   pos, s_scale);
         __syncthreads();  // the stage is refilled by a later load
         stage = (stage + 1) % S::kStages;
       }
-      // a piece with no tiles (a static split past the sequence's end) still owes the merge its empty partial
-      FinishPiece<D, MT, KV, CT>(p, comp.piece, st, ml_smem, obuf, lse_smem);
-      comp.AdvancePiece(p);
+      if (comp.Empty() || comp.tile + 1 >= comp.piece.tile_end) {
+        const Piece done = comp.piece;
+        FinishPiece<D, MT, KV, CT>(p, done, st, ml_smem, obuf, lse_smem);
+        new_piece = true;
+      }
+      comp.Advance(p);
     }
   };
   if (p.page_shift >= 6) {
