@@ -195,95 +195,44 @@ __device__ __forceinline__ void LoadKvTile(const DecodeParams& p, const Piece& p
   }
 }
 
-// q rows of the piece -> shared memory in the compute type (fp8 q dequantized with its scale), one 8-element item
-// (row r, chunk) at a time: QItemLoad fetches it (16-bit q: 8 elements; fp8 q: 8 bytes in x, y and the scale),
-// QItemStore converts and stores it. Row r of the tile is query j = r / group of head h * group + r % group; rows
-// past M are zero. kPermuteD (fp8 K/V): inside every 16-wide d block, position 2m + i holds d = 4m + i and position
-// 8 + 2m + i holds d = 4m + 2 + i (the order the fp8 K fragments come in, see ComputeTile).
-__device__ __forceinline__ void QItemLoad(const DecodeParams& p, const Piece& piece, int r, int chunk, uint4& raw,
-                                          float& scale) {
-  raw = make_uint4(0u, 0u, 0u, 0u);
-  scale = 0.f;
-  if (r >= p.rows) return;
-  const int row = piece.b * p.q_len + r / p.group, head = piece.h * p.group + r % p.group;
-  const int64_t off = row * p.q_stride_row + head * p.q_stride_head + chunk * 8;
-  if (p.q_dtype == DType::kF8E4M3) {
-    scale = p.q_scale[static_cast<int64_t>(row) * p.num_q_heads + head];
-    const uint2 bytes = *reinterpret_cast<const uint2*>(static_cast<const uint8_t*>(p.q) + off);
-    raw.x = bytes.x;
-    raw.y = bytes.y;
-  } else {
-    raw = *reinterpret_cast<const uint4*>(static_cast<const uint16_t*>(p.q) + off);
-  }
-}
-
-template <int D, typename CT, bool kPermuteD>
-__device__ __forceinline__ void QItemStore(const DecodeParams& p, const uint4& raw, float scale, int r, int chunk,
-                                           char* qsmem) {
-  float x[8];
-  if (p.q_dtype == DType::kF8E4M3) {
-    const uint2 pair = make_uint2(raw.x, raw.y);
-    const uint8_t* bytes = reinterpret_cast<const uint8_t*>(&pair);
-#pragma unroll
-    for (int e = 0; e < 8; ++e) x[e] = E4M3ToFloat(bytes[e]) * scale;
-  } else if (p.q_dtype == DType::kF16) {
-    UnpackVec8<__half>(raw, x);
-  } else {
-    UnpackVec8<__nv_bfloat16>(raw, x);
-  }
-  uint4 packed;
-  packed.x = PackPair<CT>(x[0], x[1]);
-  packed.y = PackPair<CT>(x[2], x[3]);
-  packed.z = PackPair<CT>(x[4], x[5]);
-  packed.w = PackPair<CT>(x[6], x[7]);
-  if constexpr (kPermuteD) {
-    // pairs (d 0-1, 2-3, 4-5, 6-7) of this 8-wide chunk: d 4m + (0, 1) go to the block's first 16-byte chunk,
-    // 4m + (2, 3) to its second, each at word 2 (chunk % 2) + m
-    const int block = chunk / 2, word = 8 * (chunk % 2);
-    *reinterpret_cast<uint2*>(qsmem + QChunk<D>(r, 2 * block) + word) = make_uint2(packed.x, packed.z);
-    *reinterpret_cast<uint2*>(qsmem + QChunk<D>(r, 2 * block + 1) + word) = make_uint2(packed.y, packed.w);
-  } else {
-    *reinterpret_cast<uint4*>(qsmem + QChunk<D>(r, chunk)) = packed;
-  }
-}
-
-// A piece's q rows, item by item (the pieces after a CTA's first).
+// q rows of the piece -> shared memory in the compute type (fp8 q dequantized with its scale). Row r of the
+// tile is query j = r / group of head h * group + r % group; rows past M are zero. kPermuteD (fp8 K/V): inside
+// every 16-wide d block, position 2m + i holds d = 4m + i and position 8 + 2m + i holds d = 4m + 2 + i (the
+// order the fp8 K fragments come in, see ComputeTile).
 template <int D, typename CT, bool kPermuteD>
 __device__ __forceinline__ void LoadQ(const DecodeParams& p, const Piece& piece, char* qsmem, int q_rows) {
   for (int id = threadIdx.x; id < q_rows * (D / 8); id += kDecodeThreads) {
     const int r = id / (D / 8), chunk = id % (D / 8);
-    uint4 raw;
-    float scale;
-    QItemLoad(p, piece, r, chunk, raw, scale);
-    QItemStore<D, CT, kPermuteD>(p, raw, scale, r, chunk, qsmem);
-  }
-}
-
-// The CTA's first piece: all of this thread's q loads issued at once (FetchQ), before the ring's first copies, and
-// stored once those are issued (StoreQ).
-template <int D, int QRows>
-struct QFetch {
-  static constexpr int kItems = QRows * (D / 8) / kDecodeThreads;  // item id = threadIdx.x + i * 128
-  static_assert(QRows * (D / 8) % kDecodeThreads == 0, "q items per thread");
-  uint4 raw[kItems];
-  float scale[kItems];
-};
-
-template <int D, int QRows>
-__device__ __forceinline__ void FetchQ(const DecodeParams& p, const Piece& piece, QFetch<D, QRows>& f) {
+    float x[8] = {0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f};
+    if (r < p.rows) {
+      const int row = piece.b * p.q_len + r / p.group, head = piece.h * p.group + r % p.group;
+      const int64_t off = row * p.q_stride_row + head * p.q_stride_head + chunk * 8;
+      if (p.q_dtype == DType::kF8E4M3) {
+        const float scale = p.q_scale[static_cast<int64_t>(row) * p.num_q_heads + head];
+        const uint2 raw = *reinterpret_cast<const uint2*>(static_cast<const uint8_t*>(p.q) + off);
+        const uint8_t* bytes = reinterpret_cast<const uint8_t*>(&raw);
 #pragma unroll
-  for (int i = 0; i < QFetch<D, QRows>::kItems; ++i) {
-    const int id = threadIdx.x + i * kDecodeThreads;
-    QItemLoad(p, piece, id / (D / 8), id % (D / 8), f.raw[i], f.scale[i]);
-  }
-}
-
-template <int D, typename CT, bool kPermuteD, int QRows>
-__device__ __forceinline__ void StoreQ(const DecodeParams& p, const QFetch<D, QRows>& f, char* qsmem) {
-#pragma unroll
-  for (int i = 0; i < QFetch<D, QRows>::kItems; ++i) {
-    const int id = threadIdx.x + i * kDecodeThreads;
-    QItemStore<D, CT, kPermuteD>(p, f.raw[i], f.scale[i], id / (D / 8), id % (D / 8), qsmem);
+        for (int i = 0; i < 8; ++i) x[i] = E4M3ToFloat(bytes[i]) * scale;
+      } else if (p.q_dtype == DType::kF16) {
+        LoadVec8(static_cast<const __half*>(p.q) + off, x);
+      } else {
+        LoadVec8(static_cast<const __nv_bfloat16*>(p.q) + off, x);
+      }
+    }
+    uint4 packed;
+    packed.x = PackPair<CT>(x[0], x[1]);
+    packed.y = PackPair<CT>(x[2], x[3]);
+    packed.z = PackPair<CT>(x[4], x[5]);
+    packed.w = PackPair<CT>(x[6], x[7]);
+    if constexpr (kPermuteD) {
+      // pairs (d 0-1, 2-3, 4-5, 6-7) of this 8-wide chunk: d 4m + (0, 1) go to the block's first 16-byte chunk,
+      // 4m + (2, 3) to its second, each at word 2 (chunk % 2) + m
+      const int block = chunk / 2, word = 8 * (chunk % 2);
+      *reinterpret_cast<uint2*>(qsmem + QChunk<D>(r, 2 * block) + word) = make_uint2(packed.x, packed.z);
+      *reinterpret_cast<uint2*>(qsmem + QChunk<D>(r, 2 * block + 1) + word) = make_uint2(packed.y, packed.w);
+    } else {
+      *reinterpret_cast<uint4*>(qsmem + QChunk<D>(r, chunk)) = packed;
+    }
   }
 }
 
@@ -359,7 +308,7 @@ __device__ __forceinline__ void ComputeTile(const DecodeParams& p, const Piece& 
     } else {
       // fp8 K: ldmatrix of 8 tokens x one 16-byte chunk hands thread (g, qd) K[g][16 ks + 4qd .. 4qd + 3]. Its
       // low and high byte pairs are the B fragments for a d order permuted inside the chunk (position 2qd + i
-      // holds d = 4qd + i, position 8 + 2qd + i holds d = 4qd + 2 + i); StoreQ stores q in the same order, so S
+      // holds d = 4qd + i, position 8 + 2qd + i holds d = 4qd + 2 + i); LoadQ stores q in the same order, so S
       // is unchanged. One x4 load covers 16 tokens x 2 chunks (two ks steps). (Was two ld.shared.u16 per MMA.)
 #pragma unroll
       for (int np = 0; np < NB / 2; ++np) {
@@ -650,13 +599,6 @@ __global__ void __launch_bounds__(kDecodeThreads) DecodeAttentionKernel(const __
   load.Init(p);
   comp = load;
   if (!comp.valid) return;
-  // The first piece's q loads go out before the ring's first copies: behind them (all CTAs' first tiles, ~17 MB
-  // on 8/1 64x4K) they came back only after those had landed, ~5 us in, and the stream stalled until then (ncu,
-  // s41e: ~11% of the stall samples at LoadQ). head_dim 256 keeps the old order: its q items (16-64 registers)
-  // held across the ring's start made ptxas spill more in those kernels.
-  constexpr bool kEarlyQ = D <= 128;
-  QFetch<D, kEarlyQ ? S::kQRows : 8> first_q;
-  if constexpr (kEarlyQ) FetchQ(p, comp.piece, first_q);
   // Copies run kStages - 1 tiles ahead of the compute; the block ids of the next `load` tile are fetched one
   // copy ahead of that. Page size 64 (one page per tile) takes the single-id path.
   auto run = [&](auto one_page) {
@@ -674,20 +616,18 @@ __global__ void __launch_bounds__(kDecodeThreads) DecodeAttentionKernel(const __
       copy_next(s);
       CpAsyncCommit();
     }
-    if constexpr (kEarlyQ) StoreQ<D, CT, S::kFp8>(p, first_q, qsmem);
     WarpState<D> st;
-    bool new_piece = true, first_piece = kEarlyQ;
+    bool new_piece = true;
     int stage = 0;
     while (comp.valid) {
       if (new_piece) {
         st.Reset();
-        if (!first_piece) LoadQ<D, CT, S::kFp8>(p, comp.piece, qsmem, S::kQRows);
-        first_piece = false;
+        LoadQ<D, CT, S::kFp8>(p, comp.piece, qsmem, S::kQRows);
         __syncthreads();
         if constexpr (WarpState<D>::kQInRegs) {
 #pragma unroll
           for (int ks = 0; ks < D / 16; ++ks) LdMatrixX4(st.q[ks], QFragAddr<D>(qsmem_addr, wm, ks));
-          __syncthreads();  // the next piece's q may follow without a tile barrier in between
+          __syncthreads();  // the next piece's LoadQ may follow without a tile barrier in between
         }
         new_piece = false;
       }
