@@ -519,3 +519,23 @@ def test_rope_norm_fp8_out_without_q_quant_names_the_cause():
     t = _torch(rope_norm_harness.make_inputs(ROPE))
     with pytest.raises(ValueError, match=r"rope_norm: out is float8_e4m3fn, which needs q_quant='fp8'"):
         _rope_torch(t, out=torch.empty(t["q"].shape, dtype=torch.float8_e4m3fn))
+
+
+@pytest.mark.parametrize("shape,quant,extra,want", [
+    ((16, 2, 8, 100, 128), None, {}, r"H and I must be positive multiples of 16; got H=100, I=128"),
+    ((16, 2, 8, 128, 96), "fp8_block128", {}, r"quant='fp8_block128' needs H and I to be multiples of 128"),
+    ((16, 2, 8, 128, 128), None, {"num_experts_global": 4},
+     r"num_experts_global must be in \[num_experts, 2\^31\) = \[8, 2\^31\).*got 4"),
+    ((16, 9, 8, 128, 128), None, {"num_experts_global": 8},
+     r"top_k \(9\) exceeds the routing's experts \(num_experts_global = 8\)"),
+    ((2**28, 8, 8, 128, 128), None, {}, r"T \* top_k \(268435456 \* 8\) must be < 2\^31"),
+])
+def test_fused_moe_workspace_size_refuses_what_the_op_refuses(shape, quant, extra, want):
+    """fused_moe_workspace_size answered sizes for shapes fused_moe refuses (H not a multiple of 16, block128 with
+    I % 128, num_experts_global below the local count, top_k above it, T * top_k past the int32 pair indices) --
+    a size for a call that cannot run, or 1.5e17 bytes for T = 2^40. It now applies the op's rules."""
+    import hpc_xla.torch as ht
+
+    with pytest.raises(ValueError, match=r"fused_moe_workspace_size: " + want):
+        ht.fused_moe_workspace_size(*shape, quant, **extra)
+    assert ht.fused_moe_workspace_size(16, 2, 8, 128, 128, None, num_experts_global=8) > 0  # a valid shape answers

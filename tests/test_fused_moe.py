@@ -335,7 +335,7 @@ def test_workspace_size_and_tile_bound(tokens, top_k, experts, quant, skew, seed
     bm, max_tiles, total = _plan(tokens, top_k, experts, hidden, inter, quant)
     assert ext().fused_moe_call_workspace_size(tokens, top_k, experts, hidden, inter, QUANT_CODE[quant]) == total
     # an interleaved w13 (where taken) with a global expert count: the act-epilogue configurations drop gate_up
-    e_global = experts + extra if extra else 0
+    e_global = max(experts + extra, top_k) if extra else 0  # (a routing of fewer than top_k experts is refused)
     interleaved = quant != "fp8_block128"
     act = _act_in_epilogue(tokens, top_k, experts, quant, e_global, interleaved)
     assert ext().fused_moe_act_in_epilogue(tokens, top_k, experts, e_global, QUANT_CODE[quant], interleaved) == act
@@ -382,6 +382,8 @@ def _check_workspace_serves_fewer_tokens(top_k, experts, hidden, inter, quant, m
                                    (32, 7168, 2048, 8), (8, 4096, 14336, 2)])
 def test_workspace_size_serves_every_smaller_batch(shape, quant):
     experts, hidden, inter, top_k = shape
+    if quant == "fp8_block128" and inter % 128:
+        inter += 128 - inter % 128  # (Hy3-TP8's I = 192: fp8_block128 needs I % 128 == 0, the op refuses the rest)
     _check_workspace_serves_fewer_tokens(top_k, experts, hidden, inter, quant, 2048)
 
 
@@ -572,8 +574,9 @@ def test_tiled_m_knob_also_sets_a_forced_v1_tile():
 
 _SPLITS_CHILD = r"""
 from hpc_xla._ext import ext
-# Hy3-TP8 (192 experts, H=4096, I=192, top-8) at T=16, the tiled path: bf16 / fp8_tensor / fp8_block128
-print("WS", *[ext().fused_moe_call_workspace_size(16, 8, 192, 4096, 192, q) for q in (0, 1, 2)])
+# Hy3-TP8 (192 experts, H=4096, I=192, top-8) at T=16, the tiled path: bf16 / fp8_tensor; fp8_block128 at I=256
+# (it needs I % 128 == 0: the size functions refuse what the op refuses)
+print("WS", *[ext().fused_moe_call_workspace_size(16, 8, 192, 4096, 192 if q < 2 else 256, q) for q in (0, 1, 2)])
 """
 
 

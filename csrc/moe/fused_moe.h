@@ -93,6 +93,11 @@ int64_t FusedMoeWorkspaceBytes(int64_t tokens, int64_t top_k, int64_t experts, i
 int64_t FusedMoeMaxWorkspaceBytes(int64_t max_tokens, int64_t top_k, int64_t experts, int64_t hidden, int64_t inter,
                                   MoeQuant quant, int64_t experts_global = 0, bool w13_interleaved = false);
 
+// The shapes a workspace size is asked for, by the op's own rules (H / I, quant, w13_interleaved, num_experts_global
+// >= E and >= top_k when given, T * top_k < 2^31): the size functions answer only shapes a call takes. `op` names
+// the caller in the message.
+Status ValidateMoeWorkspaceShapes(const char* op, int64_t tokens, int64_t top_k, int64_t experts, int64_t hidden,
+                                  int64_t inter, MoeQuant quant, int64_t experts_global, bool w13_interleaved);
 Status ValidateFusedMoe(const FusedMoeArgs& args);
 // The traced expert_offset's value (read to the host) against E and num_experts_global (FusedMoeArgs::traced_offset).
 Status CheckTracedOffset(const FusedMoeArgs& args, int64_t value);

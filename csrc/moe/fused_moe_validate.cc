@@ -163,6 +163,47 @@ GroupedGather GroupedGatherFromEnv() {
 
 }  // namespace moe
 
+namespace {
+
+// The shape rules of fused_moe that need no tensors: shared by the op's validation and by the workspace-size
+// functions (which answered sizes for shapes the op refuses).
+Status CheckMoeShapes(const ArgCheck& c, int64_t hidden, int64_t inter, MoeQuant quant, bool w13_interleaved) {
+  if (hidden % 16 != 0 || inter % 16 != 0 || hidden <= 0 || inter <= 0) {
+    return c.Fail("H and I must be positive multiples of 16; got H=" + std::to_string(hidden) + ", I=" +
+                  std::to_string(inter));
+  }
+  if (w13_interleaved) {
+    if (quant == MoeQuant::kFp8Block128) {
+      return c.Fail("w13_interleaved needs quant None or fp8_tensor (fp8_block128's 128-row weight scales would span "
+                    "gate and up rows); got fp8_block128");
+    }
+    if (inter % kW13InterleaveRows != 0) {
+      return c.Fail("w13_interleaved needs I (w13.shape[1] / 2) to be a multiple of 64; got " + std::to_string(inter));
+    }
+  }
+  return Status::Ok();
+}
+
+// fp8_block128's scales cover 128 x 128 weight blocks (the op checks its weights' dtype first).
+Status CheckBlock128Shapes(const ArgCheck& c, int64_t hidden, int64_t inter) {
+  if (hidden % kMoeBlock != 0 || inter % kMoeBlock != 0) {
+    return c.Fail("quant='fp8_block128' needs H and I to be multiples of 128; got H=" + std::to_string(hidden) +
+                  ", I=" + std::to_string(inter));
+  }
+  return Status::Ok();
+}
+
+// T * top_k (token, slot) pairs are indexed by int32 (the sorted rows' pair indices).
+Status CheckMoePairs(const ArgCheck& c, int64_t tokens, int64_t top_k) {
+  if (tokens > INT32_MAX / top_k) {
+    return c.Fail("T * top_k (" + std::to_string(tokens) + " * " + std::to_string(top_k) +
+                  ") must be < 2^31: the pairs are indexed by int32");
+  }
+  return Status::Ok();
+}
+
+}  // namespace
+
 Status ValidateFusedMoe(const FusedMoeArgs& a) {
   ArgCheck c("fused_moe");
   HPC_RETURN_IF_ERROR(c.Required("x", a.x, 2, "[T, H]"));
@@ -184,20 +225,7 @@ Status ValidateFusedMoe(const FusedMoeArgs& a) {
   HPC_RETURN_IF_ERROR(c.Dim("w2", a.w2, 2, inter, "I, from w13"));
   HPC_RETURN_IF_ERROR(c.Contiguous("w2", a.w2));
   HPC_RETURN_IF_ERROR(c.SameDevice("w2", a.w2, "x", a.x));
-  if (hidden % 16 != 0 || inter % 16 != 0 || hidden == 0) {
-    return c.Fail("H and I must be positive multiples of 16; got H=" + std::to_string(hidden) + ", I=" +
-                  std::to_string(inter));
-  }
-
-  if (a.w13_interleaved) {
-    if (a.quant == MoeQuant::kFp8Block128) {
-      return c.Fail("w13_interleaved needs quant None or fp8_tensor (fp8_block128's 128-row weight scales would span "
-                    "gate and up rows); got fp8_block128");
-    }
-    if (inter % kW13InterleaveRows != 0) {
-      return c.Fail("w13_interleaved needs I (w13.shape[1] / 2) to be a multiple of 64; got " + std::to_string(inter));
-    }
-  }
+  HPC_RETURN_IF_ERROR(CheckMoeShapes(c, hidden, inter, a.quant, a.w13_interleaved));
 
   const bool fp8_weights = a.w13.dtype == DType::kF8E4M3;
   switch (a.quant) {
@@ -225,10 +253,7 @@ Status ValidateFusedMoe(const FusedMoeArgs& a) {
       break;
     case MoeQuant::kFp8Block128:
       if (!fp8_weights) return c.Fail("quant='fp8_block128' needs float8_e4m3fn w13 and w2");
-      if (hidden % kMoeBlock != 0 || inter % kMoeBlock != 0) {
-        return c.Fail("quant='fp8_block128' needs H and I to be multiples of 128; got H=" + std::to_string(hidden) +
-                      ", I=" + std::to_string(inter));
-      }
+      HPC_RETURN_IF_ERROR(CheckBlock128Shapes(c, hidden, inter));
       HPC_RETURN_IF_ERROR(ValidateScale(c, "w13_scale", a.w13_scale, {experts, inter2 / kMoeBlock, hidden / kMoeBlock},
                                         "[E, 2I/128, H/128] float32", a.x));
       HPC_RETURN_IF_ERROR(ValidateScale(c, "w2_scale", a.w2_scale, {experts, hidden / kMoeBlock, inter / kMoeBlock},
@@ -252,6 +277,7 @@ Status ValidateFusedMoe(const FusedMoeArgs& a) {
   HPC_RETURN_IF_ERROR(c.Dense("topk_weights", a.topk_weights, "[T, top_k]", {DType::kF32},
                               {{tokens, "T, from x"}, {a.topk_ids.shape[1], "top_k, from topk_ids"}}, "x", a.x));
   if (a.topk_ids.shape[1] < 1) return c.Fail("top_k must be >= 1");
+  HPC_RETURN_IF_ERROR(CheckMoePairs(c, tokens, a.topk_ids.shape[1]));
   if (a.expert_offset < 0 || a.expert_offset > INT32_MAX) {  // ids are int32
     return c.Fail("expert_offset must be in [0, 2^31); got " + std::to_string(a.expert_offset));
   }
@@ -315,6 +341,30 @@ static moe::MoePlan PlanWithAct(int64_t tokens, int64_t top_k, int64_t experts, 
                                 MoeQuant quant, int64_t experts_global, bool w13_interleaved) {
   return moe::MakeMoePlan(tokens, top_k, experts, hidden, inter, quant,
                           FusedMoeActInEpilogue(tokens, top_k, experts, experts_global, quant, w13_interleaved));
+}
+
+Status ValidateMoeWorkspaceShapes(const char* op, int64_t tokens, int64_t top_k, int64_t experts, int64_t hidden,
+                                  int64_t inter, MoeQuant quant, int64_t experts_global, bool w13_interleaved) {
+  ArgCheck c(op);
+  if (tokens < 0) return c.Fail("tokens must be >= 0; got " + std::to_string(tokens));
+  if (top_k < 1) return c.Fail("top_k must be >= 1; got " + std::to_string(top_k));
+  if (experts < 1 || experts > INT32_MAX) return c.Fail("num_experts must be in [1, 2^31); got " + std::to_string(experts));
+  if (quant != MoeQuant::kNone && quant != MoeQuant::kFp8Tensor && quant != MoeQuant::kFp8Block128) {
+    return c.Fail("quant must be None, 'fp8_tensor' or 'fp8_block128'");
+  }
+  HPC_RETURN_IF_ERROR(CheckMoeShapes(c, hidden, inter, quant, w13_interleaved));
+  if (quant == MoeQuant::kFp8Block128) HPC_RETURN_IF_ERROR(CheckBlock128Shapes(c, hidden, inter));
+  if (experts_global != 0 && (experts_global < experts || experts_global > INT32_MAX)) {
+    return c.Fail("num_experts_global must be in [num_experts, 2^31) = [" + std::to_string(experts) +
+                  ", 2^31) (the local experts are part of the routing's), or not given; got " +
+                  std::to_string(experts_global));
+  }
+  // (not given: the routing's count is E + expert_offset, and the offset is the call's: no top_k bound here)
+  if (experts_global != 0 && top_k > experts_global) {
+    return c.Fail("top_k (" + std::to_string(top_k) + ") exceeds the routing's experts (num_experts_global = " +
+                  std::to_string(experts_global) + ")");
+  }
+  return CheckMoePairs(c, tokens, top_k);
 }
 
 int64_t FusedMoeWorkspaceBytes(int64_t tokens, int64_t top_k, int64_t experts, int64_t hidden, int64_t inter,
