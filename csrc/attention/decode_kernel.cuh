@@ -24,13 +24,6 @@
 #include "csrc/common/tensor_view.h"
 #include "csrc/common/vec.cuh"
 
-#ifdef HPC_DECODE_TRACE
-#include "csrc/attention/decode_trace.cuh"
-#define HPC_TRACE(stmt) stmt
-#else
-#define HPC_TRACE(stmt) ((void)0)
-#endif
-
 namespace hpc::attention {
 
 constexpr int kDecodeThreads = 128;
@@ -588,12 +581,6 @@ __global__ void __launch_bounds__(kDecodeThreads) DecodeAttentionKernel(const __
   float* obuf = reinterpret_cast<float*>(ml_smem + S::kMlBytes);
   float* lse_smem = reinterpret_cast<float*>(ml_smem + S::kMlBytes + S::kOBufBytes);
 
-#ifdef HPC_DECODE_TRACE
-  __shared__ unsigned long long trace_acc[kTraceFields];
-  const long long trace_entry = clock64();
-  PhaseClock clk;
-  clk.Start(trace_acc);
-#endif
   PdlWait();  // the plan (and q / the cache) come from earlier kernels in the stream
   // The persistent grid is fully resident, so the combine kernel may be scheduled now (it waits for us in
   // PdlWait). A static grid can have several waves: let it finish first.
@@ -611,11 +598,7 @@ __global__ void __launch_bounds__(kDecodeThreads) DecodeAttentionKernel(const __
   TileStream load, comp;
   load.Init(p);
   comp = load;
-  if (!comp.valid) {
-    HPC_TRACE(clk.Add(kTrLead));
-    HPC_TRACE(clk.Write(trace_entry));
-    return;
-  }
+  if (!comp.valid) return;
   // Copies run kStages - 1 tiles ahead of the compute; the block ids of the next `load` tile are fetched one
   // copy ahead of that. Page size 64 (one page per tile) takes the single-id path.
   auto run = [&](auto one_page) {
@@ -636,10 +619,8 @@ __global__ void __launch_bounds__(kDecodeThreads) DecodeAttentionKernel(const __
     WarpState<D> st;
     bool new_piece = true;
     int stage = 0;
-    HPC_TRACE(clk.Add(kTrLead));
     while (comp.valid) {
       if (new_piece) {
-        HPC_TRACE(clk.Count(kTrPieces));
         st.Reset();
         LoadQ<D, CT, S::kFp8>(p, comp.piece, qsmem, S::kQRows);
         __syncthreads();
@@ -649,30 +630,23 @@ __global__ void __launch_bounds__(kDecodeThreads) DecodeAttentionKernel(const __
           __syncthreads();  // the next piece's LoadQ may follow without a tile barrier in between
         }
         new_piece = false;
-        HPC_TRACE(clk.Add(kTrPieceStart));
       }
       if (!comp.Empty()) {
         copy_next((stage + S::kStages - 1) % S::kStages);
         CpAsyncCommit();
-        HPC_TRACE(clk.Add(kTrCopy));
         CpAsyncWait<S::kStages - 1>();
         __syncthreads();
-        HPC_TRACE(clk.Add(kTrWait));
         ComputeTile<D, MT, KV, CT>(p, comp.piece, comp.tile, stages_addr + stage * S::kStageBytes, qsmem_addr, st,
                                    pos, s_scale);
         __syncthreads();  // the stage is refilled by a later load
-        HPC_TRACE(clk.Add(kTrCompute));
-        HPC_TRACE(clk.Count(kTrTiles));
         stage = (stage + 1) % S::kStages;
       }
       if (comp.Empty() || comp.tile + 1 >= comp.piece.tile_end) {
         const Piece done = comp.piece;
         FinishPiece<D, MT, KV, CT>(p, done, st, ml_smem, obuf, lse_smem);
         new_piece = true;
-        HPC_TRACE(clk.Add(kTrFinish));
       }
       comp.Advance(p);
-      HPC_TRACE(clk.Add(kTrAdvance));
     }
   };
   if (p.page_shift >= 6) {
@@ -681,7 +655,6 @@ __global__ void __launch_bounds__(kDecodeThreads) DecodeAttentionKernel(const __
     run(std::false_type{});
   }
   CpAsyncWait<0>();
-  HPC_TRACE(clk.Write(trace_entry));
 }
 
 // Merges split pieces and zero-fills the rows of empty sequences. Dynamic: a CTA per CTA boundary i (per (i, row)
