@@ -169,20 +169,18 @@ struct TileIds {
   }
 };
 
-// One tile of K or V (kV) -> its ring slot (shared address `dst_tile`). Rows past the sequence, and pages whose
-// block id lies outside the cache (possible only without HPC_XLA_CHECK), are zero-filled; their source address is
-// kept inside the cache (block 0 for a bad id), so no pointer select is needed per copy.
-template <class S, bool kOnePage, bool kV>
-__device__ __forceinline__ void LoadKvHalf(const DecodeParams& p, const Piece& piece, int tile,
-                                           const TileIds<S, kOnePage>& ids, uint32_t dst_tile) {
+// One tile of K and V -> a ring stage (shared address `stage`). Rows past the sequence, and pages whose block id
+// lies outside the cache (possible only without HPC_XLA_CHECK), are zero-filled; their source address is kept
+// inside the cache (block 0 for a bad id), so no pointer select is needed per copy.
+template <class S, bool kOnePage>
+__device__ __forceinline__ void LoadKvTile(const DecodeParams& p, const Piece& piece, int tile,
+                                           const TileIds<S, kOnePage>& ids, uint32_t stage) {
   using L = CopyLayout<S>;
   const int chunk = threadIdx.x % S::kChunksPerRow, r0 = threadIdx.x / S::kChunksPerRow;
   const int page_mask = (1 << p.page_shift) - 1;
   const int rem = piece.len - tile * kTileTokens;  // rows of this tile inside the sequence
-  const char* head = static_cast<const char*>(kV ? p.v_cache : p.k_cache) +
-                     piece.h * (kV ? p.v_head_bytes : p.k_head_bytes) + chunk * 16;
-  const int64_t block_bytes = kV ? p.v_block_bytes : p.k_block_bytes;
-  const int row_bytes = kV ? p.v_row_bytes : p.k_row_bytes;
+  const char* k_head = static_cast<const char*>(p.k_cache) + piece.h * p.k_head_bytes + chunk * 16;
+  const char* v_head = static_cast<const char*>(p.v_cache) + piece.h * p.v_head_bytes + chunk * 16;
 #pragma unroll
   for (int i = 0; i < L::kCopies; ++i) {
     const int row = r0 + i * L::kStep;
@@ -191,7 +189,9 @@ __device__ __forceinline__ void LoadKvHalf(const DecodeParams& p, const Piece& p
     const int64_t id = id_ok ? raw : 0;
     const bool valid = row < rem && id_ok;
     const int in_page = kOnePage ? row : row & page_mask;
-    CpAsync16(dst_tile + SwizzledChunk<S>(row, chunk), head + id * block_bytes + in_page * row_bytes, valid);
+    const uint32_t dst = stage + SwizzledChunk<S>(row, chunk);
+    CpAsync16(dst, k_head + id * p.k_block_bytes + in_page * p.k_row_bytes, valid);
+    CpAsync16(dst + S::kTileBytes, v_head + id * p.v_block_bytes + in_page * p.v_row_bytes, valid);
   }
 }
 
@@ -271,12 +271,9 @@ struct RowPos {
   int q_pos[2];
 };
 
-// `before_pv()` runs after the softmax, before O += P V (the loop waits for the V tile there and refills the K slot
-// this tile's S has released).
-template <int D, int MT, typename KV, typename CT, class BeforePv>
-__device__ __forceinline__ void ComputeTile(const DecodeParams& p, const Piece& piece, int tile, uint32_t ktile,
-                                            uint32_t vtile, uint32_t qsmem, WarpState<D>& st, const RowPos& pos,
-                                            float s_scale, BeforePv&& before_pv) {
+template <int D, int MT, typename KV, typename CT>
+__device__ __forceinline__ void ComputeTile(const DecodeParams& p, const Piece& piece, int tile, uint32_t stage,
+                                            uint32_t qsmem, WarpState<D>& st, const RowPos& pos, float s_scale) {
   using S = DecodeShape<D, MT, KV, CT>;
   constexpr int TW = S::kTokensPerWarp;
   constexpr int NB = TW / 8;           // n8 blocks of S per warp
@@ -284,6 +281,8 @@ __device__ __forceinline__ void ComputeTile(const DecodeParams& p, const Piece& 
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int wm = warp / S::kWarpsN, wn = warp % S::kWarpsN;
   const int qd = lane % 4;  // (g = lane / 4 in the comments below)
+  const uint32_t ktile = stage;
+  const uint32_t vtile = stage + S::kTileBytes;
 
   float s[kSplitK ? 2 : 1][NB][4];
 #pragma unroll
@@ -394,7 +393,6 @@ __device__ __forceinline__ void ComputeTile(const DecodeParams& p, const Piece& 
   }
 #pragma unroll
   for (int half = 0; half < H; ++half) st.l[half] += row_sum[half];
-  before_pv();
 
   // O += P V over the warp's tokens
 #pragma unroll
@@ -601,40 +599,26 @@ __global__ void __launch_bounds__(kDecodeThreads) DecodeAttentionKernel(const __
   load.Init(p);
   comp = load;
   if (!comp.valid) return;
-  // K and V in rings of their own (kStages tiles each: the K slots, then the V slots), kStages tiles ahead of the
-  // compute: tile i's K slot takes tile i + kStages's K as soon as every warp has its S (at the V wait, before
-  // P V), its V slot takes that tile's V after P V. So the next K is in flight during the softmax and P V (one
-  // ring of K+V stages refilled a whole stage only after P V: a K half-tile less in flight, the next copy later
-  // by the softmax and P V). The block ids of the next `load` tile are fetched after its V copy, one tile ahead.
-  // Page size 64 (one page per tile) takes the single-id path.
-  const uint32_t k_ring = stages_addr, v_ring = stages_addr + S::kStages * S::kTileBytes;
+  // Copies run kStages - 1 tiles ahead of the compute; the block ids of the next `load` tile are fetched one
+  // copy ahead of that. Page size 64 (one page per tile) takes the single-id path.
   auto run = [&](auto one_page) {
     constexpr bool kOnePage = decltype(one_page)::value;
     TileIds<S, kOnePage> ids;
     if (load.valid && !load.Empty()) ids.Fetch(p, load.piece, load.tile);
-    // One commit group each, copies or not: the waits below count groups.
-    auto copy_k = [&](int slot) {
-      if (load.valid && !load.Empty()) {
-        LoadKvHalf<S, kOnePage, false>(p, load.piece, load.tile, ids, k_ring + slot * S::kTileBytes);
-      }
-      CpAsyncCommit();
-    };
-    auto copy_v = [&](int slot) {  // the same tile's V, then the stream moves on
-      if (load.valid && !load.Empty()) {
-        LoadKvHalf<S, kOnePage, true>(p, load.piece, load.tile, ids, v_ring + slot * S::kTileBytes);
-        load.Advance(p);
-        if (load.valid && !load.Empty()) ids.Fetch(p, load.piece, load.tile);
-      }
-      CpAsyncCommit();
+    auto copy_next = [&](int to_stage) {
+      if (!load.valid || load.Empty()) return;
+      LoadKvTile<S, kOnePage>(p, load.piece, load.tile, ids, stages_addr + to_stage * S::kStageBytes);
+      load.Advance(p);
+      if (load.valid && !load.Empty()) ids.Fetch(p, load.piece, load.tile);
     };
 #pragma unroll 1
-    for (int s = 0; s < S::kStages; ++s) {  // not unrolled: one copy of the copy code keeps the loop in cache
-      copy_k(s);
-      copy_v(s);
+    for (int s = 0; s < S::kStages - 1; ++s) {  // not unrolled: one copy of the copy code keeps the loop in cache
+      copy_next(s);
+      CpAsyncCommit();
     }
     WarpState<D> st;
     bool new_piece = true;
-    int slot = 0;
+    int stage = 0;
     while (comp.valid) {
       if (new_piece) {
         st.Reset();
@@ -648,18 +632,14 @@ __global__ void __launch_bounds__(kDecodeThreads) DecodeAttentionKernel(const __
         new_piece = false;
       }
       if (!comp.Empty()) {
-        // groups committed after this tile's K: its V, then the K and V of the kStages - 1 tiles after it
-        CpAsyncWait<2 * S::kStages - 1>();
+        copy_next((stage + S::kStages - 1) % S::kStages);
+        CpAsyncCommit();
+        CpAsyncWait<S::kStages - 1>();
         __syncthreads();
-        ComputeTile<D, MT, KV, CT>(p, comp.piece, comp.tile, k_ring + slot * S::kTileBytes,
-                                   v_ring + slot * S::kTileBytes, qsmem_addr, st, pos, s_scale, [&] {
-                                     CpAsyncWait<2 * S::kStages - 2>();  // this tile's V
-                                     __syncthreads();  // V visible; every warp is past S: the K slot is free
-                                     copy_k(slot);
-                                   });
-        __syncthreads();  // every warp is past P V: the V slot is free
-        copy_v(slot);
-        slot = (slot + 1) % S::kStages;
+        ComputeTile<D, MT, KV, CT>(p, comp.piece, comp.tile, stages_addr + stage * S::kStageBytes, qsmem_addr, st,
+                                   pos, s_scale);
+        __syncthreads();  // the stage is refilled by a later load
+        stage = (stage + 1) % S::kStages;
       }
       if (comp.Empty() || comp.tile + 1 >= comp.piece.tile_end) {
         const Piece done = comp.piece;
