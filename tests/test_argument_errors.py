@@ -529,13 +529,35 @@ def test_rope_norm_fp8_out_without_q_quant_names_the_cause():
     ((16, 9, 8, 128, 128), None, {"num_experts_global": 8},
      r"top_k \(9\) exceeds the routing's experts \(num_experts_global = 8\)"),
     ((2**28, 8, 8, 128, 128), None, {}, r"T \* top_k \(268435456 \* 8\) must be < 2\^31"),
+    ((2**27 + 1, 8, 8, 128, 128), None, {}, r"T \* top_k must be <= 2\^30 on the CUDA path"),
+    ((16, 2, 8, 48, 128), None, {}, r"the CUDA path needs H \(x.shape\[1\]\) to be a multiple of 64; got 48"),
+    ((16, 2, 8, 2**40, 128), None, {}, r"the CUDA path supports H and I up to 2\^24; got H=1099511627776"),
+    ((16, 2, 2**31 - 1, 128, 128), None, {}, r"the CUDA path supports at most 1024 local experts"),
 ])
 def test_fused_moe_workspace_size_refuses_what_the_op_refuses(shape, quant, extra, want):
     """fused_moe_workspace_size answered sizes for shapes fused_moe refuses (H not a multiple of 16, block128 with
-    I % 128, num_experts_global below the local count, top_k above it, T * top_k past the int32 pair indices) --
-    a size for a call that cannot run, or 1.5e17 bytes for T = 2^40. It now applies the op's rules."""
+    I % 128, num_experts_global below the local count, top_k above it, T * top_k past the int32 pair indices, the
+    CUDA path's H % 64 / E / T * top_k limits) -- a size for a call that cannot run, 1.5e17 bytes for T = 2^40, or
+    an int64 overflow for H = 2^60. It now applies the CUDA op's rules."""
     import hpc_xla.torch as ht
 
     with pytest.raises(ValueError, match=r"fused_moe_workspace_size: " + want):
         ht.fused_moe_workspace_size(*shape, quant, **extra)
     assert ht.fused_moe_workspace_size(16, 2, 8, 128, 128, None, num_experts_global=8) > 0  # a valid shape answers
+
+
+def test_jax_fused_moe_names_bad_topk_ids_in_the_ops_words():
+    """The per-call workspace size, asked before the op runs, must not answer a malformed call with its own message
+    (a transposed topk_ids read as top_k = 16 "exceeds the routing's experts"): it answers 0 and the op names the
+    argument (review of session 41's workspace checks)."""
+    import jax
+
+    import hpc_xla.jax as hj
+
+    p = make_problem(tokens=16, experts=8, hidden=128, inter=128, top_k=2, quant=None, seed=0)
+    for ids, want in ((p["topk_ids"].reshape(-1), r"topk_ids must be a 2-D tensor \[T, top_k\]"),
+                      (p["topk_ids"].T.copy(), r"topk_ids.shape\[0\] must be 16 \(T, from x\)")):
+        with pytest.raises(jax.errors.JaxRuntimeError, match=want):
+            with jax.default_device(jax.devices("cpu")[0]):
+                jax.block_until_ready(hj.fused_moe(p["x"], p["w13"], p["w2"], p["topk_weights"], ids,
+                                                   num_experts_global=8))

@@ -55,16 +55,21 @@ void FusedMoeBinding(nb::handle x, nb::handle x_scale, nb::handle w13, nb::handl
 
 // The two workspace sizes take the same arguments (the quant as its code).
 using WorkspaceBytesFn = int64_t (*)(int64_t, int64_t, int64_t, int64_t, int64_t, MoeQuant, int64_t, bool);
-// `op` names the shapes' owner in a refusal: the public size function itself, or fused_moe for the per-call size
-// the wrappers ask before the op runs.
-void BindWorkspaceSize(nb::module_& m, const char* name, const char* op, WorkspaceBytesFn bytes, const char* doc) {
+// `refuse`: a shape the CUDA op refuses raises (the public fused_moe_workspace_size), or answers 0 (the per-call
+// size the wrappers ask before the op runs: the op then names the problem in its own words -- a rank, a parity,
+// the argument the user passed -- which the size's arguments cannot).
+void BindWorkspaceSize(nb::module_& m, const char* name, bool refuse, WorkspaceBytesFn bytes, const char* doc) {
   m.def(
       name,
-      [op, bytes](int64_t tokens, int64_t top_k, int64_t experts, int64_t hidden, int64_t inter, int quant,
-                    int64_t experts_global, bool w13_interleaved) {
+      [name, refuse, bytes](int64_t tokens, int64_t top_k, int64_t experts, int64_t hidden, int64_t inter, int quant,
+                            int64_t experts_global, bool w13_interleaved) -> int64_t {
         const MoeQuant q = static_cast<MoeQuant>(quant);
-        ThrowIfError(ValidateMoeWorkspaceShapes(op, tokens, top_k, experts, hidden, inter, q, experts_global,
-                                                w13_interleaved));
+        const Status ok =
+            ValidateMoeWorkspaceShapes(name, tokens, top_k, experts, hidden, inter, q, experts_global, w13_interleaved);
+        if (!ok.ok()) {
+          if (refuse) ThrowIfError(ok);
+          return 0;
+        }
         return bytes(tokens, top_k, experts, hidden, inter, q, experts_global, w13_interleaved);
       },
       nb::arg("tokens"), nb::arg("top_k"), nb::arg("experts"), nb::arg("hidden"), nb::arg("inter"), nb::arg("quant"),
@@ -79,13 +84,13 @@ void BindMoe(nb::module_& m) {
         nb::arg("a2_scale").none(), nb::arg("topk_weights"), nb::arg("topk_ids"), nb::arg("shared_output").none(),
         nb::arg("out"), nb::arg("workspace"), nb::arg("quant"), nb::arg("expert_offset"),
         nb::arg("num_experts_global"), nb::arg("w13_interleaved") = false, nb::arg("stream") = -1);
-  BindWorkspaceSize(m, "fused_moe_workspace_size", "fused_moe_workspace_size", &FusedMoeMaxWorkspaceBytes,
+  BindWorkspaceSize(m, "fused_moe_workspace_size", true, &FusedMoeMaxWorkspaceBytes,
                     "Bytes of a CUDA fused_moe workspace (uint8) that serves every call of at most `tokens` tokens "
                     "with these shapes (local experts E = w13.shape[0]; experts_global and w13_interleaved as the "
                     "calls pass them).");
-  BindWorkspaceSize(m, "fused_moe_call_workspace_size", "fused_moe", &FusedMoeWorkspaceBytes,
+  BindWorkspaceSize(m, "fused_moe_call_workspace_size", false, &FusedMoeWorkspaceBytes,
                     "Bytes of the CUDA fused_moe workspace one call of exactly `tokens` tokens needs (not monotone in "
-                    "tokens).");
+                    "tokens); 0 for shapes the CUDA op refuses (the op names them).");
   m.def(
       "fused_moe_tile_m",
       [](int64_t tokens, int64_t top_k, int64_t experts, int quant) {

@@ -93,9 +93,9 @@ int64_t FusedMoeWorkspaceBytes(int64_t tokens, int64_t top_k, int64_t experts, i
 int64_t FusedMoeMaxWorkspaceBytes(int64_t max_tokens, int64_t top_k, int64_t experts, int64_t hidden, int64_t inter,
                                   MoeQuant quant, int64_t experts_global = 0, bool w13_interleaved = false);
 
-// The shapes a workspace size is asked for, by the op's own rules (H / I, quant, w13_interleaved, num_experts_global
-// >= E and >= top_k when given, T * top_k < 2^31): the size functions answer only shapes a call takes. `op` names
-// the caller in the message.
+// The shapes a (CUDA) workspace size is asked for, by the op's rules and the CUDA path's (H / I, quant,
+// w13_interleaved, num_experts_global >= E and >= top_k when given, T * top_k <= 2^30, E <= kMaxMoeCudaExperts):
+// fused_moe_workspace_size answers only shapes a CUDA call takes. `op` names the caller in the message.
 Status ValidateMoeWorkspaceShapes(const char* op, int64_t tokens, int64_t top_k, int64_t experts, int64_t hidden,
                                   int64_t inter, MoeQuant quant, int64_t experts_global, bool w13_interleaved);
 Status ValidateFusedMoe(const FusedMoeArgs& args);

@@ -202,6 +202,29 @@ Status CheckMoePairs(const ArgCheck& c, int64_t tokens, int64_t top_k) {
   return Status::Ok();
 }
 
+// What the CUDA pipeline needs on top of the op's rules (ValidateFusedMoeCuda; the workspace sizes, which are the
+// CUDA path's). H and I <= 2^24 keep the workspace arithmetic far inside int64 (T * top_k <= 2^30 rows of up to
+// 8 x 2I floats); no model comes near.
+Status CheckMoeCudaShapes(const ArgCheck& c, int64_t tokens, int64_t top_k, int64_t experts, int64_t hidden,
+                          int64_t inter) {
+  if (hidden % 64 != 0) return c.Fail("the CUDA path needs H (x.shape[1]) to be a multiple of 64; got " + std::to_string(hidden));
+  if (inter % 64 != 0) {
+    return c.Fail("the CUDA path needs I (w13.shape[1] / 2) to be a multiple of 64; got " + std::to_string(inter));
+  }
+  if (hidden > (int64_t{1} << 24) || inter > (int64_t{1} << 24)) {
+    return c.Fail("the CUDA path supports H and I up to 2^24; got H=" + std::to_string(hidden) + ", I=" +
+                  std::to_string(inter));
+  }
+  if (experts > kMaxMoeCudaExperts) {
+    return c.Fail("the CUDA path supports at most " + std::to_string(kMaxMoeCudaExperts) +
+                  " local experts (w13.shape[0]); got " + std::to_string(experts));
+  }
+  if (tokens * top_k > (int64_t{1} << 30)) {
+    return c.Fail("T * top_k must be <= 2^30 on the CUDA path; got " + std::to_string(tokens * top_k));
+  }
+  return Status::Ok();
+}
+
 }  // namespace
 
 Status ValidateFusedMoe(const FusedMoeArgs& a) {
@@ -364,7 +387,8 @@ Status ValidateMoeWorkspaceShapes(const char* op, int64_t tokens, int64_t top_k,
     return c.Fail("top_k (" + std::to_string(top_k) + ") exceeds the routing's experts (num_experts_global = " +
                   std::to_string(experts_global) + ")");
   }
-  return CheckMoePairs(c, tokens, top_k);
+  HPC_RETURN_IF_ERROR(CheckMoePairs(c, tokens, top_k));
+  return CheckMoeCudaShapes(c, tokens, top_k, experts, hidden, inter);
 }
 
 int64_t FusedMoeWorkspaceBytes(int64_t tokens, int64_t top_k, int64_t experts, int64_t hidden, int64_t inter,
@@ -408,18 +432,8 @@ Status ValidateFusedMoeCuda(const FusedMoeArgs& a) {
   if (moe::NarrowClusterFromEnv() == moe::GroupedCluster::kInvalid) {
     return c.Fail(EnvWordRefusal("HPC_XLA_MOE_NARROW_CLUSTER", kNarrowClusterWords));
   }
-  const int64_t tokens = a.x.shape[0], hidden = a.x.shape[1], experts = a.w13.shape[0], inter = a.w13.shape[1] / 2;
-  if (hidden % 64 != 0) return c.Fail("the CUDA path needs H (x.shape[1]) to be a multiple of 64; got " + std::to_string(hidden));
-  if (inter % 64 != 0) {
-    return c.Fail("the CUDA path needs I (w13.shape[1] / 2) to be a multiple of 64; got " + std::to_string(inter));
-  }
-  if (experts > kMaxMoeCudaExperts) {
-    return c.Fail("the CUDA path supports at most " + std::to_string(kMaxMoeCudaExperts) +
-                  " local experts (w13.shape[0]); got " + std::to_string(experts));
-  }
-  if (tokens * a.topk_ids.shape[1] > (int64_t{1} << 30)) {
-    return c.Fail("T * top_k must be <= 2^30 on the CUDA path; got " + std::to_string(tokens * a.topk_ids.shape[1]));
-  }
+  HPC_RETURN_IF_ERROR(CheckMoeCudaShapes(c, a.x.shape[0], a.topk_ids.shape[1], a.w13.shape[0], a.x.shape[1],
+                                         a.w13.shape[1] / 2));
   // cp.async / vector loads move 16 bytes: the operands' base addresses must be 16-byte aligned.
   for (const auto& [name, t] : {std::pair<const char*, const TensorView*>{"x", &a.x}, {"w13", &a.w13}, {"w2", &a.w2},
                                 {"shared_output", &a.shared_output}, {"out", &a.out}}) {
