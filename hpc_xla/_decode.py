@@ -6,7 +6,7 @@ import math
 
 import numpy as np
 
-from hpc_xla import _args
+from hpc_xla import _args, _options
 from hpc_xla._ext import ext
 
 SCHEDULES = {"dynamic": 0, "static": 1}
@@ -174,7 +174,7 @@ def check_attention_call(q, k_cache, seq_lens, plan, plan_type, q_len, schedule)
         q_len = plan.config.q_len if plan is not None else next(
             (n for n in range(1, MAX_Q_LEN + 2) if q.shape[0] == batch * n), 1)
     q_len = _args.integer("decode_attention", "q_len", q_len, minimum=1)
-    if schedule not in SCHEDULES:
+    if not _options.is_choice(schedule, SCHEDULES):
         raise ValueError("decode_attention: schedule must be 'dynamic' or 'static'; got %r" % (schedule,))
     if len(seq_lens.shape) != 1:
         raise ValueError("decode_attention: seq_lens must be [B] int32; got shape %s" % (tuple(seq_lens.shape),))

@@ -7,14 +7,20 @@ ROPE_STYLES = {"neox": 0, "gptj": 1}
 Q_QUANT = (None, "fp8")
 
 
+def is_choice(value, choices):
+    """value is one of `choices` (strings / None): an unhashable value (a list) is not, instead of a TypeError from
+    the dict lookup."""
+    return (value is None or isinstance(value, str)) and value in choices
+
+
 def rope_style_code(rope_style):
-    if rope_style not in ROPE_STYLES:
+    if not is_choice(rope_style, ROPE_STYLES):
         raise ValueError("rope_norm: rope_style must be 'neox' or 'gptj'; got %r" % (rope_style,))
     return ROPE_STYLES[rope_style]
 
 
 def check_q_quant(q_quant):
-    if q_quant not in Q_QUANT:
+    if not is_choice(q_quant, Q_QUANT):
         raise ValueError("rope_norm: q_quant must be None or 'fp8'; got %r" % (q_quant,))
     return q_quant == "fp8"
 
@@ -31,7 +37,7 @@ SCORING = {"softmax": 0, "sigmoid": 1}
 
 
 def scoring_code(scoring):
-    if scoring not in SCORING:
+    if not is_choice(scoring, SCORING):
         raise ValueError("moe_route: scoring must be 'softmax' or 'sigmoid'; got %r" % (scoring,))
     return SCORING[scoring]
 
@@ -55,7 +61,7 @@ MOE_QUANT = {None: 0, "fp8_tensor": 1, "fp8_block128": 2}
 
 
 def moe_quant_code(quant):
-    if quant not in MOE_QUANT:
+    if not is_choice(quant, MOE_QUANT):
         raise ValueError("fused_moe: quant must be None, 'fp8_tensor' or 'fp8_block128'; got %r" % (quant,))
     return MOE_QUANT[quant]
 

@@ -149,3 +149,50 @@ def test_partitioned_fused_moe_on_one_device_is_the_op(quant):
         hp.fused_moe(*args, p["topk_weights"], p["topk_ids"], **dict(kw, expert_offset=jnp.int32(8)))
     with pytest.raises(ValueError, match="fused routing .router_logits. needs top_k"):  # hj.fused_moe's checks
         hp.fused_moe(*args, router_logits=logits, **kw)
+
+
+def test_partitioned_bad_inputs_are_named():
+    """A review of session 41: hpc_xla.jax.partitioned let through what hpc_xla.jax refuses, or answered with
+    another layer's words -- an expert-sharded shared_output of [1, H] was broadcast to every token (it is added
+    after the psum, outside the op), a refused q_len=1.0 made every later q_len=1 raise (64 and 64.0 were one cache
+    key; True passed after 1), a wrong-rank operand read "Sharding rule 3th operand has rank 2", a list option
+    "unhashable type", a two-element k_scale a reshape error; and a string scale was parsed by jnp.asarray."""
+    import hpc_xla.jax.partitioned as hp
+    from decode_harness import DecodeCase, make_inputs
+    from hpc_xla import _options
+
+    inp = make_inputs(DecodeCase(seq_lens=(100, 0, 1, 700), num_q_heads=8, num_kv_heads=2, page_size=16))
+    args = [jnp.asarray(inp[k]) for k in ("q", "k_cache", "v_cache", "block_table", "seq_lens")]
+    op = "hpc_xla.jax.partitioned.decode_attention"
+    with pytest.raises(TypeError, match=r"decode_attention: q_len must be an int; got 1.0"):
+        hp.decode_attention(*args, q_len=1.0)
+    hp.decode_attention(*args, q_len=1)  # the refused 1.0 does not stick to 1
+    with pytest.raises(TypeError, match=r"decode_attention: q_len must be an int; got True"):
+        hp.decode_attention(*args, q_len=True)
+    with pytest.raises(ValueError, match=op + r": block_table must be 2-D \[b, m\]; got shape \(\d+,\)"):
+        hp.decode_attention(*args[:3], args[3].reshape(-1), args[4])
+    with pytest.raises(TypeError, match=op + r": schedule must be a static value .*got list \['dynamic'\]"):
+        hp.decode_attention(*args, schedule=["dynamic"])
+    with pytest.raises(ValueError, match=op + r": k_scale must be one float32 value .*got shape \(2,\)"):
+        hp.decode_attention(*args, k_scale=np.ones(2, np.float32), v_scale=1.0)
+    for face, name in ((hp, op), (hj, "decode_attention")):
+        with pytest.raises(TypeError, match=name + r": k_scale must be a number or a float32 array .*got '0.3'"):
+            face.decode_attention(*args, k_scale="0.3", v_scale=1.0)
+    with pytest.raises(ValueError, match=r"decode_attention: schedule must be 'dynamic' or 'static'; got \['dynamic'\]"):
+        hj.decode_attention(*args, schedule=["dynamic"])
+
+    p = make_problem(tokens=16, experts=8, hidden=128, inter=128, top_k=2, quant="fp8_tensor", shared=True, seed=2)
+    kw = {k: p[k] for k in ("quant", "w13_scale", "w2_scale", "a13_scale", "a2_scale")}
+    moe_args = (p["x"], p["w13"], p["w2"], p["topk_weights"], p["topk_ids"])
+    op = "hpc_xla.jax.partitioned.fused_moe"
+    for bad in (p["shared_output"][:1], np.zeros((16, 128), np.int32)):
+        with pytest.raises(ValueError, match=op + r": shared_output must be bfloat16 \[T, H\] = \[16, 128\]"):
+            hp.fused_moe(*moe_args, shared_output=bad, **kw)
+    with pytest.raises(ValueError, match=op + r": w13_scale must be 1-D \[e\]; got shape \(\)"):
+        hp.fused_moe(*moe_args, **dict(kw, w13_scale=np.float32(1.0)))
+    with pytest.raises(TypeError, match=op + r": num_experts_global must be an int"):
+        jax.jit(lambda n: hp.fused_moe(*moe_args, num_experts_global=n, **kw))(jnp.int32(8))
+    with pytest.raises(ValueError, match=r"fused_moe: quant must be None, 'fp8_tensor' or 'fp8_block128'; got \[None\]"):
+        hj.fused_moe(*moe_args, quant=[None])
+    with pytest.raises(ValueError, match=r"rope_norm: rope_style must be 'neox' or 'gptj'; got \['neox'\]"):
+        _options.rope_style_code(["neox"])  # (was "unhashable type: 'list'" from the dict lookup, both faces)

@@ -551,13 +551,11 @@ def test_fused_prologue_then_attention(tmp_path_factory, fp8, rotary_dim, skippe
 
 # ---- MoE experts ----
 
-def experts_for(num_experts, hidden, inter, top_k, ep_size, ep_rank, quant_config):
-    """HpcXlaExperts as vLLM's fp8 oracle builds them (FusedMoEConfig of the layer + its quant config)."""
+def moe_config_for(num_experts, hidden, inter, top_k, ep_size, ep_rank, in_dtype=torch.bfloat16):
+    """vLLM's FusedMoEConfig of a layer (tensor parallel 1: I per partition = inter)."""
     from vllm.model_executor.layers.fused_moe.activation import MoEActivation
     from vllm.model_executor.layers.fused_moe.config import (FusedMoEConfig, FusedMoEParallelConfig,
                                                              RoutingMethodType)
-
-    from hpc_xla.vllm.moe import HpcXlaExperts
 
     parallel = FusedMoEParallelConfig(tp_size=1, pcp_size=1, dp_size=1, ep_size=ep_size, tp_rank=0, pcp_rank=0,
                                       dp_rank=0, ep_rank=ep_rank, sp_size=1, use_ep=ep_size > 1,
@@ -566,8 +564,43 @@ def experts_for(num_experts, hidden, inter, top_k, ep_size, ep_rank, quant_confi
                             intermediate_size=inter, num_local_experts=num_experts // ep_size,
                             num_logical_experts=num_experts, activation=MoEActivation.SILU, device="cpu",
                             routing_method=RoutingMethodType.Renormalize, moe_parallel_config=parallel,
-                            in_dtype=torch.bfloat16)
-    return HpcXlaExperts(config, quant_config)
+                            in_dtype=in_dtype)
+    return config
+
+
+def experts_for(num_experts, hidden, inter, top_k, ep_size, ep_rank, quant_config):
+    """HpcXlaExperts as vLLM's fp8 oracle builds them (FusedMoEConfig of the layer + its quant config)."""
+    from hpc_xla.vllm.moe import HpcXlaExperts
+
+    return HpcXlaExperts(moe_config_for(num_experts, hidden, inter, top_k, ep_size, ep_rank), quant_config)
+
+
+def test_moe_selection_refuses_what_fused_moe_cannot_run(monkeypatch):
+    """Selection (is_supported_config, which vLLM's fp8 oracle and our bf16 selection ask) refuses a layer whose I
+    per partition the CUDA path cannot take (Qwen3-30B-A3B at TP=8: 768 / 8 = 96) or whose activations are not
+    bfloat16, by name, before the weights load; it failed at the profile run's workspace size, or in the
+    constructor (a review of session 41)."""
+    from vllm.model_executor.layers.fused_moe import modular_kernel as mk
+    from vllm.model_executor.layers.quantization.utils.quant_utils import (kFp8Dynamic128Sym, kFp8Static128BlockSym,
+                                                                           kFp8StaticTensorSym)
+
+    from hpc_xla.vllm.moe import HpcXlaExperts
+
+    monkeypatch.setattr(HpcXlaExperts, "_supports_current_device", staticmethod(lambda: True))  # (a CPU here)
+
+    def supported(inter, keys=(None, None), in_dtype=torch.bfloat16):
+        config = moe_config_for(8, 2048, inter, 2, 1, 0, in_dtype)
+        return HpcXlaExperts.is_supported_config(HpcXlaExperts, config, *keys, mk.FusedMoEActivationFormat.Standard)
+
+    block = (kFp8Static128BlockSym, kFp8Dynamic128Sym)
+    assert supported(768) == (True, None)
+    assert supported(192, (kFp8StaticTensorSym, kFp8StaticTensorSym)) == (True, None)
+    ok, why = supported(96)
+    assert not ok and "intermediate size 96 per partition (a multiple of 64" in why, why
+    ok, why = supported(192, block)
+    assert not ok and "intermediate size 192 per partition (a multiple of 128" in why, why
+    ok, why = supported(768, in_dtype=torch.float16)
+    assert not ok and "torch.float16 activations (bfloat16 only)" in why, why
 
 
 def moe_quant_config(quant, w13_s, w2_s):

@@ -98,6 +98,8 @@ def f32_scalar(op, name, x):
     """A per-tensor scale given as a python float, numpy or jax scalar -> float32 jax array (or absent)."""
     if x is None:
         return absent()
+    if isinstance(x, (str, bytes)):  # jnp.asarray parses "0.3" into 0.3
+        raise TypeError("%s: %s must be a number or a float32 array (a per-tensor scale); got %r" % (op, name, x))
     x = jnp.asarray(x, jnp.float32)
     if x.size != 1:
         raise ValueError("%s: %s must be one float32 value (a per-tensor scale); got shape %s" % (op, name, x.shape))

@@ -26,6 +26,7 @@ from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
 from hpc_xla import _args, _options
+from hpc_xla.jax import _ffi
 from hpc_xla.jax.attention import DecodePlan
 from hpc_xla.jax.attention import decode_attention as _decode_attention
 from hpc_xla.jax.attention import decode_plan as _decode_plan
@@ -34,22 +35,44 @@ from hpc_xla.jax.moe import moe_route
 from hpc_xla.jax.rope_norm import rope_norm as _rope_norm
 
 
-def _scalar(x):
-    """A per-tensor scale as a float32 scalar array (a custom_partitioning operand must be an array)."""
-    return None if x is None else jnp.asarray(x, jnp.float32).reshape(())
+def _scalar(op, name, x):
+    """A per-tensor scale as a float32 scalar array (a custom_partitioning operand must be an array), checked as
+    hpc_xla.jax checks it (one value, not a string)."""
+    return None if x is None else _ffi.f32_scalar(op, name, x)
 
 
-def _option_key(options):
-    """The options (eps, sm_scale, ...) as a hashable cache key: numpy / jax scalars (hpc_xla.jax takes them as
-    well as Python numbers) become Python numbers; a traced one cannot be a static option."""
+def _option_key(op, options):
+    """The options (eps, sm_scale, ...) as a hashable cache key of (name, type, value): numpy / jax scalars
+    (hpc_xla.jax takes them as well as Python numbers) become Python numbers; a traced one cannot be a static option.
+    The type keeps 64 and 64.0, 1 and True apart: the op checks each call's own value (a cached op built for a
+    refused 64.0 raised for every later 64)."""
     def static(name, value):
         if isinstance(value, (np.ndarray, np.generic, jax.Array)):
             if isinstance(value, jax.core.Tracer) or np.ndim(value) != 0:
-                raise TypeError("hpc_xla.jax.partitioned: %s must be a static scalar (a Python or numpy number, "
-                                "not traced); got %r" % (name, value))
-            return np.asarray(value).item()
-        return value
-    return tuple((name, static(name, value)) for name, value in sorted(options.items()))
+                raise TypeError("%s: %s must be a static scalar (a Python or numpy number, not traced); got %r"
+                                % (op, name, value))
+            value = np.asarray(value).item()
+        try:
+            hash(value)
+        except TypeError:
+            raise TypeError("%s: %s must be a static value (a string, number, bool or dtype); got %s %r"
+                            % (op, name, type(value).__name__, value)) from None
+        return (name, type(value).__name__, value)
+    return tuple(static(name, value) for name, value in sorted(options.items()))
+
+
+def _options_of(static):
+    return {name: value for name, _, value in static}
+
+
+def _check_ranks(op, entries):
+    """Each given operand's rank against its layout (name, array, (rank, sharded dim), rule letters): a wrong rank
+    reached the sharding rule first and read "Sharding rule 3th operand has rank 2, ..." (an index into this
+    module's operand list, not the user's arguments)."""
+    for name, x, (rank, _), rule in entries:
+        if x is not None and np.ndim(x) != rank:
+            raise ValueError("%s: %s must be %d-D [%s]; got shape %s" % (op, name, rank, ", ".join(rule.split()),
+                                                                        tuple(np.shape(x))))
 
 
 def _spec_axis(sharding, dim):
@@ -129,13 +152,14 @@ def _given(optional, present):
 # (q_norm_weight, k_norm_weight, k_scale, v_scale); results: q_out (+ q_scale), k_cache, v_cache
 _ROPE_OPERANDS = ((3, 1), (3, 1), (3, 1), (1, None), (2, None), (1, None), (4, 2), (4, 2))
 _ROPE_RULE = ("t hq d", "t hk d", "t hk d", "t", "m r", "t", "n p hk d", "n p hk d")
+_ROPE_NAMES = ("q", "k", "v", "positions", "cos_sin_cache", "slot_mapping", "k_cache", "v_cache")
 _ROPE_OPTIONAL = (("q_norm_weight", (1, None), "d"), ("k_norm_weight", (1, None), "d"), ("k_scale", (0, None), ""),
                   ("v_scale", (0, None), ""))
 
 
 @functools.lru_cache(maxsize=None)
 def _rope_norm_op(present, static):
-    kwargs = dict(static)
+    kwargs = _options_of(static)
     optional = _given(_ROPE_OPTIONAL, present)
     names = [name for name, _, _ in optional]
     quant = kwargs.get("q_quant") is not None
@@ -152,8 +176,14 @@ def _rope_norm_op(present, static):
 def rope_norm(q, k, v, positions, cos_sin_cache, slot_mapping, k_cache, v_cache, *, q_norm_weight=None,
               k_norm_weight=None, k_scale=None, v_scale=None, **options):
     """hpc_xla.jax.rope_norm, partitioned over heads under jax.jit (see the module docstring)."""
-    optional = (q_norm_weight, k_norm_weight, _scalar(k_scale), _scalar(v_scale))
-    op = _rope_norm_op(tuple(x is not None for x in optional), _option_key(options))
+    name = "hpc_xla.jax.partitioned.rope_norm"
+    _check_ranks(name, zip(_ROPE_NAMES + ("q_norm_weight", "k_norm_weight"),
+                           (q, k, v, positions, cos_sin_cache, slot_mapping, k_cache, v_cache, q_norm_weight,
+                            k_norm_weight),
+                           _ROPE_OPERANDS + tuple(layout for _, layout, _ in _ROPE_OPTIONAL[:2]),
+                           _ROPE_RULE + tuple(rule for _, _, rule in _ROPE_OPTIONAL[:2])))
+    optional = (q_norm_weight, k_norm_weight, _scalar(name, "k_scale", k_scale), _scalar(name, "v_scale", v_scale))
+    op = _rope_norm_op(tuple(x is not None for x in optional), _option_key(name, options))
     given = [x for x in optional if x is not None]
     return op(q, k, v, positions, cos_sin_cache, slot_mapping, k_cache, v_cache, *given)
 
@@ -162,12 +192,13 @@ def rope_norm(q, k, v, positions, cos_sin_cache, slot_mapping, k_cache, v_cache,
 # operands: q, k_cache, v_cache, block_table, seq_lens, then the optional ones given (q_scale, k_scale, v_scale)
 _DECODE_OPERANDS = ((3, 1), (4, 2), (4, 2), (2, None), (1, None))
 _DECODE_RULE = ("r hq d", "n p hk d", "n p hk d", "b m", "b")
+_DECODE_NAMES = ("q", "k_cache", "v_cache", "block_table", "seq_lens")
 _DECODE_OPTIONAL = (("q_scale", (2, 1), "r hq"), ("k_scale", (0, None), ""), ("v_scale", (0, None), ""))
 
 
 @functools.lru_cache(maxsize=None)
 def _decode_op(present, with_plan, plan_config, static):
-    kwargs = dict(static)
+    kwargs = _options_of(static)
     optional = _given(_DECODE_OPTIONAL, present)
     names = [name for name, _, _ in optional]
     plan_operand = ((1, None),) if with_plan else ()
@@ -228,9 +259,12 @@ def decode_attention(q, k_cache, v_cache, block_table, seq_lens, plan=None, *, q
     if plan is not None and not isinstance(plan, DecodePlan):
         raise TypeError("hpc_xla.jax.partitioned.decode_attention: plan must come from "
                         "hpc_xla.jax.partitioned.decode_plan (or None); got %s" % type(plan).__name__)
-    optional = (q_scale, _scalar(k_scale), _scalar(v_scale))
+    name = "hpc_xla.jax.partitioned.decode_attention"
+    _check_ranks(name, zip(_DECODE_NAMES + ("q_scale",), (q, k_cache, v_cache, block_table, seq_lens, q_scale),
+                           _DECODE_OPERANDS + (_DECODE_OPTIONAL[0][1],), _DECODE_RULE + (_DECODE_OPTIONAL[0][2],)))
+    optional = (q_scale, _scalar(name, "k_scale", k_scale), _scalar(name, "v_scale", v_scale))
     op = _decode_op(tuple(x is not None for x in optional), plan is not None, None if plan is None else plan.config,
-                    _option_key(options))
+                    _option_key(name, options))
     given = ([plan.array] if plan is not None else []) + [x for x in optional if x is not None]
     return op(q, k_cache, v_cache, block_table, seq_lens, *given)
 
@@ -252,7 +286,7 @@ def _moe_optional_layouts(quant):
 
 @functools.lru_cache(maxsize=None)
 def _moe_op(present, static):
-    kwargs = dict(static)
+    kwargs = _options_of(static)
     names = [n for n, given in zip(_MOE_NAMES, present) if given]
     layouts = _moe_optional_layouts(kwargs.get("quant"))
     offset, experts_global = kwargs.pop("expert_offset"), kwargs.pop("num_experts_global")
@@ -300,9 +334,24 @@ def fused_moe(x, w13, w2, topk_weights=None, topk_ids=None, *, quant=None, x_sca
     if _options.routing_inputs(topk_weights, topk_ids, router_logits, route_kwargs):  # hpc_xla.jax.fused_moe's rule
         top_k = route_kwargs.pop("top_k")
         topk_weights, topk_ids = moe_route(router_logits, top_k, **route_kwargs)
+    name = "hpc_xla.jax.partitioned.fused_moe"
+    num_experts_global = _args.optional_integer(name, "num_experts_global", num_experts_global, minimum=1)
+    layouts = _moe_optional_layouts(quant if isinstance(quant, str) else None)
+    given = (("x_scale", x_scale), ("w13_scale", w13_scale), ("w2_scale", w2_scale), ("shared_output", shared_output))
+    _check_ranks(name, [(n, a, layout, rule) for n, a, layout, rule in
+                        zip(("x", "w13", "w2", "topk_weights", "topk_ids"), (x, w13, w2, topk_weights, topk_ids),
+                            _MOE_OPERANDS, _MOE_RULE)] +
+                 [(n, a) + layouts[n] for n, a in given])
+    # Expert-sharded, shared_output is added after the psum, outside the op that checks it (a [1, H] one was
+    # broadcast to every token): checked here as the op would.
+    if shared_output is not None and (tuple(shared_output.shape) != tuple(x.shape) or
+                                      shared_output.dtype != jnp.bfloat16):
+        raise ValueError("%s: shared_output must be bfloat16 [T, H] = %s (x's shape); got %s %s"
+                         % (name, list(x.shape), shared_output.dtype, list(shared_output.shape)))
     experts_global = num_experts_global if num_experts_global is not None else int(w13.shape[0]) + expert_offset
-    optional = (x_scale, w13_scale, w2_scale, _scalar(a13_scale), _scalar(a2_scale), shared_output)
+    optional = (x_scale, w13_scale, w2_scale, _scalar(name, "a13_scale", a13_scale),
+                _scalar(name, "a2_scale", a2_scale), shared_output)
     static = dict(quant=quant, activation=activation, expert_offset=expert_offset, num_experts_global=experts_global,
                   w13_interleaved=w13_interleaved)
-    op = _moe_op(tuple(x is not None for x in optional), tuple(sorted(static.items())))
+    op = _moe_op(tuple(x is not None for x in optional), _option_key(name, static))
     return op(x, w13, w2, topk_weights, topk_ids, *[x for x in optional if x is not None])

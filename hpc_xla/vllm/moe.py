@@ -91,6 +91,24 @@ class HpcXlaExperts(mk.FusedMoEExpertsModular):
         return hidden_dim % 128 == 0
 
     @staticmethod
+    def is_supported_config(cls, moe_config, weight_key, activation_key, activation_format):
+        """vLLM's checks, then what they leave out that fused_moe's CUDA path refuses -- so selection refuses the
+        layer by name before its weights load (a Qwen3-30B-A3B at TP=8, I = 768 / 8 = 96 per rank, passed selection
+        and failed at the profile run's workspace size; an fp16 model failed in the constructor): bfloat16
+        activations, and I per partition a multiple of 64 (128 with block-128 weight scales)."""
+        ok, reason = mk.FusedMoEExperts.is_supported_config(cls, moe_config, weight_key, activation_key,
+                                                            activation_format)
+        if not ok:
+            return ok, reason
+        if moe_config.in_dtype != torch.bfloat16:
+            return False, "kernel does not support %s activations (bfloat16 only)" % moe_config.in_dtype
+        inter, multiple = moe_config.intermediate_size_per_partition, 128 if weight_key == kFp8Static128BlockSym else 64
+        if inter % multiple:
+            return False, ("kernel does not support intermediate size %d per partition (a multiple of %d: "
+                           "fewer tensor-parallel ranks, or expert parallelism)" % (inter, multiple))
+        return True, None
+
+    @staticmethod
     def _supports_parallel_config(moe_parallel_config):
         return True
 
