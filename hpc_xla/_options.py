@@ -1,5 +1,7 @@
 """Python-level options shared by the jax and torch faces (string choices -> what the binary takes)."""
 
+import numpy as np
+
 from hpc_xla import _args
 from hpc_xla.moe_layout import ACT_EPILOGUE_BLOCK
 
@@ -107,6 +109,22 @@ def expert_counts(expert_offset, num_experts_global):
 
 # moe_route's keywords that fused_moe passes on with router_logits (both faces' moe_route take exactly these)
 ROUTE_KEYWORDS = ("top_k", "scoring", "renormalize", "num_groups", "topk_groups", "correction_bias", "routed_scaling")
+
+
+def check_router_experts(op, router_logits, num_experts_global, local_experts, expert_offset):
+    """Fused routing scores router_logits.shape[-1] experts; they must be the routing's (num_experts_global, or E +
+    expert_offset when it is not given). A router over 8 experts with a w13 of 4 and no num_experts_global routed
+    some batches onto ids past the layer's experts: an error on the CPU for those batches only, and on the GPU the
+    tokens' experts silently dropped (ids outside [offset, offset + E) are other ranks')."""
+    width = int(router_logits.shape[-1])
+    if num_experts_global is not None:
+        if width != int(num_experts_global):
+            raise ValueError("%s: router_logits scores %d experts (shape[-1]); the routing has num_experts_global=%d"
+                             % (op, width, num_experts_global))
+    elif isinstance(expert_offset, (int, np.integer)) and width != int(local_experts) + int(expert_offset):
+        raise ValueError("%s: router_logits scores %d experts (shape[-1]); without num_experts_global the routing "
+                         "has E + expert_offset = %d + %d (w13.shape[0] local experts): pass num_experts_global for "
+                         "an expert-parallel rank" % (op, width, local_experts, expert_offset))
 
 
 def routing_inputs(topk_weights, topk_ids, router_logits, route_kwargs):

@@ -561,3 +561,62 @@ def test_jax_fused_moe_names_bad_topk_ids_in_the_ops_words():
             with jax.default_device(jax.devices("cpu")[0]):
                 jax.block_until_ready(hj.fused_moe(p["x"], p["w13"], p["w2"], p["topk_weights"], ids,
                                                    num_experts_global=8))
+
+
+def test_written_tensors_that_overlap_their_inputs_are_refused():
+    """A review of session 41: nothing checked whether a tensor an op writes overlaps another operand -- rope_norm's
+    `out` as q shifted by one head returned a wrong q, k_cache is v_cache wrote both into one, and moe_route's two
+    outputs as views of one buffer returned ids like 1057731279. out=q (the same view) stays legal, and so do q / k /
+    v as interleaved views of one qkv buffer (vLLM's)."""
+    import torch
+
+    import hpc_xla.torch as ht
+
+    t = _torch(rope_norm_harness.make_inputs(ROPE))
+    qkv = torch.cat([t["q"], t["k"], t["v"]], dim=1)  # vLLM's layout: q, k, v are views of one [T, Hq + 2Hk, D]
+    hq, hk = t["q"].shape[1], t["k"].shape[1]
+    views = dict(t, q=qkv[:, :hq], k=qkv[:, hq:hq + hk], v=qkv[:, hq + hk:])
+    want = _rope_torch(dict(t, k_cache=t["k_cache"].clone(), v_cache=t["v_cache"].clone()))
+    got = _rope_torch(views, out=views["q"])  # out=q on interleaved views: allowed, and the same result
+    assert torch.equal(got.view(torch.int16), want.view(torch.int16))
+    big = torch.zeros(t["q"].shape[0], hq + 1, t["q"].shape[2], dtype=t["q"].dtype)
+    q_in = big[:, :hq]
+    q_in.copy_(t["q"])
+    with pytest.raises(ValueError, match=r"rope_norm: q_out overlaps q in memory"):
+        _rope_torch(dict(t, q=q_in), out=big[:, 1:])  # the output one head past the input
+    with pytest.raises(ValueError, match=r"rope_norm: k_cache and v_cache start at the same address"):
+        _rope_torch(dict(t, v_cache=t["k_cache"]))
+    w = torch.empty(5, 2)
+    with pytest.raises(ValueError, match=r"moe_route: topk_weights overlaps topk_ids in memory"):
+        ht.moe_route(torch.zeros(5, 16), 2, out=(w, w.view(torch.int32)))
+
+
+@pytest.mark.parametrize("face", ["torch", "jax"])
+def test_fused_routing_names_a_router_of_other_experts(face):
+    """A router over 8 experts with a w13 of 4 and no num_experts_global: some batches routed onto ids past the
+    layer's experts (an error on the CPU for those batches only; on the GPU the tokens' experts dropped silently).
+    The router's width is checked against the routing's experts (a review of session 41)."""
+    p = make_problem(tokens=5, experts=4, hidden=128, inter=128, top_k=2, quant=None, seed=0)
+    logits = np.random.default_rng(0).standard_normal((5, 8)).astype(np.float32)
+    if face == "torch":
+        import torch
+
+        import hpc_xla.torch as ht
+
+        t = {k: torch.from_numpy(np.asarray(p[k]).view(np.int16)).view(torch.bfloat16) for k in ("x", "w13", "w2")}
+        call = lambda **kw: ht.fused_moe(t["x"], t["w13"], t["w2"], router_logits=torch.from_numpy(logits),  # noqa
+                                         top_k=2, **kw)
+    else:
+        import jax.numpy as jnp
+
+        import hpc_xla.jax as hj
+
+        call = lambda **kw: hj.fused_moe(p["x"], p["w13"], p["w2"], router_logits=jnp.asarray(logits),  # noqa: E731
+                                         top_k=2, **kw)
+    with pytest.raises(ValueError, match=r"fused_moe: router_logits scores 8 experts \(shape\[-1\]\); without "
+                                         r"num_experts_global the routing has E \+ expert_offset = 4 \+ 0"):
+        call()
+    with pytest.raises(ValueError, match=r"router_logits scores 8 experts \(shape\[-1\]\); the routing has "
+                                         r"num_experts_global=6"):
+        call(num_experts_global=6)
+    assert call(num_experts_global=8, expert_offset=4).shape == (5, 128)  # this rank: experts 4-7 of 8

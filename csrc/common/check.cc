@@ -1,6 +1,8 @@
 #include "csrc/common/check.h"
 
 #include <cmath>
+#include <cstdint>
+#include <utility>
 
 namespace hpc {
 namespace {
@@ -75,6 +77,36 @@ Status ArgCheck::Writable(const char* name, const TensorView& t) const {
     }
   }
   return Status::Ok();
+}
+
+namespace {
+// [first byte, one past the last byte) an operand can address (non-negative strides), or {0, 0} when it has none.
+std::pair<uintptr_t, uintptr_t> ByteRange(const TensorView& t) {
+  if (!t.present() || t.numel() == 0) return {0, 0};
+  int64_t last = 0;
+  for (int d = 0; d < t.rank; ++d) last += (t.shape[d] - 1) * t.strides[d];
+  const uintptr_t lo = reinterpret_cast<uintptr_t>(t.data);
+  return {lo, lo + static_cast<uintptr_t>((last + 1) * DTypeBytes(t.dtype))};
+}
+
+bool SameView(const TensorView& a, const TensorView& b) {
+  if (a.data != b.data || a.rank != b.rank || a.dtype != b.dtype) return false;
+  for (int d = 0; d < a.rank; ++d) {
+    if (a.shape[d] != b.shape[d] || (a.shape[d] > 1 && a.strides[d] != b.strides[d])) return false;
+  }
+  return true;
+}
+}  // namespace
+
+Status ArgCheck::Disjoint(const char* name, const TensorView& t, const char* other_name, const TensorView& other,
+                          bool allow_same) const {
+  const auto [lo, hi] = ByteRange(t);
+  const auto [other_lo, other_hi] = ByteRange(other);
+  if (lo == hi || other_lo == other_hi || hi <= other_lo || other_hi <= lo) return Status::Ok();
+  if (allow_same && SameView(t, other)) return Status::Ok();
+  return Fail(std::string(name) + " overlaps " + other_name + " in memory (the op writes " + name + "; " +
+              (allow_same ? std::string("it may be ") + other_name + " itself, or a separate buffer)"
+                          : std::string("pass separate buffers)")));
 }
 
 Status ArgCheck::PositiveFiniteScales(const char* name, const TensorView& t, bool zero_ok) const {

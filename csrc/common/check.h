@@ -29,6 +29,13 @@ class ArgCheck {
   Status VectorAligned(const char* name, const TensorView& t, int bytes) const;
   // A tensor the op writes: no broadcast (stride-0) dimension, whose elements would overwrite each other.
   Status Writable(const char* name, const TensorView& t) const;
+  // A tensor the op writes against another operand: their address ranges must not overlap (a shifted `out` over q
+  // gave a wrong q; moe_route's two outputs as views of one buffer, garbage ids), unless allow_same and `t` is
+  // exactly `other` (the same data, shape and strides: rope_norm's out=q). Ranges, not elements: interleaved views
+  // of one buffer (vLLM's K/V pages) are disjoint element-wise but overlap here, so pass only pairs that never
+  // interleave legitimately.
+  Status Disjoint(const char* name, const TensorView& t, const char* other_name, const TensorView& other,
+                  bool allow_same = false) const;
   // Host (CPU) float32 scale(s), contiguous: every element finite and > 0 (>= 0 with zero_ok: a weight block of
   // zeros may carry scale 0). A bad scale turns every value it touches into 0, inf or NaN without another sign.
   Status PositiveFiniteScales(const char* name, const TensorView& t, bool zero_ok = false) const;

@@ -56,7 +56,9 @@ Status ValidateMoeRoute(const MoeRouteArgs& a) {
   HPC_RETURN_IF_ERROR(c.Dense("topk_ids", a.topk_ids, "[T, top_k]", {DType::kI32},
                               {{tokens, "T, from router_logits"}, {a.top_k, "top_k"}}, "router_logits",
                               a.router_logits));
-  return Status::Ok();
+  HPC_RETURN_IF_ERROR(c.Disjoint("topk_weights", a.topk_weights, "topk_ids", a.topk_ids));
+  HPC_RETURN_IF_ERROR(c.Disjoint("topk_weights", a.topk_weights, "router_logits", a.router_logits));
+  return c.Disjoint("topk_ids", a.topk_ids, "router_logits", a.router_logits);
 }
 
 }  // namespace hpc

@@ -104,9 +104,21 @@ Status ValidateRopeNorm(const RopeNormArgs& a) {
   HPC_RETURN_IF_ERROR(c.InnerContiguous("q_out", a.q_out));
   HPC_RETURN_IF_ERROR(c.Writable("q_out", a.q_out));
   HPC_RETURN_IF_ERROR(c.SameDevice("q_out", a.q_out, "q", a.q));
+  // q_out may be q itself; any other overlap with q, k or v (a view shifted by a head) reads rows already written.
+  // (q, k and v may interleave in one qkv buffer, so k and v are compared only with a q_out of its own.)
+  HPC_RETURN_IF_ERROR(c.Disjoint("q_out", a.q_out, "q", a.q, /*allow_same=*/true));
+  if (a.q_out.data != a.q.data) {
+    HPC_RETURN_IF_ERROR(c.Disjoint("q_out", a.q_out, "k", a.k));
+    HPC_RETURN_IF_ERROR(c.Disjoint("q_out", a.q_out, "v", a.v));
+  }
+  if (a.k_cache.data == a.v_cache.data) {  // (their pages may interleave in one buffer: only the same start is wrong)
+    return c.Fail("k_cache and v_cache start at the same address: both are written (pass two caches, or the K and V "
+                  "halves of one)");
+  }
   if (a.q_out.dtype == DType::kF8E4M3) {
     HPC_RETURN_IF_ERROR(c.Dense("q_scale", a.q_scale, "[T, Hq]", {DType::kF32},
                                 {{tokens, "T, from q"}, {num_q_heads, "num_q_heads, from q"}}, "q", a.q));
+    HPC_RETURN_IF_ERROR(c.Disjoint("q_scale", a.q_scale, "q_out", a.q_out));
   } else if (a.q_scale.present()) {
     return c.Fail("q_scale is only written when q_out is float8_e4m3fn (q_quant='fp8'); q_out is " +
                   std::string(DTypeName(a.q_out.dtype)));

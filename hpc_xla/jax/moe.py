@@ -73,11 +73,13 @@ def fused_moe(x, w13, w2, topk_weights=None, topk_ids=None, *, quant=None, w13_s
     _args.nonempty_dims("fused_moe", **{"H (x.shape[-1])": x.shape[-1] if x.ndim else 0})
     _options.check_activation(activation)
     w13_interleaved = _options.w13_interleaved_flag(w13_interleaved, quant, w13.shape)
+    num_experts_global = _args.optional_integer("fused_moe", "num_experts_global", num_experts_global, minimum=1)
     if _options.routing_inputs(topk_weights, topk_ids, router_logits, route_kwargs):
+        _args.arrays("fused_moe", router_logits=router_logits)
+        _options.check_router_experts("fused_moe", router_logits, num_experts_global, w13.shape[0], expert_offset)
         top_k = route_kwargs.pop("top_k")
         topk_weights, topk_ids = moe_route(router_logits, top_k, **route_kwargs)
     _args.arrays("fused_moe", topk_weights=topk_weights, topk_ids=topk_ids)
-    num_experts_global = _args.optional_integer("fused_moe", "num_experts_global", num_experts_global, minimum=1)
     expert_offset, topk_ids, traced_offset = _static_expert_offset(expert_offset, num_experts_global, w13.shape[0],
                                                                    topk_ids)
     # The CUDA pipeline's scratch is an extra result (XLA allocates it; handlers never allocate); dropped here.

@@ -331,11 +331,14 @@ def fused_moe(x, w13, w2, topk_weights=None, topk_ids=None, *, quant=None, x_sca
                          "added here); got %r" % (expert_offset,))
     expert_offset = int(expert_offset)
     w13_interleaved = _options.w13_interleaved_flag(w13_interleaved, quant, w13.shape)  # refused before routing runs
-    if _options.routing_inputs(topk_weights, topk_ids, router_logits, route_kwargs):  # hpc_xla.jax.fused_moe's rule
-        top_k = route_kwargs.pop("top_k")
-        topk_weights, topk_ids = moe_route(router_logits, top_k, **route_kwargs)
     name = "hpc_xla.jax.partitioned.fused_moe"
     num_experts_global = _args.optional_integer(name, "num_experts_global", num_experts_global, minimum=1)
+    if _options.routing_inputs(topk_weights, topk_ids, router_logits, route_kwargs):  # hpc_xla.jax.fused_moe's rule
+        _args.arrays(name, router_logits=router_logits)
+        # (w13 here is every device's experts: its shape[0] is the whole layer's)
+        _options.check_router_experts(name, router_logits, num_experts_global, w13.shape[0], expert_offset)
+        top_k = route_kwargs.pop("top_k")
+        topk_weights, topk_ids = moe_route(router_logits, top_k, **route_kwargs)
     layouts = _moe_optional_layouts(quant if isinstance(quant, str) else None)
     given = (("x_scale", x_scale), ("w13_scale", w13_scale), ("w2_scale", w2_scale), ("shared_output", shared_output))
     _check_ranks(name, [(n, a, layout, rule) for n, a, layout, rule in

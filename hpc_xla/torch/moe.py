@@ -113,6 +113,9 @@ def fused_moe(x, w13, w2, topk_weights=None, topk_ids=None, *, quant=None, w13_s
     w13_interleaved = _options.w13_interleaved_flag(w13_interleaved, quant, w13.shape)
     expert_offset, num_experts_global = _options.expert_counts(expert_offset, num_experts_global)
     if _options.routing_inputs(topk_weights, topk_ids, router_logits, route_kwargs):
+        _args.tensor("fused_moe", "router_logits", router_logits)
+        _options.check_router_experts("fused_moe", router_logits, num_experts_global or None, w13.shape[0],
+                                      expert_offset)
         top_k = route_kwargs.pop("top_k")
         topk_weights, topk_ids = moe_route(router_logits, top_k, **route_kwargs)
     _args.tensors("fused_moe", topk_weights=topk_weights, topk_ids=topk_ids)
