@@ -620,3 +620,25 @@ def test_fused_routing_names_a_router_of_other_experts(face):
                                          r"num_experts_global=6"):
         call(num_experts_global=6)
     assert call(num_experts_global=8, expert_offset=4).shape == (5, 128)  # this rank: experts 4-7 of 8
+
+
+@pytest.mark.parametrize("framework", ["torch", "jax"])
+@pytest.mark.parametrize("max_ctas", [None, 8])
+def test_decode_plan_checks_its_config_before_sizing_the_workspace(framework, max_ctas):
+    """decode_plan sized (and allocated) its workspace from the arguments before the config was checked: num_q_heads
+    = 2^31 - 1 asked for 141 TB ('tried to allocate ...') instead of the limit's name (a review of session 41)."""
+    lens = np.array([100, 0, 3000], np.int32)
+    kw = dict(num_kv_heads=1, num_q_heads=2**31 - 1, head_dim=128, page_size=16, max_ctas=max_ctas)
+    want = r"decode_plan: num_q_heads / num_kv_heads must be <= 16; got 2147483647"
+    if framework == "torch":
+        import torch
+
+        import hpc_xla.torch as ht
+
+        with pytest.raises(ValueError, match=want):
+            ht.decode_plan(torch.from_numpy(lens), **kw)
+    else:
+        import hpc_xla.jax as hj
+
+        with pytest.raises(ValueError, match=want):
+            hj.decode_plan(lens, **kw)

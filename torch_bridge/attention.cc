@@ -34,10 +34,11 @@ DecodeConfig Config(int num_kv_heads, int num_q_heads, int head_dim, int q_len, 
   return c;
 }
 
-// CTAs of the persistent grid for this config on CUDA device `device` (< 0: the CPU platform's count).
+// CTAs of the persistent grid for this config on CUDA device `device` (< 0: the CPU platform's count), after the
+// config is validated as decode_plan will (on the CPU too: the wrappers size the plan's workspace from this before
+// csrc sees the plan; num_q_heads = 2^31 - 1 asked for 141 TB before "must be <= 16" came).
 int DecodeMaxCtasBinding(int num_kv_heads, int num_q_heads, int head_dim, int q_len, int page_size, int kv_dtype,
                          int q_dtype, int device) {
-  if (device < 0) return kCpuMaxCtas;
   DecodeConfig c = Config(num_kv_heads, num_q_heads, head_dim, q_len, page_size, kv_dtype, q_dtype);
   DecodePlanArgs probe;  // validate the config the same way decode_plan will
   int64_t one = 1;
@@ -49,6 +50,7 @@ int DecodeMaxCtasBinding(int num_kv_heads, int num_q_heads, int head_dim, int q_
   probe.config = c;
   probe.max_ctas = 1;
   ThrowIfError(ValidateDecodePlan(probe));
+  if (device < 0) return kCpuMaxCtas;
   int max_ctas = 0;
   {
     DeviceGuard guard(device);

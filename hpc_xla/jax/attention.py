@@ -33,11 +33,11 @@ class DecodePlan:
 
 
 def _max_ctas(max_ctas, num_kv_heads, num_q_heads, head_dim, q_len, page_size, kv_dtype, q_dtype):
-    if max_ctas is not None:
-        return _decode.checked_max_ctas("decode_attention", max_ctas)
-    on_gpu = jax.default_backend() == "gpu"
-    return _decode.max_ctas_for(0 if on_gpu else None, num_kv_heads, num_q_heads, head_dim, q_len, page_size,
+    # (the query validates the config: the workspace is sized from it next; an explicit max_ctas asks the CPU's)
+    on_gpu = jax.default_backend() == "gpu" and max_ctas is None
+    ctas = _decode.max_ctas_for(0 if on_gpu else None, num_kv_heads, num_q_heads, head_dim, q_len, page_size,
                                 kv_dtype, q_dtype)
+    return ctas if max_ctas is None else _decode.checked_max_ctas("decode_attention", max_ctas)
 
 
 def _concrete_batch(op, seq_lens):

@@ -51,11 +51,11 @@ decode_attention_op = define(
 
 
 def _max_ctas(max_ctas, device, num_kv_heads, num_q_heads, head_dim, q_len, page_size, kv_dtype, q_dtype):
-    if max_ctas is not None:
-        return _decode.checked_max_ctas("decode_attention", max_ctas)
-    index = (device.index or 0) if device.type == "cuda" else None  # cpu, meta: the CPU platform's count, no GPU query
-    return _device_max_ctas(index, num_kv_heads, num_q_heads, head_dim, q_len, page_size,
+    # (the query validates the config: the workspace is sized from it next; an explicit max_ctas asks the CPU's)
+    index = (device.index or 0) if device.type == "cuda" and max_ctas is None else None  # cpu, meta: no GPU query
+    ctas = _device_max_ctas(index, num_kv_heads, num_q_heads, head_dim, q_len, page_size,
                             _decode.canonical_dtype_name(kv_dtype), _decode.canonical_dtype_name(q_dtype))
+    return ctas if max_ctas is None else _decode.checked_max_ctas("decode_attention", max_ctas)
 
 
 @torch.compiler.assume_constant_result
