@@ -4,6 +4,7 @@ infinite scales; truncated floats; broadcast output views; empty optional arrays
 real ones) or failed with an error that named nothing (AttributeError on None, IndexError, ZeroDivisionError)."""
 
 import contextlib
+import os
 import dataclasses
 
 import numpy as np
@@ -642,3 +643,29 @@ def test_decode_plan_checks_its_config_before_sizing_the_workspace(framework, ma
 
         with pytest.raises(ValueError, match=want):
             hj.decode_plan(lens, **kw)
+
+
+def test_torch_first_compiled_call_does_not_recompile_and_plan_out_is_checked():
+    """Two review findings of session 41 on the torch face: the lazily bound torch.Tensor of the argument checks made
+    dynamo guard on a global that the first call changed (one recompile of every first compiled function), and
+    decode_plan(out=<a tensor>) read "'Tensor' object has no attribute 'config'"."""
+    import subprocess
+    import sys
+
+    import torch
+
+    import hpc_xla.torch as ht
+
+    # in a fresh interpreter: in this one an earlier test has already bound the global
+    code = ("import torch, hpc_xla.torch as ht\n"
+            "route = torch.compile(lambda x: ht.moe_route(x, 2), fullgraph=True)\n"
+            "route(torch.randn(5, 8))\n"
+            "with torch.compiler.set_stance('fail_on_recompile'):\n"
+            "    route(torch.randn(5, 8))\n"
+            "print('no recompile')\n")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300,
+                       cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    assert r.returncode == 0 and "no recompile" in r.stdout, r.stdout + r.stderr[-2000:]
+    with pytest.raises(TypeError, match=r"decode_plan: out must be a DecodePlan to refill .*; got Tensor"):
+        ht.decode_plan(torch.tensor([100], dtype=torch.int32), num_kv_heads=1, num_q_heads=8, head_dim=128,
+                       page_size=16, out=torch.zeros(4, dtype=torch.int32))

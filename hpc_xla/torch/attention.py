@@ -77,6 +77,9 @@ def decode_plan(seq_lens, *, num_kv_heads, num_q_heads, head_dim, page_size, q_l
     if seq_lens.dim() != 1:
         raise ValueError("decode_plan: seq_lens must be [B] int32; got shape %s" % (tuple(seq_lens.shape),))
     q_dtype = kv_dtype if q_dtype is None else q_dtype
+    if out is not None and not isinstance(out, DecodePlan):
+        raise TypeError("decode_plan: out must be a DecodePlan to refill (from an earlier decode_plan); got %s"
+                        % type(out).__name__)
     if out is None:
         ctas = _max_ctas(max_ctas, seq_lens.device, num_kv_heads, num_q_heads, head_dim, q_len, page_size, kv_dtype,
                          q_dtype)
