@@ -173,7 +173,7 @@ def check_attention_call(q, k_cache, seq_lens, plan, plan_type, q_len, schedule)
         # names q).
         q_len = plan.config.q_len if plan is not None else next(
             (n for n in range(1, MAX_Q_LEN + 2) if q.shape[0] == batch * n), 1)
-    q_len = _args.integer("decode_attention", "q_len", q_len, minimum=1)
+    q_len = _args.integer("decode_attention", "q_len", q_len, minimum=1, maximum=MAX_Q_LEN)  # (2^40 hit nanobind)
     if not _options.is_choice(schedule, SCHEDULES):
         raise ValueError("decode_attention: schedule must be 'dynamic' or 'static'; got %r" % (schedule,))
     if len(seq_lens.shape) != 1:

@@ -102,9 +102,11 @@ def route_options(router_logits, top_k, scoring, num_groups, topk_groups, routed
 
 def expert_counts(expert_offset, num_experts_global):
     """(expert_offset, num_experts_global) as the binary takes them (0: E + expert_offset)."""
-    return (_args.integer("fused_moe", "expert_offset", expert_offset, minimum=0),
+    # (int64 for the binding, which names the int32 range itself; 2^64 read "Expected a value of type 'int' ...
+    # but instead found type 'int'")
+    return (_args.integer("fused_moe", "expert_offset", expert_offset, minimum=0, maximum=2**63 - 1),
             0 if num_experts_global is None else _args.integer("fused_moe", "num_experts_global", num_experts_global,
-                                                              minimum=1))
+                                                              minimum=1, maximum=2**63 - 1))
 
 
 # moe_route's keywords that fused_moe passes on with router_logits (both faces' moe_route take exactly these)

@@ -669,3 +669,23 @@ def test_torch_first_compiled_call_does_not_recompile_and_plan_out_is_checked():
     with pytest.raises(TypeError, match=r"decode_plan: out must be a DecodePlan to refill .*; got Tensor"):
         ht.decode_plan(torch.tensor([100], dtype=torch.int32), num_kv_heads=1, num_q_heads=8, head_dim=128,
                        page_size=16, out=torch.zeros(4, dtype=torch.int32))
+
+
+def test_torch_ints_past_the_binding_are_named():
+    """Integers the bindings cannot take read nanobind's / torch's unnamed errors ("incompatible function
+    arguments", "Expected a value of type 'int' ... found type 'int'"): named now (a review of session 41)."""
+    import torch
+
+    import hpc_xla.torch as ht
+
+    d = {k: decode_harness.to_torch(v, "cpu") for k, v in decode_harness.make_inputs(DECODE).items()}
+    with pytest.raises(ValueError, match=r"decode_attention: q_len must be <= 4; got 1099511627776"):
+        ht.decode_attention(d["q"], d["k_cache"], d["v_cache"], d["block_table"], d["seq_lens"], q_len=2**40,
+                            schedule="static")
+    p = make_problem(tokens=3, experts=4, hidden=128, inter=128, top_k=2, quant=None, seed=0)
+    t = {k: torch.from_numpy(np.asarray(p[k]).view(np.int16)).view(torch.bfloat16) for k in ("x", "w13", "w2")}
+    with pytest.raises(ValueError, match=r"fused_moe: num_experts_global must be <= 9223372036854775807"):
+        ht.fused_moe(t["x"], t["w13"], t["w2"], torch.from_numpy(p["topk_weights"]),
+                     torch.from_numpy(p["topk_ids"]), num_experts_global=2**64)
+    with pytest.raises(ValueError, match=r"fused_moe_workspace_size: tokens must be <= 4611686018427387904"):
+        ht.fused_moe_workspace_size(2**63, 2, 8, 128, 128)

@@ -71,11 +71,14 @@ def fused_moe_workspace_size(tokens, top_k, num_experts, hidden, inter, quant=No
     call's own need is not monotone in T -- it drops where the pipeline changes path -- so this is the maximum over
     T' <= tokens.)"""
     op = "fused_moe_workspace_size"
-    experts_global = _args.optional_integer(op, "num_experts_global", num_experts_global, minimum=1) or 0
+    big = 2**62  # (the binary takes int64; 2^63 read nanobind's "incompatible function arguments")
+    experts_global = _args.optional_integer(op, "num_experts_global", num_experts_global, minimum=1, maximum=big) or 0
     return _workspace_bytes(
-        _args.integer(op, "tokens", tokens, minimum=0), _args.integer(op, "top_k", top_k, minimum=1),
-        _args.integer(op, "num_experts", num_experts, minimum=1), _args.integer(op, "hidden", hidden, minimum=1),
-        _args.integer(op, "inter", inter, minimum=1), _options.moe_quant_code(quant), experts_global,
+        _args.integer(op, "tokens", tokens, minimum=0, maximum=big), _args.integer(op, "top_k", top_k, minimum=1,
+                                                                                   maximum=big),
+        _args.integer(op, "num_experts", num_experts, minimum=1, maximum=big),
+        _args.integer(op, "hidden", hidden, minimum=1, maximum=big),
+        _args.integer(op, "inter", inter, minimum=1, maximum=big), _options.moe_quant_code(quant), experts_global,
         _options.w13_interleaved_flag(w13_interleaved, quant, (num_experts, 2 * inter, hidden)))
 
 
