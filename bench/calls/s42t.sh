@@ -15,6 +15,6 @@ for part in $R/ids_part_*; do
 done
 in_background "decode + rope + route GPU files, argument errors" t_rest.log 480 $M $T tests/test_gpu_decode.py \
   tests/test_gpu_rope_norm.py tests/test_moe_route.py tests/test_argument_errors.py tests/test_decode.py \
-  tests/test_rope_norm.py
+  tests/test_rope_norm.py tests/test_rope_norm_errors.py tests/test_fused_moe.py
 wait; t
 collect t_
