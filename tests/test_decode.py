@@ -379,3 +379,20 @@ def test_q_len_defaults_to_the_plan_or_the_shapes(framework):
                 got = np.asarray(hj.decode_attention(inp["q"], inp["k_cache"], inp["v_cache"], inp["block_table"],
                                                      inp["seq_lens"], plan, schedule=schedule))
         assert np.array_equal(np.asarray(got).view(np.uint16), np.asarray(want).view(np.uint16))
+
+
+def test_make_fx_traces_a_plan_in_a_shared_workspace():
+    """make_fx (fake and symbolic tracing) of decode_plan(workspace=): the alignment check read the fake tensor's
+    data pointer ("Cannot access data pointer of Tensor"), where torch.compile skipped it (a review of session 41)."""
+    import torch
+    from torch.fx.experimental.proxy_tensor import make_fx
+
+    import hpc_xla.torch as ht
+
+    def plan(seq_lens, ws):
+        return ht.decode_plan(seq_lens, num_kv_heads=1, num_q_heads=8, head_dim=128, page_size=16, workspace=ws).plan
+
+    lens, ws = torch.tensor([100, 0, 300], dtype=torch.int32), torch.empty(1 << 20, dtype=torch.float32)
+    for mode in ("fake", "symbolic"):
+        graph = make_fx(plan, tracing_mode=mode)(lens, ws)
+        assert torch.equal(graph(lens, ws), plan(lens, ws)), mode

@@ -64,6 +64,17 @@ def _device_max_ctas(index, num_kv_heads, num_q_heads, head_dim, q_len, page_siz
     return _decode.max_ctas_for(index, num_kv_heads, num_q_heads, head_dim, q_len, page_size, kv_dtype, q_dtype)
 
 
+def _address_mod16(t):
+    """t's address % 16, or 0 where it has none to read: under torch.compile, and for make_fx's / FakeTensorMode's
+    fake tensors ("Cannot access data pointer of Tensor")."""
+    if torch.compiler.is_compiling():
+        return 0
+    try:
+        return t.data_ptr() % 16
+    except RuntimeError:
+        return 0
+
+
 def decode_plan(seq_lens, *, num_kv_heads, num_q_heads, head_dim, page_size, q_len=1, kv_dtype=torch.bfloat16,
                 q_dtype=None, max_ctas=None, out=None, workspace=None):
     """Builds the load-balanced schedule for `seq_lens` [B] int32 on their device (see hpc_xla.jax.decode_plan).
@@ -91,11 +102,11 @@ def decode_plan(seq_lens, *, num_kv_heads, num_q_heads, head_dim, page_size, q_l
             workspace = torch.empty(config.workspace_size, dtype=torch.float32, device=seq_lens.device)
         elif (workspace.dtype != torch.float32 or workspace.dim() != 1 or workspace.device != seq_lens.device
               or workspace.shape[0] < config.workspace_size or not workspace.is_contiguous()
-              or (not torch.compiler.is_compiling() and workspace.data_ptr() % 16)):  # (the launcher checks too)
+              or _address_mod16(workspace)):  # (the launcher checks too)
             raise ValueError("decode_plan: workspace must be a contiguous, 16-byte aligned 1-D float32 tensor on %s "
                              "with >= %d elements; got %s %s (strides %s, address %% 16 = %d) on %s"
                              % (seq_lens.device, config.workspace_size, workspace.dtype, tuple(workspace.shape),
-                                tuple(workspace.stride()), workspace.data_ptr() % 16, workspace.device))
+                                tuple(workspace.stride()), _address_mod16(workspace), workspace.device))
         out = DecodePlan(torch.empty(config.plan_size, dtype=torch.int32, device=seq_lens.device), workspace, config)
     elif workspace is not None:
         raise ValueError("decode_plan: workspace applies to a new plan; a refilled plan (out=) keeps its own")
