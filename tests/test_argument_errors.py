@@ -5,6 +5,7 @@ real ones) or failed with an error that named nothing (AttributeError on None, I
 
 import contextlib
 import os
+import re
 import dataclasses
 
 import numpy as np
@@ -689,3 +690,25 @@ def test_torch_ints_past_the_binding_are_named():
                      torch.from_numpy(p["topk_ids"]), num_experts_global=2**64)
     with pytest.raises(ValueError, match=r"fused_moe_workspace_size: tokens must be <= 4611686018427387904"):
         ht.fused_moe_workspace_size(2**63, 2, 8, 128, 128)
+
+
+def test_torch_out_arguments_are_named_as_this_face_names_them():
+    """rope_norm's out / out_scale and moe_route's out pair were reported as csrc names them (q_out, q_scale,
+    topk_weights): a user who passed `out` read about an argument they never saw (a review of session 41)."""
+    import torch
+
+    import hpc_xla.torch as ht
+
+    t = _torch(rope_norm_harness.make_inputs(ROPE))
+    shape = list(t["q"].shape)
+    with pytest.raises(ValueError, match=r"rope_norm: out must be torch.bfloat16 %s \(q's shape, q's dtype\); got "
+                                         r"torch.float16" % re.escape(str(shape))):
+        _rope_torch(t, out=torch.empty(t["q"].shape, dtype=torch.float16))
+    with pytest.raises(ValueError, match=r"rope_norm: out_scale must be float32 %s \(\[T, Hq\], from q\); got "
+                                         r"torch.bfloat16" % re.escape(str(shape[:2]))):
+        _rope_torch(t, q_quant="fp8", out_scale=torch.empty(t["q"].shape[:2], dtype=torch.bfloat16))
+    with pytest.raises(ValueError, match=r"moe_route: out\[0\] must be torch.float32 \[5, 2\] \(\[T, top_k\]\); got "
+                                         r"torch.float32 \[5, 3\]"):
+        ht.moe_route(torch.zeros(5, 16), 2, out=(torch.empty(5, 3), torch.empty(5, 2, dtype=torch.int32)))
+    with pytest.raises(ValueError, match=r"moe_route: out\[1\] must be torch.int32 \[5, 2\]"):
+        ht.moe_route(torch.zeros(5, 16), 2, out=(torch.empty(5, 2), torch.empty(5, 2, dtype=torch.int64)))

@@ -38,6 +38,11 @@ def moe_route(router_logits, top_k, *, scoring="softmax", renormalize=True, num_
                             "int32); got %s" % ("%d items" % len(out) if isinstance(out, (tuple, list))
                                                 else type(out).__name__))
         _args.tensors("moe_route", **{"out[0]": out[0], "out[1]": out[1]})
+        shape = (router_logits.shape[0], top_k)  # by this face's names (csrc's are topk_weights / topk_ids)
+        for i, dtype in ((0, torch.float32), (1, torch.int32)):
+            if out[i].dtype != dtype or tuple(out[i].shape) != tuple(shape):
+                raise ValueError("moe_route: out[%d] must be %s %s ([T, top_k]); got %s %s"
+                                 % (i, dtype, list(shape), out[i].dtype, list(out[i].shape)))
     else:
         tokens = router_logits.shape[0]
         out = (torch.empty(tokens, top_k, dtype=torch.float32, device=router_logits.device),

@@ -56,8 +56,17 @@ def rope_norm(q, k, v, positions, cos_sin_cache, slot_mapping, k_cache, v_cache,
     elif out.dtype == torch.float8_e4m3fn and not quant_q:  # (csrc would name the missing scale, not the cause)
         raise ValueError("rope_norm: out is float8_e4m3fn, which needs q_quant='fp8' (and its out_scale); got "
                          "q_quant=%r" % (q_quant,))
+    else:  # by this face's names (csrc's are q_out / q_scale)
+        want = torch.float8_e4m3fn if quant_q else q.dtype
+        if out.dtype != want or out.shape != q.shape:
+            raise ValueError("rope_norm: out must be %s %s (q's shape%s); got %s %s"
+                             % (want, list(q.shape), ", q_quant='fp8'" if quant_q else ", q's dtype", out.dtype,
+                                list(out.shape)))
     if quant_q and out_scale is None:
         out_scale = torch.empty(q.shape[:2], dtype=torch.float32, device=q.device)
+    elif out_scale is not None and (out_scale.dtype != torch.float32 or out_scale.shape != q.shape[:2]):
+        raise ValueError("rope_norm: out_scale must be float32 %s ([T, Hq], from q); got %s %s"
+                         % (list(q.shape[:2]), out_scale.dtype, list(out_scale.shape)))
     rope_norm_op(q, k, v, positions, cos_sin_cache, slot_mapping, k_cache, v_cache, out,
                  out_scale, q_norm_weight, k_norm_weight, k_scale, v_scale, eps, style,
                  rot, _args.boolean("rope_norm", "norm_before_rope", norm_before_rope))
