@@ -121,18 +121,17 @@ __global__ void __launch_bounds__(1024) DecodePlanKernel(const int32_t* seq_lens
 
 // HPC_XLA_CHECK=1: copy the plan header and the lengths/block ids the kernel will use, validate on the host.
 Status CheckOnDevice(const DecodeAttentionArgs& a, const DecodeConfig& cfg, cudaStream_t stream) {
-  bool capturing = false;
-  HPC_RETURN_IF_ERROR(StreamCapturing(stream, "decode_attention check", &capturing));
-  if (capturing) return Status::Ok();
-  HPC_RETURN_IF_ERROR(CudaStatus(cudaStreamSynchronize(stream), "decode_attention check"));
+  const char* what = "decode_attention check";
   const int64_t batch = a.seq_lens.shape[0], max_blocks = a.block_table.shape[1];
   std::vector<int32_t> lens(batch), table(batch * max_blocks);
-  HPC_RETURN_IF_ERROR(CudaStatus(cudaMemcpy(lens.data(), a.seq_lens.data, batch * 4, cudaMemcpyDeviceToHost),
-                                 "decode_attention check"));
+  bool skipped = false;
+  HPC_RETURN_IF_ERROR(CopyForCheck(stream, what, a.seq_lens.data, lens.data(), batch * 4, &skipped));
+  if (skipped) return Status::Ok();
+  // (the stream is synced by now; block_table's rows may be strided)
   HPC_RETURN_IF_ERROR(CudaStatus(cudaMemcpy2D(table.data(), max_blocks * 4, a.block_table.data,
                                               a.block_table.strides[0] * 4, max_blocks * 4, batch,
                                               cudaMemcpyDeviceToHost),
-                                 "decode_attention check"));
+                                 what));
   ArgCheck c("decode_attention");
   for (int64_t b = 0; b < batch; ++b) {
     const int64_t len = lens[b];
@@ -151,8 +150,7 @@ Status CheckOnDevice(const DecodeAttentionArgs& a, const DecodeConfig& cfg, cuda
   if (a.schedule == DecodeSchedule::kDynamic) {
     // the header and the per-sequence cost prefix (kPlanHeaderInts + batch + 1 ints: inside any plan of this batch)
     std::vector<int32_t> head(attention::kPlanHeaderInts + batch + 1);
-    HPC_RETURN_IF_ERROR(CudaStatus(cudaMemcpy(head.data(), a.plan.data, head.size() * 4, cudaMemcpyDeviceToHost),
-                                   "decode_attention check"));
+    HPC_RETURN_IF_ERROR(CopyForCheck(stream, what, a.plan.data, head.data(), head.size() * 4, &skipped));
     HPC_RETURN_IF_ERROR(CheckPlanHeader(head.data(), cfg, batch, a.plan.shape[0]));
     HPC_RETURN_IF_ERROR(CheckPlanLengths(head.data(), lens.data(), batch));
   }
