@@ -78,7 +78,10 @@ struct DecodeShape {
   static constexpr int kQRows = 16 * kMTiles;
   static constexpr int kQBytes = kQRows * D * 2;
   static constexpr int kMlBytes = kWarpsN * kQRows * 2 * 4;
-  static constexpr int kOBufBytes = kWarpsN > 1 ? kQRows * D * 4 : 0;
+  // FinishPiece's merge buffer, rows padded by 8 floats: the warp's float2 accesses of rows g and columns 2qd put
+  // the four rows of a half-warp in different banks (a row stride of D alone made them 4-way conflicts).
+  static constexpr int kOBufStride = D + 8;
+  static constexpr int kOBufBytes = kWarpsN > 1 ? kQRows * kOBufStride * 4 : 0;
   static constexpr int kSmemBytes = kStages * kStageBytes + kQBytes + kMlBytes + kOBufBytes + kQRows * 4;
 };
 
@@ -438,10 +441,13 @@ __device__ __forceinline__ void ComputeTile(const DecodeParams& p, const Piece& 
 
 // The output columns this thread holds for one row half, as pairs: f(d, x[d], x[d + 1]). 16-bit K/V: o[2c]
 // holds d = 16c + 2qd (+1) and o[2c + 1] holds d = 16c + 8 + 2qd (+1); fp8 K/V: see the fp8 branch of ComputeTile.
+// Only the 16-column chunks c in [c_begin, c_end) when given (compile-time constants after inlining).
 template <bool kFp8, int D, class F>
-__device__ __forceinline__ void ForEachColumnPair(const WarpState<D>& st, int half, int qd, F&& f) {
+__device__ __forceinline__ void ForEachColumnPair(const WarpState<D>& st, int half, int qd, F&& f, int c_begin = 0,
+                                                  int c_end = D / 16) {
 #pragma unroll
   for (int c = 0; c < D / 16; ++c) {
+    if (c < c_begin || c >= c_end) continue;
     const float* even = st.o[2 * c] + 2 * half;
     const float* odd = st.o[2 * c + 1] + 2 * half;
     if constexpr (kFp8) {
@@ -537,21 +543,37 @@ __device__ __forceinline__ void FinishPiece(const DecodeParams& p, const Piece& 
       factor[half] = denom > 0.f && st.m[half] != -INFINITY ? exp2f(st.m[half] - mx) / denom * v_scale : 0.f;
       if (wn == 0 && qd == 0) lse_smem[r] = denom > 0.f ? mx + __log2f(denom) : -INFINITY;
     }
-    for (int w = 0; w < S::kWarpsN; ++w) {  // fixed order: bitwise reproducible
-      if (wn == w) {
+    // WN rounds, every warp busy in each: in round j warp wn adds its share of column group (wn + j) % WN (D / 16 / WN
+    // chunks of 16 columns), so group q is summed in the fixed order q, q - 1, ... (bitwise reproducible) and no
+    // warp waits for another's whole O. (Was WN rounds of one warp each writing all D columns: 4x the serial
+    // shared-memory traffic, and at 16 rows it cost ~4500 cycles a piece more than at 8.)
+    constexpr int WN = S::kWarpsN, kGroupChunks = D / 16 / WN;
+    // fp8 head_dim 256 spills: there, unrolled rounds let ptxas keep more in registers (MT 2: 542 -> 4 bytes of
+    // spill stores, MT 1: 360 -> 0); elsewhere one copy of the round is smaller code for the same registers
+    // (unrolled, bf16 256 spilled more: 4 -> 64..108 bytes).
+    constexpr int kUnrollRounds = S::kFp8 && D > 128 ? WN : 1;
+#pragma unroll(kUnrollRounds)
+    for (int j = 0; j < WN; ++j) {
+      const int group = (wn + j) % WN;
+#pragma unroll
+      for (int gq = 0; gq < WN; ++gq) {  // compile-time chunk bounds keep st.o in registers
+        if (gq != group) continue;
 #pragma unroll
         for (int half = 0; half < S::kHalves; ++half) {
           const int r = 16 * wm + g + 8 * half;
-          ForEachColumnPair<S::kFp8>(st, half, qd, [&](int d, float x0, float x1) {
-            float2* dst = reinterpret_cast<float2*>(obuf + r * D + d);
-            const float2 add = make_float2(x0 * factor[half], x1 * factor[half]);
-            if (w == 0) {
-              *dst = add;
-            } else {
-              const float2 cur = *dst;
-              *dst = make_float2(cur.x + add.x, cur.y + add.y);
-            }
-          });
+          ForEachColumnPair<S::kFp8>(
+              st, half, qd,
+              [&](int d, float x0, float x1) {
+                float2* dst = reinterpret_cast<float2*>(obuf + r * S::kOBufStride + d);
+                const float2 add = make_float2(x0 * factor[half], x1 * factor[half]);
+                if (j == 0) {
+                  *dst = add;
+                } else {
+                  const float2 cur = *dst;
+                  *dst = make_float2(cur.x + add.x, cur.y + add.y);
+                }
+              },
+              gq * kGroupChunks, (gq + 1) * kGroupChunks);
         }
       }
       __syncthreads();
@@ -559,7 +581,7 @@ __device__ __forceinline__ void FinishPiece(const DecodeParams& p, const Piece& 
     // all threads: rows -> global, 2 elements at a time
     for (int id = threadIdx.x; id < p.rows * (D / 2); id += kDecodeThreads) {
       const int r = id / (D / 2), d = (id % (D / 2)) * 2;
-      const float2 v = *reinterpret_cast<const float2*>(obuf + r * D + d);
+      const float2 v = *reinterpret_cast<const float2*>(obuf + r * S::kOBufStride + d);
       if (piece.whole) {
         StoreOut2(p, OutOffset(p, b, h, r) + d, v.x, v.y);
       } else {
