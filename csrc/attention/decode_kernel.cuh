@@ -518,17 +518,6 @@ __device__ __forceinline__ void FinishPiece(const DecodeParams& p, const Piece& 
   } else {
     constexpr int R = S::kQRows;
     float* ml = reinterpret_cast<float*>(ml_smem);  // [WN][R][2]
-    // The merge buffer starts at zero (free since the last piece's final barrier; ordered before round 0 by the
-    // barrier below), so every round only adds: one copy of the access code instead of a store path and an add
-    // path per access (this code runs once a piece, cold in the instruction cache: at 16 rows its fetch stalls
-    // were ~4% of the kernel's samples).
-    static_assert(R * (D / 4) % kDecodeThreads == 0, "the zero fill assumes whole float4 passes");
-#pragma unroll
-    for (int k = 0; k < R * (D / 4) / kDecodeThreads; ++k) {
-      const int i = k * kDecodeThreads + threadIdx.x;
-      *reinterpret_cast<float4*>(obuf + (i / (D / 4)) * S::kOBufStride + (i % (D / 4)) * 4) =
-          make_float4(0.f, 0.f, 0.f, 0.f);
-    }
     if (qd == 0) {
 #pragma unroll
       for (int half = 0; half < S::kHalves; ++half) {
@@ -576,8 +565,13 @@ __device__ __forceinline__ void FinishPiece(const DecodeParams& p, const Piece& 
               st, half, qd,
               [&](int d, float x0, float x1) {
                 float2* dst = reinterpret_cast<float2*>(obuf + r * S::kOBufStride + d);
-                const float2 cur = *dst;  // zero before round 0: 0 + x = x, the same sums as a first store
-                *dst = make_float2(cur.x + x0 * factor[half], cur.y + x1 * factor[half]);
+                const float2 add = make_float2(x0 * factor[half], x1 * factor[half]);
+                if (j == 0) {
+                  *dst = add;
+                } else {
+                  const float2 cur = *dst;
+                  *dst = make_float2(cur.x + add.x, cur.y + add.y);
+                }
               },
               gq * kGroupChunks, (gq + 1) * kGroupChunks);
         }
