@@ -538,11 +538,9 @@ __device__ __forceinline__ void FinishPiece(const DecodeParams& p, const Piece& 
 #pragma unroll
       for (int w = 0; w < S::kWarpsN; ++w) {
         const float mw = ml[(w * R + r) * 2];
-        denom += mw == -INFINITY ? 0.f : ml[(w * R + r) * 2 + 1] * Exp2Approx(mw - mx);
+        denom += mw == -INFINITY ? 0.f : ml[(w * R + r) * 2 + 1] * exp2f(mw - mx);
       }
-      // approximate exp2 / divide (2 ulp): their accurate forms' range fix-ups were a fifth of this cold code
-      factor[half] =
-          denom > 0.f && st.m[half] != -INFINITY ? __fdividef(Exp2Approx(st.m[half] - mx), denom) * v_scale : 0.f;
+      factor[half] = denom > 0.f && st.m[half] != -INFINITY ? exp2f(st.m[half] - mx) / denom * v_scale : 0.f;
       if (wn == 0 && qd == 0) lse_smem[r] = denom > 0.f ? mx + __log2f(denom) : -INFINITY;
     }
     // WN rounds, every warp busy in each: in round j warp wn adds its share of column group (wn + j) % WN (D / 16 / WN
