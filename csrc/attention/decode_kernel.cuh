@@ -79,7 +79,9 @@ struct DecodeShape {
   static constexpr int kQBytes = kQRows * D * 2;
   static constexpr int kMlBytes = kWarpsN * kQRows * 2 * 4;
   // FinishPiece's merge buffer, rows padded by 8 floats: the warp's float2 accesses of rows g and columns 2qd put
-  // the four rows of a half-warp in different banks (a row stride of D alone made them 4-way conflicts).
+  // the four rows of a half-warp in different banks for 16-bit K/V (2 passes a warp access, the minimum; a row
+  // stride of D alone took 8). fp8's columns 4qd (+2) stay 2-way (4 passes, was 8): no even padding does better; one
+  // float4 of a chunk's two pairs would (session 42's review, a CPU simulation of the mapping).
   static constexpr int kOBufStride = D + 8;
   static constexpr int kOBufBytes = kWarpsN > 1 ? kQRows * kOBufStride * 4 : 0;
   static constexpr int kSmemBytes = kStages * kStageBytes + kQBytes + kMlBytes + kOBufBytes + kQRows * 4;
