@@ -36,19 +36,6 @@ bench main_64 $A 64/8/128
 bench e51_64 $C 64/8/128
 bench e50_64 $B 64/8/128
 # the short table: layer us (decode_attention with its plan built) per version and round
-python3 - "$R" <<'PY' | tee $OUT/ab_table.txt
-import json, glob, os, sys
-rows, labels = {}, []
-for f in sorted(glob.glob(os.path.join(sys.argv[1], "dec_*.json"))):
-    label = os.path.basename(f)[4:-5]
-    labels.append(label)
-    for r in json.load(open(f))["rows"]:
-        key = ("%s %d/%d q%d" % (r["kv"], r["heads"][0], r["heads"][1], r["q_len"]), r["workload"])
-        rows.setdefault(key, {})[label] = r["layer_us"]
-order = ["main_r1", "main_r2", "e51_r1", "e51_r2", "e50_r1", "e50_r2", "main_64", "e51_64", "e50_64"]
-labels = [l for l in order if l in labels]
-print("row".ljust(40) + "".join(l.rjust(9) for l in labels))
-for key in sorted(rows):
-    print(("%s %s" % key)[:40].ljust(40) + "".join(("%.1f" % rows[key][l] if l in rows[key] else "-").rjust(9) for l in labels))
-PY
+python3 $ROOT/bench/calls/decode_tables.py ab $R dec_ main_r1 main_r2 e51_r1 e51_r2 e50_r1 e50_r2 main_64 e51_64 e50_64 \
+  | tee $OUT/ab_table.txt
 tar czf $OUT/s42c_raw.tgz -C $R $(cd $R && ls dec_* *.log)

@@ -27,14 +27,5 @@ bench() {  # bench LABEL HEADS: main's decode with FlashInfer on the path
 }
 bench 8 8/1/128
 bench 64 64/8/128
-python3 - "$R" <<'PY' | tee $OUT/fi_table.txt
-import json, glob, os, sys
-print("row".ljust(44) + "ours".rjust(8) + "FI".rjust(8) + "ours/FI".rjust(9))
-for f in sorted(glob.glob(os.path.join(sys.argv[1], "dec_*.json"))):
-    for r in json.load(open(f))["rows"]:
-        fi = r.get("flashinfer_us")
-        key = "%s %d/%d q%d %s" % (r["kv"], r["heads"][0], r["heads"][1], r["q_len"], r["workload"])
-        print(key[:44].ljust(44) + ("%.1f" % r["layer_us"]).rjust(8) + (("%.1f" % fi) if fi else "-").rjust(8)
-              + (("%.3f" % (r["layer_us"] / fi)) if fi else "-").rjust(9))
-PY
+python3 $ROOT/bench/calls/decode_tables.py fi $R/dec_*.json | tee $OUT/fi_table.txt
 tar czf $OUT/s42d_raw.tgz -C $R $(cd $R && ls dec_* trace_* pip.log)

@@ -17,18 +17,4 @@ bench() {
     > $R/dec_$1.txt 2>&1; echo "== $1 rc=$?" ); t
 }
 for round in 1 2; do bench main_r$round $A; bench e53_r$round $B; done
-python3 - "$R" <<'PY' | tee $OUT/ab_table.txt
-import json, glob, os, sys
-rows, labels = {}, []
-for f in sorted(glob.glob(os.path.join(sys.argv[1], "dec_*.json"))):
-    label = os.path.basename(f)[4:-5]
-    labels.append(label)
-    for r in json.load(open(f))["rows"]:
-        key = ("%s %d/%d q%d" % (r["kv"], r["heads"][0], r["heads"][1], r["q_len"]), r["workload"])
-        rows.setdefault(key, {})[label] = r["layer_us"]
-order = ["main_r1", "main_r2", "e53_r1", "e53_r2"]
-labels = [l for l in order if l in labels]
-print("row".ljust(40) + "".join(l.rjust(9) for l in labels))
-for key in sorted(rows):
-    print(("%s %s" % key)[:40].ljust(40) + "".join(("%.1f" % rows[key][l] if l in rows[key] else "-").rjust(9) for l in labels))
-PY
+python3 $ROOT/bench/calls/decode_tables.py ab $R dec_ main_r1 main_r2 e53_r1 e53_r2 | tee $OUT/ab_table.txt

@@ -24,14 +24,5 @@ bench() {  # bench LABEL SECONDS ARGS...: main's decode with FlashInfer on the p
 }
 bench 8_bf16 330 --heads 8/1/128 --kv bf16
 bench 64 200 --heads 64/8/128
-python3 - "$OUT" <<'PY' | tee $OUT/fi_table.txt
-import json, glob, os, sys
-print("row".ljust(44) + "ours".rjust(8) + "FI".rjust(8) + "ours/FI".rjust(9))
-for f in sorted(glob.glob(os.path.join(sys.argv[1], "dec_*.json"))):
-    for r in json.load(open(f))["rows"]:
-        fi = r.get("flashinfer_us")
-        key = "%s %d/%d q%d %s" % (r["kv"], r["heads"][0], r["heads"][1], r["q_len"], r["workload"])
-        print(key[:44].ljust(44) + ("%.1f" % r["layer_us"]).rjust(8) + (("%.1f" % fi) if fi else "-").rjust(8)
-              + (("%.3f" % (r["layer_us"] / fi)) if fi else "-").rjust(9))
-PY
+python3 $ROOT/bench/calls/decode_tables.py fi $OUT/dec_*.json | tee $OUT/fi_table.txt
 tar czf $OUT/s43a_raw.tgz -C $R $(cd $R && ls dec_* *.log)

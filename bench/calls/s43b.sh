@@ -27,27 +27,6 @@ for cost in 4 6; do
     --q-len 2 > $R/ctas_$cost.txt 2>&1; echo "== trace cost $cost rc=$?" ); t
   cut -c1-160 $R/ctas_$cost.txt
 done
-python3 - "$R" "$OUT" <<'PY' | tee $OUT/piece_cost_table.txt
-import json, glob, os, sys
-rows, labels = {}, []
-for f in sorted(glob.glob(os.path.join(sys.argv[1], "pc_*.json"))):
-    label = os.path.basename(f)[3:-5]
-    labels.append(label)
-    for r in json.load(open(f))["rows"]:
-        rows.setdefault(("%s q%d" % (r["kv"], r["q_len"]), r["workload"]), {})[label] = r["layer_us"]
-fi = {}
-p = os.path.join(sys.argv[2], "dec_8_fp8.json")
-if os.path.exists(p):
-    for r in json.load(open(p))["rows"]:
-        fi[("%s q%d" % (r["kv"], r["q_len"]), r["workload"])] = (r["layer_us"], r.get("flashinfer_us"))
-order = [l for l in ["c4_r1", "c4_r2", "c5_r1", "c5_r2", "c6_r1", "c6_r2"] if l in labels]
-print("row".ljust(34) + "".join(l.rjust(8) for l in order))
-for key in sorted(rows):
-    print(("%s %s" % key)[:34].ljust(34) + "".join(("%.1f" % rows[key][l] if l in rows[key] else "-").rjust(8) for l in order))
-print("fp8 vs FlashInfer (ours / FI):")
-for key in sorted(fi):
-    ours, f = fi[key]
-    print(("%s %s" % key)[:34].ljust(34) + ("%.1f" % ours).rjust(8) + (("%.1f" % f) if f else "-").rjust(8) +
-          (("%.3f" % (ours / f)) if f else "-").rjust(8))
-PY
+( python3 $ROOT/bench/calls/decode_tables.py ab $R pc_ c4_r1 c4_r2 c5_r1 c5_r2 c6_r1 c6_r2
+  echo "fp8 vs FlashInfer:"; python3 $ROOT/bench/calls/decode_tables.py fi $OUT/dec_8_fp8.json ) | tee $OUT/piece_cost_table.txt
 tar czf $OUT/s43b_raw.tgz -C $R $(cd $R && ls pc_* ctas_* dec_* 2>/dev/null)
