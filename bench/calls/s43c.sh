@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # session 43 call C (~6 min, same machine as s43a/b if possible; carry .peer/exp/m8 (main) and .peer/exp/e54
-# (`tools/stage_experiments.sh e54:9db5db0`)).
-# Experiment 54: FinishPiece merges through the ring stage the piece's last tile just left (each warp its own
-# slice at once, one barrier, one summing pass) instead of WN rounds through obuf: 3 barriers a piece instead of 6,
+# (`tools/stage_experiments.sh e54:4e95db4`)).
+# Experiment 54b (4e95db4 = 9db5db0's 54 with the 4-warp merges only and a conflict-free fp8 swizzle): FinishPiece
+# merges through the ring stage the piece's last tile just left (each warp its own slice at once, one barrier, one
+# summing pass) instead of WN rounds through obuf: 3 barriers a piece instead of 6,
 # FinishPiece bf16 MT1 714 -> 616 instructions. After 51 (s42d trace, H100) FinishPiece still took 7315 cycles a
 # piece at q_len 2, 2389 at q_len 1; 52 / 53 tied its time to its code and barriers.
 # Written BEFORE the run: tests pass, memcheck and racecheck clean (the stage is shared with the cp.async ring: a
