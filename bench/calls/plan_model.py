@@ -7,8 +7,11 @@ makespan (max over CTAs) per (workload, pc): which pc the A/B of call s43b shoul
   python3 bench/calls/plan_model.py [--ctas 264]
 """
 import argparse
+import os
+import sys
 
-import torch
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".."))
+from hpc_xla.bench.decode_workloads import workloads  # noqa: E402
 
 
 def tiles(n):
@@ -51,14 +54,6 @@ def cta_loads(lens, heads, max_ctas, pc, min_tiles=1):
         if pieces:
             loads.append((n_tiles, pieces))
     return loads
-
-
-def workloads():  # hpc_xla.bench.decode.workloads(), without importing the binary
-    rand = torch.randint(64, 16384, (128,), generator=torch.Generator().manual_seed(0)).tolist()
-    zipf = [min(32768, max(16, int(64 * (1.0 / (i + 1)) ** 1.0 * 512))) for i in range(256)]
-    return {"64x512": [512] * 64, "64x4K": [4096] * 64, "1x128K+31x4K": [131072] + [4096] * 31,
-            "1x64K+15x4K": [65536] + [4096] * 15, "2x32K+30x4K": [32768] * 2 + [4096] * 30,
-            "1x32K+63x1K": [32768] + [1024] * 63, "128 random [64,16K)": rand, "256 zipf": zipf}
 
 
 def main():
