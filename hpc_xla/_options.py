@@ -113,12 +113,20 @@ def expert_counts(expert_offset, num_experts_global):
 ROUTE_KEYWORDS = ("top_k", "scoring", "renormalize", "num_groups", "topk_groups", "correction_bias", "routed_scaling")
 
 
-def check_router_experts(op, router_logits, num_experts_global, local_experts, expert_offset):
+def check_router_experts(op, router_logits, num_experts_global, local_experts, expert_offset, tokens=None):
     """Fused routing scores router_logits.shape[-1] experts; they must be the routing's (num_experts_global, or E +
     expert_offset when it is not given). A router over 8 experts with a w13 of 4 and no num_experts_global routed
     some batches onto ids past the layer's experts: an error on the CPU for those batches only, and on the GPU the
-    tokens' experts silently dropped (ids outside [offset, offset + E) are other ranks')."""
-    width = int(router_logits.shape[-1])
+    tokens' experts silently dropped (ids outside [offset, offset + E) are other ranks'). Its rank and (given
+    `tokens`, x's T) its rows first: a 0-d router was an IndexError, one of T + 1 rows blamed topk_ids, which the
+    caller never passed."""
+    shape = tuple(router_logits.shape)
+    if len(shape) != 2:
+        raise ValueError("%s: router_logits must be [T, num_experts]; got shape %s" % (op, shape))
+    if tokens is not None and isinstance(shape[0], (int, np.integer)) and isinstance(tokens, (int, np.integer)) \
+            and shape[0] != tokens:
+        raise ValueError("%s: router_logits has %d rows; x has T=%d tokens" % (op, shape[0], tokens))
+    width = int(shape[-1])
     if num_experts_global is not None:
         if width != int(num_experts_global):
             raise ValueError("%s: router_logits scores %d experts (shape[-1]); the routing has num_experts_global=%d"

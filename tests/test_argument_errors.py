@@ -624,6 +624,34 @@ def test_fused_routing_names_a_router_of_other_experts(face):
     assert call(num_experts_global=8, expert_offset=4).shape == (5, 128)  # this rank: experts 4-7 of 8
 
 
+@pytest.mark.parametrize("face", ["torch", "jax"])
+def test_fused_routing_checks_the_router_rank_and_rows(face):
+    """A 0-d router_logits was a bare IndexError (its width read before its rank); one with T + 1 rows said
+    "topk_ids.shape[0] must be 5", an argument the caller never passed (a helper's probe, session 42)."""
+    p = make_problem(tokens=5, experts=4, hidden=128, inter=128, top_k=2, quant=None, seed=0)
+    rows6 = np.random.default_rng(0).standard_normal((6, 4)).astype(np.float32)
+    scalar = np.float32(1.0)
+    if face == "torch":
+        import torch
+
+        import hpc_xla.torch as ht
+
+        t = {k: torch.from_numpy(np.asarray(p[k]).view(np.int16)).view(torch.bfloat16) for k in ("x", "w13", "w2")}
+        call = lambda logits: ht.fused_moe(t["x"], t["w13"], t["w2"], router_logits=torch.tensor(logits),  # noqa
+                                           top_k=1)
+    else:
+        import jax.numpy as jnp
+
+        import hpc_xla.jax as hj
+
+        call = lambda logits: hj.fused_moe(p["x"], p["w13"], p["w2"], router_logits=jnp.asarray(logits),  # noqa
+                                           top_k=1)
+    with pytest.raises(ValueError, match=r"fused_moe: router_logits must be \[T, num_experts\]; got shape \(\)"):
+        call(scalar)
+    with pytest.raises(ValueError, match=r"fused_moe: router_logits has 6 rows; x has T=5 tokens"):
+        call(rows6)
+
+
 @pytest.mark.parametrize("framework", ["torch", "jax"])
 @pytest.mark.parametrize("max_ctas", [None, 8])
 def test_decode_plan_checks_its_config_before_sizing_the_workspace(framework, max_ctas):

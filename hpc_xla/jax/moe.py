@@ -76,7 +76,8 @@ def fused_moe(x, w13, w2, topk_weights=None, topk_ids=None, *, quant=None, w13_s
     num_experts_global = _args.optional_integer("fused_moe", "num_experts_global", num_experts_global, minimum=1)
     if _options.routing_inputs(topk_weights, topk_ids, router_logits, route_kwargs):
         _args.arrays("fused_moe", router_logits=router_logits)
-        _options.check_router_experts("fused_moe", router_logits, num_experts_global, w13.shape[0], expert_offset)
+        _options.check_router_experts("fused_moe", router_logits, num_experts_global, w13.shape[0], expert_offset,
+                                      tokens=x.shape[0])
         top_k = route_kwargs.pop("top_k")
         topk_weights, topk_ids = moe_route(router_logits, top_k, **route_kwargs)
     _args.arrays("fused_moe", topk_weights=topk_weights, topk_ids=topk_ids)

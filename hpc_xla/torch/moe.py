@@ -123,7 +123,7 @@ def fused_moe(x, w13, w2, topk_weights=None, topk_ids=None, *, quant=None, w13_s
     if _options.routing_inputs(topk_weights, topk_ids, router_logits, route_kwargs):
         _args.tensor("fused_moe", "router_logits", router_logits)
         _options.check_router_experts("fused_moe", router_logits, num_experts_global or None, w13.shape[0],
-                                      expert_offset)
+                                      expert_offset, tokens=x.shape[0] if x.dim() == 2 else None)
         top_k = route_kwargs.pop("top_k")
         topk_weights, topk_ids = moe_route(router_logits, top_k, **route_kwargs)
     _args.tensors("fused_moe", topk_weights=topk_weights, topk_ids=topk_ids)
