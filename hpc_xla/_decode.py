@@ -1,8 +1,10 @@
 """Framework-free pieces of the decode API shared by hpc_xla.jax and hpc_xla.torch: the plan's static config,
 sizes of the plan and workspace, and a reader of plans (used by tests and for debugging)."""
 
+import contextlib
 import dataclasses
 import math
+import re
 
 import numpy as np
 
@@ -46,24 +48,26 @@ class DecodeConfig:
         return workspace_floats(self.batch, self.num_kv_heads, self.num_q_heads, self.head_dim, self.q_len,
                                 self.max_ctas)
 
-    def check_call(self, batch, num_kv_heads, num_q_heads, head_dim, q_len, page_size, kv_dtype=None, plan_ints=None):
+    def check_call(self, batch, num_kv_heads, num_q_heads, head_dim, q_len, page_size, kv_dtype=None, plan_ints=None,
+                   op="decode_attention", plan_name="plan"):
         """Raises ValueError naming the first field the call disagrees on (kv_dtype: the cache's dtype, which picks
         the kernel the plan's grid was sized for; None skips it). plan_ints: the plan array's length, which must be
         what decode_plan wrote -- the GPU path reads max_ctas back from it and cannot see the header without a sync
-        (the CPU path's header check says the same, in the same words)."""
+        (the CPU path's header check says the same, in the same words). op / plan_name: how the caller's face names
+        itself and the plan it was given (decode_plan refilling `out` says so)."""
         if plan_ints is not None and plan_ints != self.plan_size:
             ctas = plan_max_ctas(plan_ints, batch)
             implied = "max_ctas=%d" % ctas if ctas >= 0 else "no decode_plan"
-            raise ValueError("decode_attention: plan holds %d int32, which for batch %d means %s, but decode_plan built "
-                             "it for max_ctas=%d (pass the whole plan tensor decode_plan filled, not a resized buffer)"
-                             % (plan_ints, batch, implied, self.max_ctas))
+            raise ValueError("%s: %s holds %d int32, which for batch %d means %s, but decode_plan built it for "
+                             "max_ctas=%d (pass the whole plan tensor decode_plan filled, not a resized buffer)"
+                             % (op, plan_name, plan_ints, batch, implied, self.max_ctas))
         kv = self.kv_dtype if kv_dtype is None else canonical_dtype_name(kv_dtype)
         for name, got in (("batch", batch), ("num_kv_heads", num_kv_heads), ("num_q_heads", num_q_heads),
                           ("head_dim", head_dim), ("q_len", q_len), ("page_size", page_size), ("kv_dtype", kv)):
             want = getattr(self, name)
             if want != got:
-                raise ValueError("decode_attention: plan was built for %s=%s but this call has %s=%s"
-                                 % (name, want, name, got))
+                raise ValueError("%s: %s was built for %s=%s but this call has %s=%s"
+                                 % (op, plan_name, name, want, name, got))
 
 
 def plan_ints(batch, max_ctas):
@@ -158,6 +162,27 @@ def check_cache_dtype_before_planning(k_cache):
     if canonical_dtype_name(k_cache.dtype) not in KV_DTYPES:
         raise ValueError("decode_attention: k_cache must have dtype %s; got %s"
                          % (", ".join(KV_DTYPES), canonical_dtype_name(k_cache.dtype)))
+
+
+# decode_attention derives the plan's config from its operands: where each field comes from
+_ATTENTION_FIELDS = (("num_q_heads", "q.shape[1]"), ("num_kv_heads", "k_cache.shape[2]"), ("head_dim", "q.shape[2]"),
+                     ("page_size", "k_cache.shape[1]"), ("kv_dtype", "k_cache.dtype"), ("q_dtype", "q.dtype"))
+
+
+@contextlib.contextmanager
+def planning_for_attention():
+    """decode_attention without a plan plans itself (decode_plan, or the occupancy query of the static schedule):
+    their errors said "decode_plan: num_q_heads (3) must be ...", a function and arguments the caller never used.
+    Re-raised as decode_attention's, naming the operands each field comes from."""
+    try:
+        yield
+    except ValueError as e:
+        msg = str(e)
+        if not msg.startswith("decode_plan: "):
+            raise
+        origin = ["%s = %s" % (field, where) for field, where in _ATTENTION_FIELDS if re.search(r"\b%s\b" % field, msg)]
+        raise ValueError("decode_attention: %s%s" % (msg[len("decode_plan: "):],
+                                                     " (%s)" % ", ".join(origin) if origin else "")) from None
 
 
 def check_attention_call(q, k_cache, seq_lens, plan, plan_type, q_len, schedule):

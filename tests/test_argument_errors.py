@@ -400,6 +400,43 @@ def test_static_schedule_checks_max_ctas_before_sizing_the_workspace(framework):
 
 
 @pytest.mark.parametrize("framework", ["jax", "torch"])
+@pytest.mark.parametrize("schedule", ["dynamic", "static"])
+def test_decode_attention_without_a_plan_names_its_own_operands(framework, schedule):
+    """Without a plan decode_attention plans itself: a q of 3 heads over a cache of 2 said "decode_plan: num_q_heads
+    (3) must be a multiple of num_kv_heads (2)", a function and arguments the caller never used (a helper's probe)."""
+    case = dataclasses.replace(DECODE, num_q_heads=3, num_kv_heads=2)
+    d = decode_harness.make_inputs(case)
+    if framework == "torch":
+        t = {k: decode_harness.to_torch(v, "cpu") for k, v in d.items()}
+        call = lambda: _decode_torch(t, schedule=schedule)  # noqa: E731
+    else:
+        import hpc_xla.jax as hj
+
+        call = lambda: hj.decode_attention(*[d[k] for k in ("q", "k_cache", "v_cache", "block_table", "seq_lens")],  # noqa
+                                           schedule=schedule)
+    with pytest.raises(ValueError, match=r"^decode_attention: num_q_heads \(3\) must be a multiple of num_kv_heads "
+                                         r"\(2\) \(num_q_heads = q.shape\[1\], num_kv_heads = k_cache.shape\[2\]\)$"):
+        call()
+
+
+def test_decode_plan_refilling_out_names_out():
+    """decode_plan(out=plan) for another config said "decode_attention: plan was built for ..."; a different
+    max_ctas was silently ignored (the refilled plan keeps its own grid)."""
+    import torch
+
+    import hpc_xla.torch as ht
+
+    lens = torch.tensor([100, 0, 3000], dtype=torch.int32)
+    kw = dict(num_kv_heads=1, num_q_heads=8, head_dim=128, page_size=16)
+    plan = ht.decode_plan(lens, max_ctas=8, **kw)
+    with pytest.raises(ValueError, match=r"^decode_plan: out was built for head_dim=128 but this call has head_dim=64$"):
+        ht.decode_plan(lens, out=plan, **dict(kw, head_dim=64))
+    with pytest.raises(ValueError, match=r"^decode_plan: out was built for max_ctas=8 but this call has max_ctas=16$"):
+        ht.decode_plan(lens, out=plan, max_ctas=16, **kw)
+    assert ht.decode_plan(lens, out=plan, max_ctas=8, **kw) is plan
+
+
+@pytest.mark.parametrize("framework", ["jax", "torch"])
 def test_a_plan_for_other_seq_lens_is_refused(framework):
     """A plan refilled for other lengths (same batch and heads) merged partials the call never wrote: finite garbage
     (relative error 646) or NaN. Lengths with the same tile counts are the same plan and pass."""

@@ -115,15 +115,17 @@ def decode_attention(q, k_cache, v_cache, block_table, seq_lens, plan=None, *, s
                                                num_q_heads, "head_dim (q.shape[2])": head_dim})
     if schedule == "dynamic" and plan is None:
         _decode.check_cache_dtype_before_planning(k_cache)
-        plan = decode_plan(seq_lens, num_kv_heads=num_kv_heads, num_q_heads=num_q_heads, head_dim=head_dim,
-                           page_size=page_size, q_len=q_len, kv_dtype=k_cache.dtype, q_dtype=q.dtype,
-                           max_ctas=max_ctas)
+        with _decode.planning_for_attention():
+            plan = decode_plan(seq_lens, num_kv_heads=num_kv_heads, num_q_heads=num_q_heads, head_dim=head_dim,
+                               page_size=page_size, q_len=q_len, kv_dtype=k_cache.dtype, q_dtype=q.dtype,
+                               max_ctas=max_ctas)
     if plan is not None:  # either schedule: checked against the call, its max_ctas sizes the static splits too
         plan.config.check_call(batch, num_kv_heads, num_q_heads, head_dim, q_len, page_size, k_cache.dtype,
                                plan_ints=int(plan.array.shape[0]))
         ctas = _decode.planned_max_ctas(plan.config, max_ctas)
     else:
-        ctas = _max_ctas(max_ctas, num_kv_heads, num_q_heads, head_dim, q_len, page_size, k_cache.dtype, q.dtype)
+        with _decode.planning_for_attention():
+            ctas = _max_ctas(max_ctas, num_kv_heads, num_q_heads, head_dim, q_len, page_size, k_cache.dtype, q.dtype)
     plan_array = plan.array if schedule == "dynamic" else _ffi.absent()
     workspace = _decode.DecodeConfig(batch, num_kv_heads, num_q_heads, head_dim, q_len, page_size,
                                      _decode.canonical_dtype_name(k_cache.dtype), ctas).workspace_size

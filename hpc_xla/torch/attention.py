@@ -111,7 +111,11 @@ def decode_plan(seq_lens, *, num_kv_heads, num_q_heads, head_dim, page_size, q_l
     elif workspace is not None:
         raise ValueError("decode_plan: workspace applies to a new plan; a refilled plan (out=) keeps its own")
     c = out.config
-    c.check_call(int(seq_lens.shape[0]), num_kv_heads, num_q_heads, head_dim, q_len, page_size, kv_dtype)
+    if max_ctas is not None and max_ctas != c.max_ctas:  # (it was ignored: the refilled plan keeps its own)
+        raise ValueError("decode_plan: out was built for max_ctas=%d but this call has max_ctas=%d"
+                         % (c.max_ctas, max_ctas))
+    c.check_call(int(seq_lens.shape[0]), num_kv_heads, num_q_heads, head_dim, q_len, page_size, kv_dtype,
+                 op="decode_plan", plan_name="out")
     decode_plan_op(seq_lens, out.plan, c.num_kv_heads, c.num_q_heads, c.head_dim, c.q_len, c.page_size,
                    _decode.dtype_code("decode_plan", "kv_dtype", c.kv_dtype), c.max_ctas)
     return out
@@ -145,17 +149,19 @@ def decode_attention(q, k_cache, v_cache, block_table, seq_lens, plan=None, *, s
     page_size, num_kv_heads = int(k_cache.shape[1]), int(k_cache.shape[2])
     if schedule == "dynamic" and plan is None:
         _decode.check_cache_dtype_before_planning(k_cache)
-        plan = decode_plan(seq_lens, num_kv_heads=num_kv_heads, num_q_heads=num_q_heads, head_dim=head_dim,
-                           page_size=page_size, q_len=q_len, kv_dtype=k_cache.dtype, q_dtype=q.dtype,
-                           max_ctas=max_ctas)
+        with _decode.planning_for_attention():
+            plan = decode_plan(seq_lens, num_kv_heads=num_kv_heads, num_q_heads=num_q_heads, head_dim=head_dim,
+                               page_size=page_size, q_len=q_len, kv_dtype=k_cache.dtype, q_dtype=q.dtype,
+                               max_ctas=max_ctas)
     if plan is not None:
         plan.config.check_call(batch, num_kv_heads, num_q_heads, head_dim, q_len, page_size, k_cache.dtype,
                                plan_ints=int(plan.plan.numel()))
         ctas = _decode.planned_max_ctas(plan.config, max_ctas)
         workspace = plan.workspace if workspace is None else workspace
     else:
-        ctas = _max_ctas(max_ctas, q.device, num_kv_heads, num_q_heads, head_dim, q_len, page_size, k_cache.dtype,
-                         q.dtype)
+        with _decode.planning_for_attention():
+            ctas = _max_ctas(max_ctas, q.device, num_kv_heads, num_q_heads, head_dim, q_len, page_size,
+                             k_cache.dtype, q.dtype)
     if workspace is None:
         size = _decode.workspace_floats(batch, num_kv_heads, num_q_heads, head_dim, q_len, ctas)
         workspace = torch.empty(size, dtype=torch.float32, device=q.device)
