@@ -7,6 +7,7 @@ These helpers turn such values into errors that name the op and the argument.
 """
 
 import numbers
+import re
 
 import numpy as np
 
@@ -117,3 +118,13 @@ def nonempty_dims(op, **dims):
     for name, value in dims.items():
         if int(value) < 1:
             raise ValueError("%s: %s must be >= 1; got %d" % (op, name, int(value)))
+
+
+def renamed(error, names):
+    """A ValueError from csrc with its argument names replaced by the face's (csrc's q_out is torch rope_norm's
+    out): for the checks a face leaves to csrc (strides, overlaps), so that a message names what the caller passed.
+    `names`: {csrc's name: the face's}, only for arguments the caller gave (the face's own buffers cannot fail)."""
+    msg = str(error)
+    for inner, outer in names.items():
+        msg = re.sub(r"\b%s\b" % re.escape(inner), outer, msg)
+    return ValueError(msg)

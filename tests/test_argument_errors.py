@@ -120,6 +120,41 @@ def test_broadcast_output_views_are_refused():
         _decode_torch(d, out=out)
 
 
+def test_torch_output_buffers_are_named_as_passed():
+    """torch rope_norm's out / out_scale and moe_route's out pair: strides and overlaps are csrc's checks, whose
+    messages named q_out / q_scale / topk_weights / topk_ids, arguments the caller never passed (a helper's probe)."""
+    import torch
+
+    import hpc_xla.torch as ht
+
+    t = _torch(rope_norm_harness.make_inputs(ROPE))
+    q = t["q"]
+    strided = torch.empty(q.shape[0], q.shape[1], 2 * q.shape[2], dtype=q.dtype)[..., ::2]
+    with pytest.raises(ValueError, match=r"^rope_norm: out must be contiguous in its last dimension"):
+        _rope_torch(t, out=strided)
+    k = t["k"]
+    shared = torch.empty(k.numel() + q.numel(), dtype=q.dtype)  # k, then an out that starts inside it
+    shared[:k.numel()] = k.reshape(-1)
+    overlapping = dict(t, k=shared[:k.numel()].view(k.shape))
+    with pytest.raises(ValueError, match=r"^rope_norm: out overlaps k in memory \(the op writes out;"):
+        _rope_torch(overlapping, out=shared[k.numel() // 2:k.numel() // 2 + q.numel()].view(q.shape))
+    with pytest.raises(ValueError, match=r"^rope_norm: out_scale is only written with q_quant='fp8'; got q_quant=None"):
+        _rope_torch(t, out_scale=torch.empty(q.shape[:2], dtype=torch.float32))
+    out8 = torch.empty(q.shape, dtype=torch.float8_e4m3fn)
+    scale = torch.empty(q.shape[0], 2 * q.shape[1], dtype=torch.float32)[:, ::2]
+    with pytest.raises(ValueError, match=r"^rope_norm: out_scale must be"):
+        _rope_torch(t, q_quant="fp8", out=out8, out_scale=scale)
+
+    logits = torch.randn(5, 8)
+    pair = torch.empty(5, 4, dtype=torch.int32)
+    weights = torch.empty(5, 4, dtype=torch.float32)
+    with pytest.raises(ValueError, match=r"^moe_route: out\[0\] must be contiguous"):
+        ht.moe_route(logits, 2, out=(weights[:, ::2], pair[:, :2]))
+    both = torch.empty(5, 2, dtype=torch.int32)
+    with pytest.raises(ValueError, match=r"^moe_route: out\[0\] overlaps out\[1\]"):
+        ht.moe_route(logits, 2, out=(both.view(torch.float32), both))
+
+
 def test_decode_plan_of_too_long_a_batch_is_refused():
     import torch
 
@@ -621,12 +656,12 @@ def test_written_tensors_that_overlap_their_inputs_are_refused():
     big = torch.zeros(t["q"].shape[0], hq + 1, t["q"].shape[2], dtype=t["q"].dtype)
     q_in = big[:, :hq]
     q_in.copy_(t["q"])
-    with pytest.raises(ValueError, match=r"rope_norm: q_out overlaps q in memory"):
+    with pytest.raises(ValueError, match=r"rope_norm: out overlaps q in memory"):  # (csrc's q_out, as passed)
         _rope_torch(dict(t, q=q_in), out=big[:, 1:])  # the output one head past the input
     with pytest.raises(ValueError, match=r"rope_norm: k_cache and v_cache start at the same address"):
         _rope_torch(dict(t, v_cache=t["k_cache"]))
     w = torch.empty(5, 2)
-    with pytest.raises(ValueError, match=r"moe_route: topk_weights overlaps topk_ids in memory"):
+    with pytest.raises(ValueError, match=r"moe_route: out\[0\] overlaps out\[1\] in memory"):
         ht.moe_route(torch.zeros(5, 16), 2, out=(w, w.view(torch.int32)))
 
 

@@ -161,7 +161,7 @@ def test_torch_non_contiguous_where_unsupported(device, name):
         message = name + r" must be contiguous"
     else:
         kwargs["out_scale"] = torch.empty(case.num_q_heads, case.tokens, device=device).t()
-        message = r"q_scale must be contiguous"
+        message = r"out_scale must be contiguous"  # (csrc's q_scale, named as passed)
     with pytest.raises(ValueError, match=message):
         ht.rope_norm(t["q"], t["k"], t["v"], t["positions"], t["cos_sin_cache"], t["slot_mapping"], t["k_cache"],
                      t["v_cache"], q_quant="fp8" if case.q_fp8 else None, **kwargs)

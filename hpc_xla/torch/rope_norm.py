@@ -51,6 +51,10 @@ def rope_norm(q, k, v, positions, cos_sin_cache, slot_mapping, k_cache, v_cache,
     style = _options.rope_style_code(rope_style)
     rot = _options.rotary_dim_or_default(rotary_dim, q.shape)
     eps = _args.real("rope_norm", "eps", eps)
+    names = {name: face for name, face, given in (("q_out", "out", out), ("q_scale", "out_scale", out_scale))
+             if given is not None}  # for csrc's stride / overlap errors about what the caller passed
+    if out_scale is not None and not quant_q:
+        raise ValueError("rope_norm: out_scale is only written with q_quant='fp8'; got q_quant=%r" % (q_quant,))
     if out is None:
         out = torch.empty(q.shape, dtype=torch.float8_e4m3fn if quant_q else q.dtype, device=q.device)
     elif out.dtype == torch.float8_e4m3fn and not quant_q:  # (csrc would name the missing scale, not the cause)
@@ -67,7 +71,12 @@ def rope_norm(q, k, v, positions, cos_sin_cache, slot_mapping, k_cache, v_cache,
     elif out_scale is not None and (out_scale.dtype != torch.float32 or out_scale.shape != q.shape[:2]):
         raise ValueError("rope_norm: out_scale must be float32 %s ([T, Hq], from q); got %s %s"
                          % (list(q.shape[:2]), out_scale.dtype, list(out_scale.shape)))
-    rope_norm_op(q, k, v, positions, cos_sin_cache, slot_mapping, k_cache, v_cache, out,
-                 out_scale, q_norm_weight, k_norm_weight, k_scale, v_scale, eps, style,
-                 rot, _args.boolean("rope_norm", "norm_before_rope", norm_before_rope))
+    norm_before_rope = _args.boolean("rope_norm", "norm_before_rope", norm_before_rope)
+    try:
+        rope_norm_op(q, k, v, positions, cos_sin_cache, slot_mapping, k_cache, v_cache, out, out_scale,
+                     q_norm_weight, k_norm_weight, k_scale, v_scale, eps, style, rot, norm_before_rope)
+    except ValueError as e:
+        if not names:
+            raise
+        raise _args.renamed(e, names) from None
     return (out, out_scale) if quant_q else out
