@@ -128,3 +128,12 @@ def renamed(error, names):
     for inner, outer in names.items():
         msg = re.sub(r"\b%s\b" % re.escape(inner), outer, msg)
     return ValueError(msg)
+
+
+def as_op(error, inner, outer):
+    """An error of `inner` (an op a face calls for the caller: fused_moe's routing runs moe_route) as `outer`'s: the
+    caller passed these arguments to `outer` (same names) and never called `inner`. Other errors unchanged."""
+    msg = str(error)
+    if not msg.startswith(inner + ": "):
+        return error
+    return type(error)(outer + ": " + msg[len(inner) + 2:])

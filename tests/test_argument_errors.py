@@ -724,6 +724,33 @@ def test_fused_routing_checks_the_router_rank_and_rows(face):
         call(rows6)
 
 
+@pytest.mark.parametrize("face", ["torch", "jax"])
+def test_fused_routing_errors_are_fused_moes(face):
+    """fused_moe(router_logits=..., top_k=...) routes through moe_route: its errors said "moe_route: top_k ...", a
+    function the caller never called (the arguments are fused_moe's own keywords)."""
+    p = make_problem(tokens=5, experts=4, hidden=128, inter=128, top_k=2, quant=None, seed=0)
+    logits = np.random.default_rng(0).standard_normal((5, 4)).astype(np.float32)
+    if face == "torch":
+        import torch
+
+        import hpc_xla.torch as ht
+
+        t = {k: torch.from_numpy(np.asarray(p[k]).view(np.int16)).view(torch.bfloat16) for k in ("x", "w13", "w2")}
+        call = lambda **kw: ht.fused_moe(t["x"], t["w13"], t["w2"], router_logits=torch.from_numpy(logits), **kw)  # noqa
+    else:
+        import jax.numpy as jnp
+
+        import hpc_xla.jax as hj
+
+        call = lambda **kw: hj.fused_moe(p["x"], p["w13"], p["w2"], router_logits=jnp.asarray(logits), **kw)  # noqa
+    with pytest.raises(ValueError, match=r"^fused_moe: top_k must be in \[1, num_experts=4\]; got 5$"):
+        call(top_k=5)
+    with pytest.raises(ValueError, match=r"^fused_moe: scoring must be"):
+        call(top_k=2, scoring="softplus")
+    with pytest.raises(TypeError, match=r"^fused_moe: top_k must be an int"):
+        call(top_k=2.5)
+
+
 @pytest.mark.parametrize("framework", ["torch", "jax"])
 @pytest.mark.parametrize("max_ctas", [None, 8])
 def test_decode_plan_checks_its_config_before_sizing_the_workspace(framework, max_ctas):
