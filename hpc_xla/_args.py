@@ -126,7 +126,7 @@ def renamed(error, names):
     `names`: {csrc's name: the face's}, only for arguments the caller gave (the face's own buffers cannot fail)."""
     msg = str(error)
     for inner, outer in names.items():
-        msg = re.sub(r"\b%s\b" % re.escape(inner), outer, msg)
+        msg = re.sub(r"(?<![\w.])%s(?!\w)" % re.escape(inner), outer, msg)  # whole names: not q_out in xq_out
     return ValueError(msg)
 
 

@@ -604,7 +604,7 @@ def test_rope_norm_fp8_out_without_q_quant_names_the_cause():
      r"top_k \(9\) exceeds the routing's experts \(num_experts_global = 8\)"),
     ((2**28, 8, 8, 128, 128), None, {}, r"T \* top_k \(268435456 \* 8\) must be < 2\^31"),
     ((2**27 + 1, 8, 8, 128, 128), None, {}, r"T \* top_k must be <= 2\^30 on the CUDA path"),
-    ((16, 2, 8, 48, 128), None, {}, r"the CUDA path needs H \(x.shape\[1\]\) to be a multiple of 64; got 48"),
+    ((16, 2, 8, 48, 128), None, {}, r"the CUDA path needs hidden to be a multiple of 64; got 48"),
     ((16, 2, 8, 2**40, 128), None, {}, r"the CUDA path supports H and I up to 2\^24; got H=1099511627776"),
     ((16, 2, 2**31 - 1, 128, 128), None, {}, r"the CUDA path supports at most 1024 local experts"),
 ])
@@ -722,6 +722,22 @@ def test_fused_routing_checks_the_router_rank_and_rows(face):
         call(scalar)
     with pytest.raises(ValueError, match=r"fused_moe: router_logits has 6 rows; x has T=5 tokens"):
         call(rows6)
+
+
+def test_fused_moe_workspace_size_names_its_own_arguments():
+    """fused_moe_workspace_size applies fused_moe's rules, whose words named fused_moe and its tensors ("fused_moe:
+    the CUDA path needs H (x.shape[1]) ...") to a caller who passed hidden / inter / num_experts (a helper's probe)."""
+    import hpc_xla.torch as ht
+
+    size = lambda **kw: ht.fused_moe_workspace_size(**dict(dict(tokens=16, top_k=2, num_experts=8, hidden=128,  # noqa
+                                                                inter=128), **kw))
+    assert size() > 0
+    for kw, want in ((dict(hidden=80), r"the CUDA path needs hidden to be a multiple of 64; got 80"),
+                     (dict(inter=32, w13_interleaved=True), r"w13_interleaved needs inter to be a multiple of 64"),
+                     (dict(num_experts=2000), r"the CUDA path supports at most 1024 local experts \(num_experts\); got 2000"),
+                     (dict(quant="int4"), r"quant must be None, 'fp8_tensor' or 'fp8_block128'; got 'int4'")):
+        with pytest.raises(ValueError, match=r"^fused_moe_workspace_size: " + want):
+            size(**kw)
 
 
 @pytest.mark.parametrize("face", ["torch", "jax"])

@@ -84,13 +84,22 @@ def fused_moe_workspace_size(tokens, top_k, num_experts, hidden, inter, quant=No
     op = "fused_moe_workspace_size"
     big = 2**62  # (the binary takes int64; 2^63 read nanobind's "incompatible function arguments")
     experts_global = _args.optional_integer(op, "num_experts_global", num_experts_global, minimum=1, maximum=big) or 0
-    return _workspace_bytes(
-        _args.integer(op, "tokens", tokens, minimum=0, maximum=big), _args.integer(op, "top_k", top_k, minimum=1,
-                                                                                   maximum=big),
-        _args.integer(op, "num_experts", num_experts, minimum=1, maximum=big),
-        _args.integer(op, "hidden", hidden, minimum=1, maximum=big),
-        _args.integer(op, "inter", inter, minimum=1, maximum=big), _options.moe_quant_code(quant), experts_global,
-        _options.w13_interleaved_flag(w13_interleaved, quant, (num_experts, 2 * inter, hidden)))
+    sizes = (_args.integer(op, "tokens", tokens, minimum=0, maximum=big),
+             _args.integer(op, "top_k", top_k, minimum=1, maximum=big),
+             _args.integer(op, "num_experts", num_experts, minimum=1, maximum=big),
+             _args.integer(op, "hidden", hidden, minimum=1, maximum=big),
+             _args.integer(op, "inter", inter, minimum=1, maximum=big))
+    try:  # the rules are fused_moe's, worded for its tensors: said here with this function's arguments
+        return _workspace_bytes(*sizes, _options.moe_quant_code(quant), experts_global,
+                                _options.w13_interleaved_flag(w13_interleaved, quant, (num_experts, 2 * inter, hidden)))
+    except (TypeError, ValueError) as e:
+        e = _args.renamed(_args.as_op(e, "fused_moe", op), _WORKSPACE_SIZE_NAMES) if isinstance(e, ValueError) \
+            else _args.as_op(e, "fused_moe", op)
+        raise e from None
+
+
+# fused_moe's words for the shapes -> fused_moe_workspace_size's arguments
+_WORKSPACE_SIZE_NAMES = {"H (x.shape[1])": "hidden", "I (w13.shape[1] / 2)": "inter", "(w13.shape[0])": "(num_experts)"}
 
 
 # Sizes from the binary's path rules: constants of the shapes, which torch.compile folds (a call into the extension
