@@ -323,7 +323,8 @@ def test_traced_negative_offset_keeps_negative_ids_out():
 
 
 def test_torch_unsupported_dtypes_are_named():
-    """A dtype no op takes is named as torch names it (it used to read 'DLPack code 2, 64 bits')."""
+    """A dtype no op takes is named as torch names it (it used to read 'DLPack code 2, 64 bits'), with the op and by
+    the caller's name for the argument (it read "hpc_xla: argument 'q_out' ...": no op, csrc's name)."""
     import torch
 
     import hpc_xla.torch as ht
@@ -334,8 +335,16 @@ def test_torch_unsupported_dtypes_are_named():
     for dtype, name in ((torch.float64, "float64"), (torch.int16, "int16"), (torch.bool, "bool"),
                         (torch.complex64, "complex64"), (torch.float8_e5m2, "float8_e5m2"),
                         (torch.float8_e4m3fnuz, "float8_e4m3fnuz"), (torch.float8_e5m2fnuz, "float8_e5m2fnuz")):
-        with pytest.raises(ValueError, match=r"argument 'x' has dtype %s, which hpc_xla does not take" % name):
+        with pytest.raises(ValueError, match=r"^fused_moe: x has dtype %s, which hpc_xla does not take" % name):
             ht.fused_moe(torch.zeros(5, 128, dtype=dtype), w13, w2, w, ids)
+    t = _torch(rope_norm_harness.make_inputs(ROPE))
+    with pytest.raises(ValueError, match=r"^rope_norm: q has dtype float64, which hpc_xla does not take"):
+        _rope_torch(dict(t, q=t["q"].double()))
+    d = {k: decode_harness.to_torch(v, "cpu") for k, v in decode_harness.make_inputs(DECODE).items()}
+    with pytest.raises(ValueError, match=r"^decode_attention: workspace \(or plan.workspace\) has dtype float64"):
+        _decode_torch(d, workspace=torch.zeros(1 << 20, dtype=torch.float64))
+    with pytest.raises(ValueError, match=r"^moe_route: router_logits has dtype float64"):
+        ht.moe_route(torch.zeros(5, 8, dtype=torch.float64), 2)
     with pytest.raises(TypeError, match=r"fused_moe: x must be a torch.Tensor; got list"):
         ht.fused_moe([[0.0] * 128] * 5, w13, w2, w, ids)
 

@@ -29,7 +29,7 @@ class InferenceOnly:
     4.4 -> 13.7-26.4 us), every call, gradient or not; this costs ~1 us."""
 
     def __init__(self, name, op, user_names):
-        self.name, self.op = name, op
+        self.name, self.op, self.user_names = name, op, user_names
         arguments = op._schema.arguments
         self.shown = [user_names.get(a.name, a.name) for a in arguments]
         self.written = [i for i, a in enumerate(arguments) if a.alias_info is not None and a.alias_info.is_write]
@@ -42,12 +42,27 @@ class InferenceOnly:
                         "%s: %s requires grad, but hpc_xla ops have no backward (inference only); call it under "
                         "torch.no_grad() or torch.inference_mode(), or pass %s.detach()"
                         % (self.name, self.shown[i], self.shown[i]))
-        result = self.op(*args)
+        try:
+            result = self.op(*args)
+        except (TypeError, ValueError) as e:
+            raise self._named(e) from None
         if not torch.compiler.is_compiling():  # (a compiled graph writes its mutated inputs back with copy_, which
             # bumps them; dynamo cannot trace is_inference)
             torch.autograd.graph.increment_version(
                 [args[i] for i in self.written if args[i] is not None and not args[i].is_inference()])
         return result
+
+
+    _BRIDGE = "hpc_xla: argument '"
+
+    def _named(self, error):
+        """The bridge's tensor conversion (a dtype, rank or device no op takes) names the argument but no op, by the
+        schema's name: said as this op's, by the caller's name (rope_norm's q_out is `out`). Other errors as they are."""
+        msg = str(error)
+        if not msg.startswith(self._BRIDGE) or "'" not in msg[len(self._BRIDGE):]:
+            return error
+        inner, rest = msg[len(self._BRIDGE):].split("'", 1)
+        return type(error)("%s: %s%s" % (self.name, self.user_names.get(inner, inner), rest))
 
 
 def _one_device(name, fake):
