@@ -123,7 +123,8 @@ def nonempty_dims(op, **dims):
 def renamed(error, names):
     """A ValueError from csrc with its argument names replaced by the face's (csrc's q_out is torch rope_norm's
     out): for the checks a face leaves to csrc (strides, overlaps), so that a message names what the caller passed.
-    `names`: {csrc's name: the face's}, only for arguments the caller gave (the face's own buffers cannot fail)."""
+    `names`: {csrc's name: the face's} (the op's user_names: outputs the face allocates itself when the caller gives
+    none, which then cannot fail these checks)."""
     msg = str(error)
     for inner, outer in names.items():
         msg = re.sub(r"(?<![\w.])%s(?!\w)" % re.escape(inner), outer, msg)  # whole names: not q_out in xq_out

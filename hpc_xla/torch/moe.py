@@ -32,7 +32,6 @@ def moe_route(router_logits, top_k, *, scoring="softmax", renormalize=True, num_
     top_k, scoring, groups, kept, routed_scaling = _options.route_options(router_logits, top_k, scoring, num_groups,
                                                                           topk_groups, routed_scaling)
     renormalize = _args.boolean("moe_route", "renormalize", renormalize)
-    given = out is not None
     if out is not None:
         if not isinstance(out, (tuple, list)) or len(out) != 2:
             raise TypeError("moe_route: out must be a pair (topk_weights [T, top_k] float32, topk_ids [T, top_k] "
@@ -51,10 +50,8 @@ def moe_route(router_logits, top_k, *, scoring="softmax", renormalize=True, num_
     try:
         moe_route_op(router_logits, correction_bias, out[0], out[1], top_k, scoring, renormalize, groups, kept,
                      routed_scaling)
-    except ValueError as e:
-        if not given:  # (the face's own pair cannot fail csrc's stride / overlap checks)
-            raise
-        raise _args.renamed(e, {"topk_weights": "out[0]", "topk_ids": "out[1]"}) from None
+    except ValueError as e:  # csrc's stride / overlap errors about the out pair, by its names here
+        raise _args.renamed(e, moe_route_op.user_names) from None
     return out
 
 

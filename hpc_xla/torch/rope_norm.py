@@ -51,8 +51,6 @@ def rope_norm(q, k, v, positions, cos_sin_cache, slot_mapping, k_cache, v_cache,
     style = _options.rope_style_code(rope_style)
     rot = _options.rotary_dim_or_default(rotary_dim, q.shape)
     eps = _args.real("rope_norm", "eps", eps)
-    names = {name: face for name, face, given in (("q_out", "out", out), ("q_scale", "out_scale", out_scale))
-             if given is not None}  # for csrc's stride / overlap errors about what the caller passed
     if out_scale is not None and not quant_q:
         raise ValueError("rope_norm: out_scale is only written with q_quant='fp8'; got q_quant=%r" % (q_quant,))
     if out is None:
@@ -75,8 +73,6 @@ def rope_norm(q, k, v, positions, cos_sin_cache, slot_mapping, k_cache, v_cache,
     try:
         rope_norm_op(q, k, v, positions, cos_sin_cache, slot_mapping, k_cache, v_cache, out, out_scale,
                      q_norm_weight, k_norm_weight, k_scale, v_scale, eps, style, rot, norm_before_rope)
-    except ValueError as e:
-        if not names:
-            raise
-        raise _args.renamed(e, names) from None
+    except ValueError as e:  # csrc's stride / overlap errors about out / out_scale, by their names here
+        raise _args.renamed(e, rope_norm_op.user_names) from None
     return (out, out_scale) if quant_q else out
