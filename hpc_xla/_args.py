@@ -121,14 +121,14 @@ def nonempty_dims(op, **dims):
 
 
 def renamed(error, names):
-    """A ValueError from csrc with its argument names replaced by the face's (csrc's q_out is torch rope_norm's
+    """An error from csrc (same type) with its argument names replaced by the face's (csrc's q_out is torch rope_norm's
     out): for the checks a face leaves to csrc (strides, overlaps), so that a message names what the caller passed.
     `names`: {csrc's name: the face's} (the op's user_names: outputs the face allocates itself when the caller gives
     none, which then cannot fail these checks)."""
     msg = str(error)
     for inner, outer in names.items():
         msg = re.sub(r"(?<![\w.])%s(?!\w)" % re.escape(inner), outer, msg)  # whole names: not q_out in xq_out
-    return ValueError(msg)
+    return type(error)(msg)
 
 
 def as_op(error, inner, outer):

@@ -177,12 +177,11 @@ def planning_for_attention():
     try:
         yield
     except ValueError as e:
-        msg = str(e)
-        if not msg.startswith("decode_plan: "):
+        if not str(e).startswith("decode_plan: "):
             raise
+        msg = str(_args.as_op(e, "decode_plan", "decode_attention"))
         origin = ["%s = %s" % (field, where) for field, where in _ATTENTION_FIELDS if re.search(r"\b%s\b" % field, msg)]
-        raise ValueError("decode_attention: %s%s" % (msg[len("decode_plan: "):],
-                                                     " (%s)" % ", ".join(origin) if origin else "")) from None
+        raise ValueError(msg + (" (%s)" % ", ".join(origin) if origin else "")) from None
 
 
 def check_attention_call(q, k_cache, seq_lens, plan, plan_type, q_len, schedule):

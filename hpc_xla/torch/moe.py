@@ -90,9 +90,7 @@ def fused_moe_workspace_size(tokens, top_k, num_experts, hidden, inter, quant=No
         return _workspace_bytes(*sizes, _options.moe_quant_code(quant), experts_global,
                                 _options.w13_interleaved_flag(w13_interleaved, quant, (num_experts, 2 * inter, hidden)))
     except (TypeError, ValueError) as e:
-        e = _args.renamed(_args.as_op(e, "fused_moe", op), _WORKSPACE_SIZE_NAMES) if isinstance(e, ValueError) \
-            else _args.as_op(e, "fused_moe", op)
-        raise e from None
+        raise _args.renamed(_args.as_op(e, "fused_moe", op), _WORKSPACE_SIZE_NAMES) from None
 
 
 # fused_moe's words for the shapes -> fused_moe_workspace_size's arguments
