@@ -864,3 +864,63 @@ def test_torch_out_arguments_are_named_as_this_face_names_them():
         ht.moe_route(torch.zeros(5, 16), 2, out=(torch.empty(5, 3), torch.empty(5, 2, dtype=torch.int32)))
     with pytest.raises(ValueError, match=r"moe_route: out\[1\] must be torch.int32 \[5, 2\]"):
         ht.moe_route(torch.zeros(5, 16), 2, out=(torch.empty(5, 2), torch.empty(5, 2, dtype=torch.int64)))
+
+
+# ---- a k_cache of the wrong head count or head_dim beside a right v_cache was blamed on v_cache ----
+
+def _decode_op(framework, d):
+    """decode_attention's op itself (torch.ops.hpc_xla / the jax FFI target), static schedule: the faces plan first,
+    and their planning checks the head counts before csrc sees the operands."""
+    if framework == "torch":
+        import torch
+
+        t = {k: decode_harness.to_torch(v, "cpu") for k, v in d.items()}
+        torch.ops.hpc_xla.decode_attention(t["q"], None, t["k_cache"], t["v_cache"], t["block_table"], t["seq_lens"],
+                                           None, torch.empty(1 << 20), torch.empty_like(t["q"]), None, None, 0.1, 1,
+                                           1, 8)
+    else:
+        import jax
+        import jax.numpy as jnp
+
+        import hpc_xla.jax  # noqa: F401  (registers the FFI targets)
+        from hpc_xla.jax import _ffi
+
+        call = jax.ffi.ffi_call("hpc_xla_decode_attention", (jax.ShapeDtypeStruct(d["q"].shape, d["q"].dtype),
+                                                             jax.ShapeDtypeStruct((1 << 20,), jnp.float32)),
+                                vmap_method="sequential")
+        jax.block_until_ready(call(d["q"], _ffi.absent(), d["k_cache"], d["v_cache"], d["block_table"], d["seq_lens"],
+                                   _ffi.absent(), _ffi.absent(), _ffi.absent(), sm_scale=np.float32(0.1),
+                                   q_len=np.int32(1), schedule=np.int32(1), max_ctas=np.int32(8)))
+
+
+@pytest.mark.parametrize("framework", ["jax", "torch"])
+@pytest.mark.parametrize("path", ["face", "op"])
+@pytest.mark.parametrize("wrong", ["heads", "head_dim"])
+def test_decode_attention_names_a_wrong_k_cache_not_v_cache(framework, path, wrong):
+    """k_cache's own dims (head_dim against q, its head count against q's) are checked before v_cache is compared
+    with k_cache: a k_cache of head_dim 64 beside q's and v_cache's 128 said "v_cache.shape[3] must be 64 (from
+    k_cache)", one of 3 heads for q's 8 said "v_cache.shape[2] must be 3 (from k_cache)" (the faces' planning
+    named k_cache.shape[2] already; the op now says the same)."""
+    d = decode_harness.make_inputs(DECODE)
+    k = d["k_cache"]
+    if wrong == "heads":
+        d["k_cache"] = np.concatenate([k, k, k], axis=2)
+        want = ("decode_attention: num_q_heads (8) must be a multiple of num_kv_heads (3) (num_q_heads = q.shape[1], "
+                "num_kv_heads = k_cache.shape[2])")
+    else:
+        d["k_cache"] = np.ascontiguousarray(k[..., :64])
+        want = ("decode_attention: k_cache.shape[3] must be 128 (head_dim, from q); got shape [%d, 16, 1, 64]"
+                % k.shape[0])
+    if path == "op":
+        call = lambda: _decode_op(framework, d)  # noqa: E731
+    elif framework == "torch":
+        call = lambda: _decode_torch({n: decode_harness.to_torch(v, "cpu") for n, v in d.items()})  # noqa: E731
+    else:
+        import hpc_xla.jax as hj
+
+        call = lambda: np.asarray(hj.decode_attention(  # noqa: E731
+            *[d[n] for n in ("q", "k_cache", "v_cache", "block_table", "seq_lens")]))
+    import jax
+
+    with pytest.raises((ValueError, jax.errors.JaxRuntimeError), match=re.escape(want) + r"($|\n)"):
+        call()

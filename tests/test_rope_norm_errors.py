@@ -22,6 +22,11 @@ def _mutations():
         ("v_heads", BASE, lambda i: dict(i, v=i["v"][:, :1]), {}, r"v.shape\[1\] must be 2"),
         ("cache_heads", BASE, lambda i: dict(i, k_cache=i["k_cache"][:, :, :1], v_cache=i["v_cache"][:, :, :1]), {},
          r"k_cache.shape\[2\] must be 2"),
+        # k_cache wrong, v_cache right: named k_cache (it was "v_cache.shape[2] must be 1 (from k_cache)")
+        ("k_cache_heads", BASE, lambda i: dict(i, k_cache=i["k_cache"][:, :, :1]), {},
+         r"rope_norm: k_cache.shape\[2\] must be 2 \(num_kv_heads, from k\)"),
+        ("k_cache_head_dim", BASE, lambda i: dict(i, k_cache=i["k_cache"][..., :32]), {},
+         r"rope_norm: k_cache.shape\[3\] must be 64 \(head_dim, from q\)"),
         ("head_dim_unsupported", dataclasses.replace(BASE, head_dim=64), lambda i: {
             **i, **{n: i[n][..., :60] for n in ("q", "k", "v", "k_cache", "v_cache")},
             "q_norm_weight": i["q_norm_weight"][:60], "k_norm_weight": i["k_norm_weight"][:60],

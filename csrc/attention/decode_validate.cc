@@ -12,16 +12,37 @@ namespace {
 
 bool Fp8(DType d) { return d == DType::kF8E4M3; }
 
-Status ValidateConfig(const ArgCheck& c, const DecodeConfig& cfg) {
-  if (cfg.num_kv_heads < 1) return c.Fail("num_kv_heads must be >= 1; got " + std::to_string(cfg.num_kv_heads));
+// Where a config's head counts come from, for ValidateConfig's messages. decode_plan's are its own arguments
+// (nullptr: no origin); decode_attention reads them from its operands, and its messages name those as its Python
+// faces' do when they plan (hpc_xla/_decode.py, planning_for_attention), so a k_cache of the wrong head count reads
+// the same whichever side catches it.
+struct HeadsFrom {
+  const char* num_q_heads;
+  const char* num_kv_heads;
+};
+constexpr HeadsFrom kAttentionHeads{"q.shape[1]", "k_cache.shape[2]"};
+
+// " (num_q_heads = q.shape[1], num_kv_heads = k_cache.shape[2])", of the counts a message names; "" without `from`.
+std::string Origin(const HeadsFrom* from, bool q_heads, bool kv_heads) {
+  if (from == nullptr) return "";
+  const std::string q = q_heads ? std::string("num_q_heads = ") + from->num_q_heads : "";
+  const std::string kv = kv_heads ? std::string("num_kv_heads = ") + from->num_kv_heads : "";
+  return " (" + q + (q_heads && kv_heads ? ", " : "") + kv + ")";
+}
+
+Status ValidateConfig(const ArgCheck& c, const DecodeConfig& cfg, const HeadsFrom* heads_from) {
+  if (cfg.num_kv_heads < 1) {
+    return c.Fail("num_kv_heads must be >= 1; got " + std::to_string(cfg.num_kv_heads) +
+                  Origin(heads_from, false, true));
+  }
   if (cfg.num_q_heads < cfg.num_kv_heads || cfg.num_q_heads % cfg.num_kv_heads != 0) {
     return c.Fail("num_q_heads (" + std::to_string(cfg.num_q_heads) + ") must be a multiple of num_kv_heads (" +
-                  std::to_string(cfg.num_kv_heads) + ")");
+                  std::to_string(cfg.num_kv_heads) + ")" + Origin(heads_from, true, true));
   }
   const int group = cfg.num_q_heads / cfg.num_kv_heads;
   if (group > kMaxGroup) {
     return c.Fail("num_q_heads / num_kv_heads must be <= " + std::to_string(kMaxGroup) + "; got " +
-                  std::to_string(group));
+                  std::to_string(group) + Origin(heads_from, true, true));
   }
   if (cfg.head_dim != 64 && cfg.head_dim != 128 && cfg.head_dim != 256) {
     return c.Fail("head_dim must be 64, 128 or 256; got " + std::to_string(cfg.head_dim));
@@ -56,7 +77,7 @@ int64_t DecodeWorkspaceFloats(int64_t batch, int num_kv_heads, int num_q_heads, 
 
 Status ValidateDecodePlan(const DecodePlanArgs& a) {
   ArgCheck c("decode_plan");
-  HPC_RETURN_IF_ERROR(ValidateConfig(c, a.config));
+  HPC_RETURN_IF_ERROR(ValidateConfig(c, a.config, /*heads_from=*/nullptr));
   // (a plan for an int32 "cache" was accepted and failed only at the call, as a plan/call mismatch; the call's own
   // cache dtype check names k_cache)
   const DType kv = a.config.kv_dtype;
@@ -90,7 +111,8 @@ Status ValidateDecodeAttention(const DecodeAttentionArgs& a, DecodeConfig* cfg) 
   HPC_RETURN_IF_ERROR(c.Required("q", a.q, 3, "[B * q_len, Hq, D]"));
   HPC_RETURN_IF_ERROR(c.Dtype("q", a.q, {DType::kBF16, DType::kF16, DType::kF8E4M3}));
   HPC_RETURN_IF_ERROR(c.InnerContiguous("q", a.q));
-  HPC_RETURN_IF_ERROR(c.PagedKvCache(a.k_cache, a.v_cache, {DType::kBF16, DType::kF16, DType::kF8E4M3}, "q", a.q));
+  // k_cache against q (head_dim, the head counts) before v_cache against k_cache (check.h, PagedKCache)
+  HPC_RETURN_IF_ERROR(c.PagedKCache(a.k_cache, {DType::kBF16, DType::kF16, DType::kF8E4M3}, "q", a.q));
   if (!Fp8(a.q.dtype) && !Fp8(a.k_cache.dtype) && a.q.dtype != a.k_cache.dtype) {
     return c.Fail(std::string("q (") + DTypeName(a.q.dtype) + ") and k_cache (" + DTypeName(a.k_cache.dtype) +
                   ") must have the same dtype unless one of them is float8_e4m3fn");
@@ -104,7 +126,8 @@ Status ValidateDecodeAttention(const DecodeAttentionArgs& a, DecodeConfig* cfg) 
   cfg->kv_dtype = a.k_cache.dtype;
   cfg->q_dtype = a.q.dtype;
   HPC_RETURN_IF_ERROR(c.Dim("k_cache", a.k_cache, 3, cfg->head_dim, "head_dim, from q"));
-  HPC_RETURN_IF_ERROR(ValidateConfig(c, *cfg));
+  HPC_RETURN_IF_ERROR(ValidateConfig(c, *cfg, &kAttentionHeads));
+  HPC_RETURN_IF_ERROR(c.PagedVCacheLikeK(a.v_cache, a.k_cache, "q", a.q));
 
   HPC_RETURN_IF_ERROR(c.Required("seq_lens", a.seq_lens, 1, "[B]"));
   HPC_RETURN_IF_ERROR(c.Dtype("seq_lens", a.seq_lens, {DType::kI32}));

@@ -147,12 +147,16 @@ Status ArgCheck::Dense(const char* name, const TensorView& t, const char* layout
   return SameDevice(name, t, ref_name, ref);
 }
 
-Status ArgCheck::PagedKvCache(const TensorView& k_cache, const TensorView& v_cache,
-                              std::initializer_list<DType> dtypes, const char* ref_name, const TensorView& ref) const {
+Status ArgCheck::PagedKCache(const TensorView& k_cache, std::initializer_list<DType> dtypes, const char* ref_name,
+                             const TensorView& ref) const {
   HPC_RETURN_IF_ERROR(Required("k_cache", k_cache, 4, "[num_blocks, page_size, Hkv, D]"));
   HPC_RETURN_IF_ERROR(Dtype("k_cache", k_cache, dtypes));
   HPC_RETURN_IF_ERROR(InnerContiguous("k_cache", k_cache));
-  HPC_RETURN_IF_ERROR(SameDevice("k_cache", k_cache, ref_name, ref));
+  return SameDevice("k_cache", k_cache, ref_name, ref);
+}
+
+Status ArgCheck::PagedVCacheLikeK(const TensorView& v_cache, const TensorView& k_cache, const char* ref_name,
+                                  const TensorView& ref) const {
   HPC_RETURN_IF_ERROR(Required("v_cache", v_cache, 4, "[num_blocks, page_size, Hkv, D]"));
   HPC_RETURN_IF_ERROR(SameDtype("v_cache", v_cache, "k_cache", k_cache));
   for (int d = 0; d < 4; ++d) HPC_RETURN_IF_ERROR(Dim("v_cache", v_cache, d, k_cache.shape[d], "from k_cache"));

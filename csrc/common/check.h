@@ -49,10 +49,16 @@ class ArgCheck {
   };
   Status Dense(const char* name, const TensorView& t, const char* layout, std::initializer_list<DType> dtypes,
                std::initializer_list<DimRule> dims, const char* ref_name, const TensorView& ref) const;
-  // A paged KV cache pair [num_blocks, page_size, Hkv, D]: k_cache of one of `dtypes`; v_cache of k_cache's
-  // dtype and shape; both contiguous in the last dim (other strides free: vLLM's views) and on ref's device.
-  Status PagedKvCache(const TensorView& k_cache, const TensorView& v_cache, std::initializer_list<DType> dtypes,
-                      const char* ref_name, const TensorView& ref) const;
+  // A paged KV cache pair [num_blocks, page_size, Hkv, D], in two steps with the op's own checks of k_cache's dims
+  // between them: v_cache is compared with k_cache only once k_cache is known right, else a k_cache of the wrong
+  // head count or head_dim beside a right v_cache was blamed on v_cache ("v_cache.shape[2] must be 3 (from
+  // k_cache)").
+  // k_cache: one of `dtypes`, contiguous in the last dim (other strides free: vLLM's views), on ref's device.
+  Status PagedKCache(const TensorView& k_cache, std::initializer_list<DType> dtypes, const char* ref_name,
+                     const TensorView& ref) const;
+  // v_cache: k_cache's dtype and shape, contiguous in the last dim, on ref's device.
+  Status PagedVCacheLikeK(const TensorView& v_cache, const TensorView& k_cache, const char* ref_name,
+                          const TensorView& ref) const;
   // A per-tensor dequantization scale: required (float32 scalar) with a float8_e4m3fn cache, absent otherwise.
   Status CacheScale(const char* name, const TensorView& scale, const char* cache_name, const TensorView& cache) const;
 

@@ -89,10 +89,12 @@ Status ValidateRopeNorm(const RopeNormArgs& a) {
   HPC_RETURN_IF_ERROR(c.Contiguous("slot_mapping", a.slot_mapping));  // the GPU kernels index it densely
   HPC_RETURN_IF_ERROR(c.SameDevice("slot_mapping", a.slot_mapping, "q", a.q));
 
-  HPC_RETURN_IF_ERROR(c.PagedKvCache(a.k_cache, a.v_cache, {a.q.dtype, DType::kF8E4M3}, "q", a.q));
+  // k_cache against k and q before v_cache against k_cache (check.h, PagedKCache)
+  HPC_RETURN_IF_ERROR(c.PagedKCache(a.k_cache, {a.q.dtype, DType::kF8E4M3}, "q", a.q));
   HPC_RETURN_IF_ERROR(c.Dim("k_cache", a.k_cache, 2, num_kv_heads, "num_kv_heads, from k"));
   HPC_RETURN_IF_ERROR(c.Dim("k_cache", a.k_cache, 3, head_dim, "head_dim, from q"));
   if (a.k_cache.shape[1] < 1) return c.Fail("k_cache page_size (shape[1]) must be at least 1");
+  HPC_RETURN_IF_ERROR(c.PagedVCacheLikeK(a.v_cache, a.k_cache, "q", a.q));
   HPC_RETURN_IF_ERROR(c.Writable("k_cache", a.k_cache));
   HPC_RETURN_IF_ERROR(c.Writable("v_cache", a.v_cache));
   HPC_RETURN_IF_ERROR(c.CacheScale("k_scale", a.k_scale, "k_cache", a.k_cache));
