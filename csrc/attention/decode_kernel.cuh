@@ -18,7 +18,6 @@
 #include <type_traits>
 
 #include "csrc/attention/decode_plan.h"
-#include "cute/arch/copy_sm90_tma.hpp"  // bulk (TMA unit) shared -> global copies of split pieces' partials
 #include "csrc/common/launch.cuh"
 #include "csrc/common/mma.cuh"
 #include "csrc/common/numeric.h"
@@ -495,9 +494,6 @@ __device__ __forceinline__ void FinishPiece(const DecodeParams& p, const Piece& 
   }
   float* partial_o = p.workspace;
   float* partial_lse = p.workspace + p.num_slots * p.rows * D;
-  // A split piece's merged rows leave obuf by bulk copies of the TMA unit (below): they must have been read
-  // before obuf / lse_smem are written again (this thread's groups only; a no-op for threads that issued none).
-  if constexpr (S::kWarpsN > 1) cute::tma_store_wait<0>();
   if constexpr (S::kWarpsN == 1) {
 #pragma unroll
     for (int half = 0; half < S::kHalves; ++half) {
@@ -582,29 +578,7 @@ __device__ __forceinline__ void FinishPiece(const DecodeParams& p, const Piece& 
               gq * kGroupChunks, (gq + 1) * kGroupChunks);
         }
       }
-      // (the bulk copies below read obuf / lse_smem through the async proxy: make this thread's writes visible)
-      // (cute's fence has no memory clobber: the empty asm keeps the compiler from sinking a store past it)
-      if (j == WN - 1) {
-        asm volatile("" ::: "memory");
-        cute::tma_store_fence();
-      }
       __syncthreads();
-    }
-    // A split piece's fp32 rows and log-sum-exps go out as bulk copies of the TMA unit, a row per thread. A piece
-    // that ends mid-CTA ends while the next tiles' cp.async copies are in flight; plain stores queue behind those
-    // in the SM's load/store path, and the per-CTA trace (s43b) showed such a FinishPiece taking 20000-24000 cycles
-    // against ~5500 at the CTA's end (no copies in flight), the ring draining meanwhile. The bulk copies need
-    // 16-byte aligned rows and a row count that keeps the log-sum-exps' slice aligned (rows % 4 == 0: 8, 16, ...).
-    const bool bulk = !piece.whole && p.rows % 4 == 0 && (reinterpret_cast<uintptr_t>(p.workspace) & 15) == 0;
-    if (bulk) {
-      const int64_t first_row = static_cast<int64_t>(piece.slot) * p.rows;
-      if (threadIdx.x < p.rows) {
-        cute::SM90_BULK_COPY_S2G::copy(obuf + threadIdx.x * S::kOBufStride, partial_o + (first_row + threadIdx.x) * D,
-                                       D * 4);
-      }
-      if (threadIdx.x == 0) cute::SM90_BULK_COPY_S2G::copy(lse_smem, partial_lse + first_row, p.rows * 4);
-      if (threadIdx.x < p.rows) cute::tma_store_arrive();
-      return;  // (obuf / ml / lse_smem are next written after the next piece's first barrier, once the copies read them)
     }
     // all threads: rows -> global, 2 elements at a time
     for (int id = threadIdx.x; id < p.rows * (D / 2); id += kDecodeThreads) {
@@ -705,7 +679,6 @@ __global__ void __launch_bounds__(kDecodeThreads) DecodeAttentionKernel(const __
     run(std::false_type{});
   }
   CpAsyncWait<0>();
-  cute::tma_store_wait<0>();  // shared memory must outlive the bulk copies reading it
 }
 
 // Merges split pieces and zero-fills the rows of empty sequences. Dynamic: a CTA per CTA boundary i (per (i, row)
