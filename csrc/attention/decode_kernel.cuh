@@ -18,19 +18,11 @@
 #include <type_traits>
 
 #include "csrc/attention/decode_plan.h"
-#include "cute/arch/copy_sm90_tma.hpp"  // bulk (TMA unit) shared -> global copies of split pieces' partials
 #include "csrc/common/launch.cuh"
 #include "csrc/common/mma.cuh"
 #include "csrc/common/numeric.h"
 #include "csrc/common/tensor_view.h"
 #include "csrc/common/vec.cuh"
-
-#ifdef HPC_DECODE_TRACE
-#include "csrc/attention/decode_trace.cuh"
-#define HPC_TRACE(stmt) stmt
-#else
-#define HPC_TRACE(stmt) ((void)0)
-#endif
 
 namespace hpc::attention {
 
@@ -92,9 +84,6 @@ struct DecodeShape {
   // float4 of a chunk's two pairs would (session 42's review, a CPU simulation of the mapping).
   static constexpr int kOBufStride = D + 8;
   static constexpr int kOBufBytes = kWarpsN > 1 ? kQRows * kOBufStride * 4 : 0;
-  // Split pieces' merged rows leave obuf by bulk copies (FinishPiece); not at head_dim 256, whose kernels spill
-  // more with them (fp8 MT 2: 4 -> 64 bytes).
-  static constexpr bool kBulkPartials = kWarpsN > 1 && D <= 128;
   static constexpr int kSmemBytes = kStages * kStageBytes + kQBytes + kMlBytes + kOBufBytes + kQRows * 4;
 };
 
@@ -491,7 +480,7 @@ __device__ __forceinline__ int64_t OutOffset(const DecodeParams& p, int b, int h
 // output (whole unit) or the fp32 partial + log2-sum-exp (split piece).
 template <int D, int MT, typename KV, typename CT>
 __device__ __forceinline__ void FinishPiece(const DecodeParams& p, const Piece& piece, WarpState<D>& st,
-                                            char* ml_smem, float* obuf, float* lse_smem, bool& bulk_pending) {
+                                            char* ml_smem, float* obuf, float* lse_smem) {
   using S = DecodeShape<D, MT, KV, CT>;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int wm = warp / S::kWarpsN, wn = warp % S::kWarpsN;
@@ -505,15 +494,6 @@ __device__ __forceinline__ void FinishPiece(const DecodeParams& p, const Piece& 
   }
   float* partial_o = p.workspace;
   float* partial_lse = p.workspace + p.num_slots * p.rows * D;
-  // A split piece's merged rows leave obuf by bulk copies of the TMA unit (below): they must have been read
-  // before obuf / lse_smem are written again. Only then: ptxas waits for bulk groups on the scoreboard the cp.async
-  // ring uses (DEPBAR.LE SB0, 0), so the wait drains every K/V copy in flight too. A CTA's split pieces are its
-  // first and last (the ones between are whole units), so it waits at most at its last FinishPiece, where nothing
-  // is in flight any more, or at a whole piece right after its first (3+ pieces).
-  if (S::kBulkPartials && bulk_pending) {  // (uniform: every thread of the CTA saw the same pieces)
-    cute::tma_store_wait<0>();
-    bulk_pending = false;
-  }
   if constexpr (S::kWarpsN == 1) {
 #pragma unroll
     for (int half = 0; half < S::kHalves; ++half) {
@@ -598,32 +578,7 @@ __device__ __forceinline__ void FinishPiece(const DecodeParams& p, const Piece& 
               gq * kGroupChunks, (gq + 1) * kGroupChunks);
         }
       }
-      // (the bulk copies below read obuf / lse_smem through the async proxy: make this thread's writes visible)
-      // (cute's fence has no memory clobber: the empty asm keeps the compiler from sinking a store past it)
-      if (S::kBulkPartials && j == WN - 1) {
-        asm volatile("" ::: "memory");
-        cute::tma_store_fence();
-      }
       __syncthreads();
-    }
-    // A split piece's fp32 rows and log-sum-exps go out as bulk copies of the TMA unit, a row per thread. A piece
-    // that ends mid-CTA ends while the next tiles' cp.async copies are in flight; plain stores queue behind those
-    // in the SM's load/store path, and the per-CTA trace (s43b) showed such a FinishPiece taking 20000-24000 cycles
-    // against ~5500 at the CTA's end (no copies in flight), the ring draining meanwhile. The bulk copies need
-    // 16-byte aligned rows and a row count that keeps the log-sum-exps' slice aligned (rows % 4 == 0: 8, 16, ...).
-    if (S::kBulkPartials && !piece.whole && p.rows % 4 == 0 &&
-        (reinterpret_cast<uintptr_t>(p.workspace) & 15) == 0) {
-      // row r from thread (r % 4) * 32 + r / 4: the copies take uniform addresses, so a warp issues its rows one
-      // after another; spread over the 4 warps, each issues rows / 4 (rows <= 32 here: MT <= 2)
-      const int r = (threadIdx.x % 32) * 4 + threadIdx.x / 32;
-      const int64_t first_row = static_cast<int64_t>(piece.slot) * p.rows;
-      if (r < p.rows) {
-        cute::SM90_BULK_COPY_S2G::copy(obuf + r * S::kOBufStride, partial_o + (first_row + r) * D, D * 4);
-        if (r == 0) cute::SM90_BULK_COPY_S2G::copy(lse_smem, partial_lse + first_row, p.rows * 4);
-        cute::tma_store_arrive();
-      }
-      bulk_pending = true;
-      return;  // (obuf / ml / lse_smem are next written after the next piece's first barrier, once the copies read them)
     }
     // all threads: rows -> global, 2 elements at a time
     for (int id = threadIdx.x; id < p.rows * (D / 2); id += kDecodeThreads) {
@@ -650,12 +605,6 @@ __global__ void __launch_bounds__(kDecodeThreads) DecodeAttentionKernel(const __
   float* obuf = reinterpret_cast<float*>(ml_smem + S::kMlBytes);
   float* lse_smem = reinterpret_cast<float*>(ml_smem + S::kMlBytes + S::kOBufBytes);
 
-#ifdef HPC_DECODE_TRACE
-  __shared__ unsigned long long trace_acc[kTraceFields];
-  const long long trace_entry = clock64();
-  PhaseClock clk;
-  clk.Start(trace_acc);
-#endif
   PdlWait();  // the plan (and q / the cache) come from earlier kernels in the stream
   // The persistent grid is fully resident, so the combine kernel may be scheduled now (it waits for us in
   // PdlWait). A static grid can have several waves: let it finish first.
@@ -673,14 +622,9 @@ __global__ void __launch_bounds__(kDecodeThreads) DecodeAttentionKernel(const __
   TileStream load, comp;
   load.Init(p);
   comp = load;
-  if (!comp.valid) {
-    HPC_TRACE(clk.Add(kTrLead));
-    HPC_TRACE(clk.Write(trace_entry));
-    return;
-  }
+  if (!comp.valid) return;
   // Copies run kStages - 1 tiles ahead of the compute; the block ids of the next `load` tile are fetched one
   // copy ahead of that. Page size 64 (one page per tile) takes the single-id path.
-  bool bulk_pending = false;  // bulk copies of a split piece's partial issued and not yet waited for (FinishPiece)
   auto run = [&](auto one_page) {
     constexpr bool kOnePage = decltype(one_page)::value;
     TileIds<S, kOnePage> ids;
@@ -699,10 +643,8 @@ __global__ void __launch_bounds__(kDecodeThreads) DecodeAttentionKernel(const __
     WarpState<D> st;
     bool new_piece = true;
     int stage = 0;
-    HPC_TRACE(clk.Add(kTrLead));
     while (comp.valid) {
       if (new_piece) {
-        HPC_TRACE(clk.Count(kTrPieces));
         st.Reset();
         LoadQ<D, CT, S::kFp8>(p, comp.piece, qsmem, S::kQRows);
         __syncthreads();
@@ -712,30 +654,23 @@ __global__ void __launch_bounds__(kDecodeThreads) DecodeAttentionKernel(const __
           __syncthreads();  // the next piece's LoadQ may follow without a tile barrier in between
         }
         new_piece = false;
-        HPC_TRACE(clk.Add(kTrPieceStart));
       }
       if (!comp.Empty()) {
         copy_next((stage + S::kStages - 1) % S::kStages);
         CpAsyncCommit();
-        HPC_TRACE(clk.Add(kTrCopy));
         CpAsyncWait<S::kStages - 1>();
         __syncthreads();
-        HPC_TRACE(clk.Add(kTrWait));
         ComputeTile<D, MT, KV, CT>(p, comp.piece, comp.tile, stages_addr + stage * S::kStageBytes, qsmem_addr, st,
                                    pos, s_scale);
         __syncthreads();  // the stage is refilled by a later load
-        HPC_TRACE(clk.Add(kTrCompute));
-        HPC_TRACE(clk.Count(kTrTiles));
         stage = (stage + 1) % S::kStages;
       }
       if (comp.Empty() || comp.tile + 1 >= comp.piece.tile_end) {
         const Piece done = comp.piece;
-        FinishPiece<D, MT, KV, CT>(p, done, st, ml_smem, obuf, lse_smem, bulk_pending);
+        FinishPiece<D, MT, KV, CT>(p, done, st, ml_smem, obuf, lse_smem);
         new_piece = true;
-        HPC_TRACE(clk.Add(kTrFinish));
       }
       comp.Advance(p);
-      HPC_TRACE(clk.Add(kTrAdvance));
     }
   };
   if (p.page_shift >= 6) {
@@ -744,8 +679,6 @@ __global__ void __launch_bounds__(kDecodeThreads) DecodeAttentionKernel(const __
     run(std::false_type{});
   }
   CpAsyncWait<0>();
-  if (bulk_pending) cute::tma_store_wait<0>();  // shared memory must outlive the bulk copies reading it
-  HPC_TRACE(clk.Write(trace_entry));
 }
 
 // Merges split pieces and zero-fills the rows of empty sequences. Dynamic: a CTA per CTA boundary i (per (i, row)
