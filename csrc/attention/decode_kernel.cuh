@@ -83,7 +83,15 @@ struct DecodeShape {
   // stride of D alone took 8). fp8's columns 4qd (+2) stay 2-way (4 passes, was 8): no even padding does better; one
   // float4 of a chunk's two pairs would (session 42's review, a CPU simulation of the mapping).
   static constexpr int kOBufStride = D + 8;
-  static constexpr int kOBufBytes = kWarpsN > 1 ? kQRows * kOBufStride * 4 : 0;
+  // Rows a piece really carries (MT 0: 8 of the m16 tile). When the WN warps' whole O (fp32) fits one ring stage,
+  // FinishPiece merges through the stage the piece's last tile just left (free until the next copy fills it):
+  // every warp writes its own slice at once and one pass sums them, instead of WN rounds through obuf. Only for
+  // the 8-row kernels (MT 0: q_len 1 with GQA <= 8): there it gained 0.3-1.1 us on every q_len 1 row (s43c, H100),
+  // while the 16-row one (MT 1, bf16) lost 0.3-1.6 us at q_len 2 with it. Not at head_dim 256 (whose kernels
+  // spill: with it ptxas spilled 76 bytes in fp8 MT 0, none before).
+  static constexpr int kLiveRows = MT == 0 ? 8 : 16 * MT;
+  static constexpr bool kMergeInStage = MT == 0 && D <= 128 && kWarpsN * kLiveRows * D * 4 <= kStageBytes;
+  static constexpr int kOBufBytes = kWarpsN > 1 && !kMergeInStage ? kQRows * kOBufStride * 4 : 0;
   static constexpr int kSmemBytes = kStages * kStageBytes + kQBytes + kMlBytes + kOBufBytes + kQRows * 4;
 };
 
@@ -480,7 +488,7 @@ __device__ __forceinline__ int64_t OutOffset(const DecodeParams& p, int b, int h
 // output (whole unit) or the fp32 partial + log2-sum-exp (split piece).
 template <int D, int MT, typename KV, typename CT>
 __device__ __forceinline__ void FinishPiece(const DecodeParams& p, const Piece& piece, WarpState<D>& st,
-                                            char* ml_smem, float* obuf, float* lse_smem) {
+                                            char* ml_smem, float* obuf, float* lse_smem, float* free_stage) {
   using S = DecodeShape<D, MT, KV, CT>;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int wm = warp / S::kWarpsN, wn = warp % S::kWarpsN;
@@ -545,6 +553,46 @@ __device__ __forceinline__ void FinishPiece(const DecodeParams& p, const Piece& 
       factor[half] = denom > 0.f && st.m[half] != -INFINITY ? exp2f(st.m[half] - mx) / denom * v_scale : 0.f;
       if (wn == 0 && qd == 0) lse_smem[r] = denom > 0.f ? mx + __log2f(denom) : -INFINITY;
     }
+    // a merged row pair -> the output (whole unit) or the piece's fp32 partial and log-sum-exp
+    auto emit = [&](int r, int d, float2 v) {
+      if (piece.whole) {
+        StoreOut2(p, OutOffset(p, b, h, r) + d, v.x, v.y);
+      } else {
+        *reinterpret_cast<float2*>(partial_o + (static_cast<int64_t>(piece.slot) * p.rows + r) * D + d) = v;
+        if (d == 0) partial_lse[static_cast<int64_t>(piece.slot) * p.rows + r] = lse_smem[r];
+      }
+    };
+    if constexpr (S::kMergeInStage) {
+      // Slice wn of the free stage holds warp column wn's scaled O for every live row; columns XOR-swizzled by
+      // the row so a half-warp's rows g = 0..3 land in different banks (16-bit columns 2qd (+8): bits 3-4; fp8
+      // columns 4qd (+2): bits 1 and 4), pairs stay aligned. Then every thread sums the WN slices of its elements
+      // in slice order (bitwise reproducible) and writes them out.
+      auto at = [](int r, int d) {
+        return r * D + (d ^ (S::kFp8 ? ((r & 1) << 1) | ((r & 2) << 3) : (r & 3) << 3));
+      };
+      float* mine = free_stage + wn * S::kLiveRows * D;
+#pragma unroll
+      for (int half = 0; half < S::kHalves; ++half) {
+        const int r = 16 * wm + g + 8 * half;
+        ForEachColumnPair<S::kFp8>(st, half, qd, [&](int d, float x0, float x1) {
+          *reinterpret_cast<float2*>(mine + at(r, d)) = make_float2(x0 * factor[half], x1 * factor[half]);
+        });
+      }
+      __syncthreads();
+      for (int id = threadIdx.x; id < p.rows * (D / 2); id += kDecodeThreads) {
+        const int r = id / (D / 2), d = (id % (D / 2)) * 2;
+        float2 v = *reinterpret_cast<const float2*>(free_stage + at(r, d));
+#pragma unroll
+        for (int w = 1; w < S::kWarpsN; ++w) {
+          const float2 x = *reinterpret_cast<const float2*>(free_stage + w * S::kLiveRows * D + at(r, d));
+          v.x += x.x;
+          v.y += x.y;
+        }
+        emit(r, d, v);
+      }
+      __syncthreads();  // the stage is refilled by the next copy; ml / lse_smem are reused by the next piece
+      return;
+    }
     // WN rounds, every warp busy in each: in round j warp wn adds its share of column group (wn + j) % WN (D / 16 / WN
     // chunks of 16 columns), so group q is summed in the fixed order q, q - 1, ... (bitwise reproducible) and no
     // warp waits for another's whole O. (Was WN rounds of one warp each writing all D columns: 4x the serial
@@ -583,13 +631,7 @@ __device__ __forceinline__ void FinishPiece(const DecodeParams& p, const Piece& 
     // all threads: rows -> global, 2 elements at a time
     for (int id = threadIdx.x; id < p.rows * (D / 2); id += kDecodeThreads) {
       const int r = id / (D / 2), d = (id % (D / 2)) * 2;
-      const float2 v = *reinterpret_cast<const float2*>(obuf + r * S::kOBufStride + d);
-      if (piece.whole) {
-        StoreOut2(p, OutOffset(p, b, h, r) + d, v.x, v.y);
-      } else {
-        *reinterpret_cast<float2*>(partial_o + (static_cast<int64_t>(piece.slot) * p.rows + r) * D + d) = v;
-        if (d == 0) partial_lse[static_cast<int64_t>(piece.slot) * p.rows + r] = lse_smem[r];
-      }
+      emit(r, d, *reinterpret_cast<const float2*>(obuf + r * S::kOBufStride + d));
     }
     __syncthreads();  // obuf / ml are reused by the next piece
   }
@@ -667,7 +709,9 @@ __global__ void __launch_bounds__(kDecodeThreads) DecodeAttentionKernel(const __
       }
       if (comp.Empty() || comp.tile + 1 >= comp.piece.tile_end) {
         const Piece done = comp.piece;
-        FinishPiece<D, MT, KV, CT>(p, done, st, ml_smem, obuf, lse_smem);
+        // the stage the next copy fills is free now: the piece's last tile left it (or nothing entered it since)
+        float* free_stage = reinterpret_cast<float*>(stages + (stage + S::kStages - 1) % S::kStages * S::kStageBytes);
+        FinishPiece<D, MT, KV, CT>(p, done, st, ml_smem, obuf, lse_smem, free_stage);
         new_piece = true;
       }
       comp.Advance(p);
