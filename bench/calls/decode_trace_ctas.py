@@ -55,6 +55,9 @@ def main():
                   "advance %.0f cycles" % (k, len(sel), sel[:, F["tiles"]].mean(), us(sel[:, F["total"]].mean()),
                                             us(sel[:, F["total"]].max()), *(sel[:, F[f]].sum() / sel[:, F["pieces"]].sum()
                                                                            for f in ("piece_start", "finish", "advance"))))
+            if "fin_store" in F:  # experiment 56's build: FinishPiece's sub-phases, cycles a piece
+                print("      finish = prep %.0f + merge %.0f + store %.0f" % tuple(
+                    sel[:, F[f]].sum() / sel[:, F["pieces"]].sum() for f in ("fin_prep", "fin_merge", "fin_store")))
         print("   slowest: " + " | ".join(f for f in dt.FIELDS))
         for r in work[np.argsort(-total)[:args.top]]:
             print("   " + " ".join(("%.2f" % us(r[F[f]])) if f not in ("tiles", "pieces", "sm") else "%d" % r[F[f]]
