@@ -488,8 +488,7 @@ __device__ __forceinline__ int64_t OutOffset(const DecodeParams& p, int b, int h
 // output (whole unit) or the fp32 partial + log2-sum-exp (split piece).
 template <int D, int MT, typename KV, typename CT>
 __device__ __forceinline__ void FinishPiece(const DecodeParams& p, const Piece& piece, WarpState<D>& st,
-                                            char* ml_smem, float* obuf, float* lse_smem, float* free_stage,
-                                            bool dry) {
+                                            char* ml_smem, float* obuf, float* lse_smem, float* free_stage) {
   using S = DecodeShape<D, MT, KV, CT>;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int wm = warp / S::kWarpsN, wn = warp % S::kWarpsN;
@@ -507,7 +506,7 @@ __device__ __forceinline__ void FinishPiece(const DecodeParams& p, const Piece& 
 #pragma unroll
     for (int half = 0; half < S::kHalves; ++half) {
       const int r = 16 * wm + g + 8 * half;
-      if (r >= p.rows || dry) continue;
+      if (r >= p.rows) continue;
       const float inv = st.l[half] > 0.f ? v_scale / st.l[half] : 0.f;
       if (piece.whole) {
         const int64_t base = OutOffset(p, b, h, r);
@@ -556,7 +555,6 @@ __device__ __forceinline__ void FinishPiece(const DecodeParams& p, const Piece& 
     }
     // a merged row pair -> the output (whole unit) or the piece's fp32 partial and log-sum-exp
     auto emit = [&](int r, int d, float2 v) {
-      if (dry) return;
       if (piece.whole) {
         StoreOut2(p, OutOffset(p, b, h, r) + d, v.x, v.y);
       } else {
@@ -687,11 +685,6 @@ __global__ void __launch_bounds__(kDecodeThreads) DecodeAttentionKernel(const __
     WarpState<D> st;
     bool new_piece = true;
     int stage = 0;
-    // The first pass runs FinishPiece dry (no output) before any tile: its code is then in the SM's instruction
-    // cache when a piece ends mid-CTA. Cold, it was fetched from L2 behind the SM's queue of K/V requests: the
-    // per-CTA trace (s43b, s43e) showed such a FinishPiece taking ~19 us at q_len 2 (its prep, merge rounds and
-    // stores all slow, with bulk stores too) against ~3 us at the CTA's end; the CTAs with 2-3 pieces set the end.
-    bool dry = D <= 128;  // (head_dim 256's kernels spill with it: 4 -> ~1000 bytes)
     while (comp.valid) {
       if (new_piece) {
         st.Reset();
@@ -704,7 +697,7 @@ __global__ void __launch_bounds__(kDecodeThreads) DecodeAttentionKernel(const __
         }
         new_piece = false;
       }
-      if (!dry && !comp.Empty()) {
+      if (!comp.Empty()) {
         copy_next((stage + S::kStages - 1) % S::kStages);
         CpAsyncCommit();
         CpAsyncWait<S::kStages - 1>();
@@ -714,17 +707,12 @@ __global__ void __launch_bounds__(kDecodeThreads) DecodeAttentionKernel(const __
         __syncthreads();  // the stage is refilled by a later load
         stage = (stage + 1) % S::kStages;
       }
-      if (dry || comp.Empty() || comp.tile + 1 >= comp.piece.tile_end) {
+      if (comp.Empty() || comp.tile + 1 >= comp.piece.tile_end) {
         const Piece done = comp.piece;
-        // the stage the next copy fills is free now: the piece's last tile left it (or nothing entered it since;
-        // the dry pass: the ring's first copies filled the other stages)
+        // the stage the next copy fills is free now: the piece's last tile left it (or nothing entered it since)
         float* free_stage = reinterpret_cast<float*>(stages + (stage + S::kStages - 1) % S::kStages * S::kStageBytes);
-        FinishPiece<D, MT, KV, CT>(p, done, st, ml_smem, obuf, lse_smem, free_stage, dry);
+        FinishPiece<D, MT, KV, CT>(p, done, st, ml_smem, obuf, lse_smem, free_stage);
         new_piece = true;
-        if (dry) {  // the first piece starts again (state reset, q reloaded: from L2 now)
-          dry = false;
-          continue;
-        }
       }
       comp.Advance(p);
     }
