@@ -104,14 +104,6 @@ void BindAttention(nb::module_& m) {
         nb::arg("device"));
   m.def("decode_plan_size", [](int64_t batch, int64_t max_ctas) { return attention::PlanInts(batch, max_ctas); });
   m.def("decode_max_ctas_limit", [] { return attention::kMaxCtas; }, "The largest max_ctas a plan may have.");
-#ifdef HPC_DECODE_TRACE
-  m.def("decode_trace_reset", [] { ThrowIfError(DecodeTraceReset()); });
-  m.def("decode_trace_read", [] {
-    std::vector<uint64_t> v;
-    ThrowIfError(DecodeTraceRead(&v));
-    return nb::bytes(reinterpret_cast<const char*>(v.data()), v.size() * sizeof(uint64_t));
-  });
-#endif
   m.def("decode_workspace_size", &DecodeWorkspaceFloats, nb::arg("batch"), nb::arg("num_kv_heads"),
         nb::arg("num_q_heads"), nb::arg("head_dim"), nb::arg("q_len"), nb::arg("max_ctas"));
   m.def("decode_static_splits", &StaticSplits);

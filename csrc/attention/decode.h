@@ -3,11 +3,7 @@
 // fixed (kv head, sequence, split) grid (static), then merges split pieces in a fixed order.
 #pragma once
 
-// EXPERIMENT 49: per-CTA phase cycles of the attention kernel (decode_trace.cuh); this commit is never landed.
-#define HPC_DECODE_TRACE 1
-
 #include <cstdint>
-#include <vector>
 
 #include "csrc/common/status.h"
 #include "csrc/common/tensor_view.h"
@@ -91,11 +87,5 @@ int DecodePieceCostTiles(const DecodeConfig& config);
 void BuildPlanHost(const int32_t* seq_lens, int batch, const DecodeConfig& config, int max_ctas, int32_t* plan);
 Status DecodeAttentionCuda(const DecodeAttentionArgs& args, cudaStream_t stream);
 Status DecodeAttentionCpu(const DecodeAttentionArgs& args);
-
-#ifdef HPC_DECODE_TRACE
-// Zeroes the trace / syncs the device and copies it out: [2048 attention CTAs][attention::kTraceFields] uint64.
-Status DecodeTraceReset();
-Status DecodeTraceRead(std::vector<uint64_t>* out);
-#endif
 
 }  // namespace hpc

@@ -39,16 +39,9 @@ KernelChoice ChooseType(DType kv, DType q) {
   return Choice<D, MT, __nv_bfloat16, __nv_bfloat16>();
 }
 
-// EXPERIMENT 46: HPC_XLA_DECODE_FORCE_MT1=1 runs rows <= 8 on the MT = 1 kernel (all 16 rows' softmax and
-// epilogue, rows 8-15 zero): is q_len 2's extra time the MT = 1 kernel's per-tile work or the 16 rows' pieces?
-bool ForceMt1() {
-  static const bool forced = EnvInt("HPC_XLA_DECODE_FORCE_MT1", 0) == 1;
-  return forced;
-}
-
 template <int D>
 KernelChoice ChooseRows(int rows, DType kv, DType q) {
-  if (rows <= 8 && !ForceMt1()) return ChooseType<D, 0>(kv, q);  // half an m16 tile live (GQA <= 8 at q_len 1)
+  if (rows <= 8) return ChooseType<D, 0>(kv, q);  // half an m16 tile live (GQA <= 8 at q_len 1)
   if (rows <= 16) return ChooseType<D, 1>(kv, q);
   if (rows <= 32) return ChooseType<D, 2>(kv, q);
   return ChooseType<D, 4>(kv, q);
@@ -255,9 +248,6 @@ Status DecodeAttentionCuda(const DecodeAttentionArgs& a, cudaStream_t stream) {
   p.q_dtype = a.q.dtype;
   p.out_fp16 = a.out.dtype == DType::kF16;
   p.dynamic = a.schedule == DecodeSchedule::kDynamic;
-#ifdef HPC_DECODE_TRACE
-  p.trace_no_stores = EnvInt("HPC_XLA_DECODE_TRACE_NO_STORES", 0);
-#endif
   int grid = 0, combine_grid = 0;
   if (p.dynamic) {
     const int max_ctas = static_cast<int>(attention::PlanMaxCtas(a.plan.shape[0], batch));
@@ -286,20 +276,5 @@ Status DecodeAttentionCuda(const DecodeAttentionArgs& a, cudaStream_t stream) {
   return Launch("decode_attention combine launch", combine, dim3(combine_grid, combine_rows),
                 dim3(attention::kCombineThreads), 0, stream, p);
 }
-
-#ifdef HPC_DECODE_TRACE
-Status DecodeTraceReset() {
-  void* addr = nullptr;
-  HPC_RETURN_IF_ERROR(CudaStatus(cudaGetSymbolAddress(&addr, attention::g_decode_trace), "decode trace"));
-  return CudaStatus(cudaMemset(addr, 0, sizeof(attention::g_decode_trace)), "decode trace");
-}
-
-Status DecodeTraceRead(std::vector<uint64_t>* out) {
-  out->resize(sizeof(attention::g_decode_trace) / sizeof(uint64_t));
-  HPC_RETURN_IF_ERROR(CudaStatus(cudaDeviceSynchronize(), "decode trace"));
-  return CudaStatus(cudaMemcpyFromSymbol(out->data(), attention::g_decode_trace, sizeof(attention::g_decode_trace)),
-                    "decode trace");
-}
-#endif
 
 }  // namespace hpc

@@ -24,21 +24,6 @@
 #include "csrc/common/tensor_view.h"
 #include "csrc/common/vec.cuh"
 
-#ifdef HPC_DECODE_TRACE
-#include "csrc/attention/decode_trace.cuh"
-#define HPC_TRACE(stmt) stmt
-// EXPERIMENT 56: FinishPiece's sub-phases (thread 0's clock into g_trace_acc)
-#define HPC_FIN_MARK(field)                                                        \
-  do {                                                                             \
-    const long long now_ = clock64();                                              \
-    if (threadIdx.x == 0) g_trace_acc[field] += static_cast<unsigned long long>(now_ - fin_last_); \
-    fin_last_ = now_;                                                              \
-  } while (0)
-#else
-#define HPC_TRACE(stmt) ((void)0)
-#define HPC_FIN_MARK(field) ((void)0)
-#endif
-
 namespace hpc::attention {
 
 constexpr int kDecodeThreads = 128;
@@ -70,9 +55,6 @@ struct DecodeParams {
   int batch, num_kv_heads, num_q_heads, group, q_len, rows, head_dim, page_shift, static_splits;
   DType q_dtype;
   bool dynamic, out_fp16;
-#ifdef HPC_DECODE_TRACE
-  int trace_no_stores;  // EXPERIMENT 56: HPC_XLA_DECODE_TRACE_NO_STORES=1 skips FinishPiece's global stores
-#endif
 };
 
 template <int D, int MT, typename KV, typename CT>
@@ -506,17 +488,13 @@ __device__ __forceinline__ int64_t OutOffset(const DecodeParams& p, int b, int h
 // output (whole unit) or the fp32 partial + log2-sum-exp (split piece).
 template <int D, int MT, typename KV, typename CT>
 __device__ __forceinline__ void FinishPiece(const DecodeParams& p, const Piece& piece, WarpState<D>& st,
-                                            char* ml_smem, float* obuf, float* lse_smem, float* free_stage,
-                                            bool dry) {
+                                            char* ml_smem, float* obuf, float* lse_smem, float* free_stage) {
   using S = DecodeShape<D, MT, KV, CT>;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int wm = warp / S::kWarpsN, wn = warp % S::kWarpsN;
   const int g = lane / 4, qd = lane % 4;
   const int b = piece.b, h = piece.h;
   const float v_scale = p.v_scale ? *p.v_scale : 1.f;
-#ifdef HPC_DECODE_TRACE
-  long long fin_last_ = clock64();
-#endif
 #pragma unroll
   for (int half = 0; half < S::kHalves; ++half) {
     st.l[half] += __shfl_xor_sync(0xffffffffu, st.l[half], 1);
@@ -528,7 +506,7 @@ __device__ __forceinline__ void FinishPiece(const DecodeParams& p, const Piece& 
 #pragma unroll
     for (int half = 0; half < S::kHalves; ++half) {
       const int r = 16 * wm + g + 8 * half;
-      if (r >= p.rows || dry) continue;
+      if (r >= p.rows) continue;
       const float inv = st.l[half] > 0.f ? v_scale / st.l[half] : 0.f;
       if (piece.whole) {
         const int64_t base = OutOffset(p, b, h, r);
@@ -575,13 +553,8 @@ __device__ __forceinline__ void FinishPiece(const DecodeParams& p, const Piece& 
       factor[half] = denom > 0.f && st.m[half] != -INFINITY ? exp2f(st.m[half] - mx) / denom * v_scale : 0.f;
       if (wn == 0 && qd == 0) lse_smem[r] = denom > 0.f ? mx + __log2f(denom) : -INFINITY;
     }
-    HPC_FIN_MARK(kTrFinPrep);
     // a merged row pair -> the output (whole unit) or the piece's fp32 partial and log-sum-exp
     auto emit = [&](int r, int d, float2 v) {
-#ifdef HPC_DECODE_TRACE
-      if (p.trace_no_stores) return;
-#endif
-      if (dry) return;
       if (piece.whole) {
         StoreOut2(p, OutOffset(p, b, h, r) + d, v.x, v.y);
       } else {
@@ -606,7 +579,6 @@ __device__ __forceinline__ void FinishPiece(const DecodeParams& p, const Piece& 
         });
       }
       __syncthreads();
-      HPC_FIN_MARK(kTrFinMerge);
       for (int id = threadIdx.x; id < p.rows * (D / 2); id += kDecodeThreads) {
         const int r = id / (D / 2), d = (id % (D / 2)) * 2;
         float2 v = *reinterpret_cast<const float2*>(free_stage + at(r, d));
@@ -619,7 +591,6 @@ __device__ __forceinline__ void FinishPiece(const DecodeParams& p, const Piece& 
         emit(r, d, v);
       }
       __syncthreads();  // the stage is refilled by the next copy; ml / lse_smem are reused by the next piece
-      HPC_FIN_MARK(kTrFinStore);
       return;
     }
     // WN rounds, every warp busy in each: in round j warp wn adds its share of column group (wn + j) % WN (D / 16 / WN
@@ -657,14 +628,12 @@ __device__ __forceinline__ void FinishPiece(const DecodeParams& p, const Piece& 
       }
       __syncthreads();
     }
-    HPC_FIN_MARK(kTrFinMerge);
     // all threads: rows -> global, 2 elements at a time
     for (int id = threadIdx.x; id < p.rows * (D / 2); id += kDecodeThreads) {
       const int r = id / (D / 2), d = (id % (D / 2)) * 2;
       emit(r, d, *reinterpret_cast<const float2*>(obuf + r * S::kOBufStride + d));
     }
     __syncthreads();  // obuf / ml are reused by the next piece
-    HPC_FIN_MARK(kTrFinStore);
   }
 }
 
@@ -678,11 +647,6 @@ __global__ void __launch_bounds__(kDecodeThreads) DecodeAttentionKernel(const __
   float* obuf = reinterpret_cast<float*>(ml_smem + S::kMlBytes);
   float* lse_smem = reinterpret_cast<float*>(ml_smem + S::kMlBytes + S::kOBufBytes);
 
-#ifdef HPC_DECODE_TRACE
-  const long long trace_entry = clock64();
-  PhaseClock clk;
-  clk.Start(g_trace_acc);
-#endif
   PdlWait();  // the plan (and q / the cache) come from earlier kernels in the stream
   // The persistent grid is fully resident, so the combine kernel may be scheduled now (it waits for us in
   // PdlWait). A static grid can have several waves: let it finish first.
@@ -700,11 +664,7 @@ __global__ void __launch_bounds__(kDecodeThreads) DecodeAttentionKernel(const __
   TileStream load, comp;
   load.Init(p);
   comp = load;
-  if (!comp.valid) {
-    HPC_TRACE(clk.Add(kTrLead));
-    HPC_TRACE(clk.Write(trace_entry));
-    return;
-  }
+  if (!comp.valid) return;
   // Copies run kStages - 1 tiles ahead of the compute; the block ids of the next `load` tile are fetched one
   // copy ahead of that. Page size 64 (one page per tile) takes the single-id path.
   auto run = [&](auto one_page) {
@@ -725,15 +685,8 @@ __global__ void __launch_bounds__(kDecodeThreads) DecodeAttentionKernel(const __
     WarpState<D> st;
     bool new_piece = true;
     int stage = 0;
-    // The first pass runs FinishPiece dry (no output) before any tile: its code is then in the SM's instruction
-    // cache when a piece ends mid-CTA. Cold, it was fetched from L2 behind the SM's queue of K/V requests: the
-    // per-CTA trace (s43b, s43e) showed such a FinishPiece taking ~19 us at q_len 2 (its prep, merge rounds and
-    // stores all slow, with bulk stores too) against ~3 us at the CTA's end; the CTAs with 2-3 pieces set the end.
-    bool dry = D <= 128;  // (head_dim 256's kernels spill with it: 4 -> ~1000 bytes)
-    HPC_TRACE(clk.Add(kTrLead));
     while (comp.valid) {
       if (new_piece) {
-        HPC_TRACE(clk.Count(kTrPieces));
         st.Reset();
         LoadQ<D, CT, S::kFp8>(p, comp.piece, qsmem, S::kQRows);
         __syncthreads();
@@ -743,39 +696,25 @@ __global__ void __launch_bounds__(kDecodeThreads) DecodeAttentionKernel(const __
           __syncthreads();  // the next piece's LoadQ may follow without a tile barrier in between
         }
         new_piece = false;
-        HPC_TRACE(clk.Add(kTrPieceStart));
       }
-      if (!dry && !comp.Empty()) {
+      if (!comp.Empty()) {
         copy_next((stage + S::kStages - 1) % S::kStages);
         CpAsyncCommit();
-        HPC_TRACE(clk.Add(kTrCopy));
         CpAsyncWait<S::kStages - 1>();
         __syncthreads();
-        HPC_TRACE(clk.Add(kTrWait));
         ComputeTile<D, MT, KV, CT>(p, comp.piece, comp.tile, stages_addr + stage * S::kStageBytes, qsmem_addr, st,
                                    pos, s_scale);
         __syncthreads();  // the stage is refilled by a later load
-        HPC_TRACE(clk.Add(kTrCompute));
-        HPC_TRACE(clk.Count(kTrTiles));
         stage = (stage + 1) % S::kStages;
       }
-      if (dry || comp.Empty() || comp.tile + 1 >= comp.piece.tile_end) {
+      if (comp.Empty() || comp.tile + 1 >= comp.piece.tile_end) {
         const Piece done = comp.piece;
-        // the stage the next copy fills is free now: the piece's last tile left it (or nothing entered it since;
-        // the dry pass: the ring's first copies filled the other stages)
+        // the stage the next copy fills is free now: the piece's last tile left it (or nothing entered it since)
         float* free_stage = reinterpret_cast<float*>(stages + (stage + S::kStages - 1) % S::kStages * S::kStageBytes);
-        FinishPiece<D, MT, KV, CT>(p, done, st, ml_smem, obuf, lse_smem, free_stage, dry);
+        FinishPiece<D, MT, KV, CT>(p, done, st, ml_smem, obuf, lse_smem, free_stage);
         new_piece = true;
-        if (dry) {  // the first piece starts again (state reset, q reloaded: from L2 now)
-          dry = false;
-          HPC_TRACE(clk.Add(kTrLead));
-          HPC_TRACE(if (threadIdx.x == 0) g_trace_acc[kTrPieces] -= 1);  // (its start counted twice)
-          continue;
-        }
-        HPC_TRACE(clk.Add(kTrFinish));
       }
       comp.Advance(p);
-      HPC_TRACE(clk.Add(kTrAdvance));
     }
   };
   if (p.page_shift >= 6) {
@@ -784,7 +723,6 @@ __global__ void __launch_bounds__(kDecodeThreads) DecodeAttentionKernel(const __
     run(std::false_type{});
   }
   CpAsyncWait<0>();
-  HPC_TRACE(clk.Write(trace_entry));
 }
 
 // Merges split pieces and zero-fills the rows of empty sequences. Dynamic: a CTA per CTA boundary i (per (i, row)
