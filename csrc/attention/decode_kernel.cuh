@@ -488,14 +488,13 @@ __device__ __forceinline__ int64_t OutOffset(const DecodeParams& p, int b, int h
 // output (whole unit) or the fp32 partial + log2-sum-exp (split piece).
 template <int D, int MT, typename KV, typename CT>
 __device__ __forceinline__ void FinishPiece(const DecodeParams& p, const Piece& piece, WarpState<D>& st,
-                                            char* ml_smem, float* obuf, float* lse_smem, float* free_stage,
-                                            bool dry) {
+                                            char* ml_smem, float* obuf, float* lse_smem, float* free_stage) {
   using S = DecodeShape<D, MT, KV, CT>;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int wm = warp / S::kWarpsN, wn = warp % S::kWarpsN;
   const int g = lane / 4, qd = lane % 4;
   const int b = piece.b, h = piece.h;
-  const float v_scale = p.v_scale && !dry ? *p.v_scale : 1.f;  // (the dry pass runs before PdlWait)
+  const float v_scale = p.v_scale ? *p.v_scale : 1.f;
 #pragma unroll
   for (int half = 0; half < S::kHalves; ++half) {
     st.l[half] += __shfl_xor_sync(0xffffffffu, st.l[half], 1);
@@ -507,7 +506,7 @@ __device__ __forceinline__ void FinishPiece(const DecodeParams& p, const Piece& 
 #pragma unroll
     for (int half = 0; half < S::kHalves; ++half) {
       const int r = 16 * wm + g + 8 * half;
-      if (r >= p.rows || dry) continue;
+      if (r >= p.rows) continue;
       const float inv = st.l[half] > 0.f ? v_scale / st.l[half] : 0.f;
       if (piece.whole) {
         const int64_t base = OutOffset(p, b, h, r);
@@ -556,7 +555,6 @@ __device__ __forceinline__ void FinishPiece(const DecodeParams& p, const Piece& 
     }
     // a merged row pair -> the output (whole unit) or the piece's fp32 partial and log-sum-exp
     auto emit = [&](int r, int d, float2 v) {
-      if (dry) return;
       if (piece.whole) {
         StoreOut2(p, OutOffset(p, b, h, r) + d, v.x, v.y);
       } else {
@@ -649,63 +647,44 @@ __global__ void __launch_bounds__(kDecodeThreads) DecodeAttentionKernel(const __
   float* obuf = reinterpret_cast<float*>(ml_smem + S::kMlBytes);
   float* lse_smem = reinterpret_cast<float*>(ml_smem + S::kMlBytes + S::kOBufBytes);
 
+  PdlWait();  // the plan (and q / the cache) come from earlier kernels in the stream
+  // The persistent grid is fully resident, so the combine kernel may be scheduled now (it waits for us in
+  // PdlWait). A static grid can have several waves: let it finish first.
+  if (p.dynamic) PdlLaunchDependents();
+  // (CTAs past the plan's num_ctas find an empty range in start[] and return below: no header read needed.)
+  const float k_scale = p.k_scale ? *p.k_scale : 1.f;
+  const float s_scale = p.sm_scale * kLog2e * k_scale;
+
   const int lane = threadIdx.x % 32, wm = (threadIdx.x / 32) / S::kWarpsN;
   RowPos pos;
 #pragma unroll
   for (int half = 0; half < 2; ++half) pos.q_pos[half] = min(16 * wm + lane / 4 + 8 * half, p.rows - 1) / p.group;
   const uint32_t stages_addr = SmemAddr(stages), qsmem_addr = SmemAddr(qsmem);
 
+  TileStream load, comp;
+  load.Init(p);
+  comp = load;
+  if (!comp.valid) return;
   // Copies run kStages - 1 tiles ahead of the compute; the block ids of the next `load` tile are fetched one
   // copy ahead of that. Page size 64 (one page per tile) takes the single-id path.
   auto run = [&](auto one_page) {
     constexpr bool kOnePage = decltype(one_page)::value;
-    TileStream load{}, comp{};  // (set by begin(); comp holds a dummy piece for the dry pass)
     TileIds<S, kOnePage> ids;
-    float s_scale = 0.f;
+    if (load.valid && !load.Empty()) ids.Fetch(p, load.piece, load.tile);
     auto copy_next = [&](int to_stage) {
       if (!load.valid || load.Empty()) return;
       LoadKvTile<S, kOnePage>(p, load.piece, load.tile, ids, stages_addr + to_stage * S::kStageBytes);
       load.Advance(p);
       if (load.valid && !load.Empty()) ids.Fetch(p, load.piece, load.tile);
     };
-    // The CTA's real start: false when it has no work.
-    auto begin = [&]() {
-      PdlWait();  // the plan (and q / the cache) come from earlier kernels in the stream
-      // The persistent grid is fully resident, so the combine kernel may be scheduled now (it waits for us in
-      // PdlWait). A static grid can have several waves: let it finish first.
-      if (p.dynamic) PdlLaunchDependents();
-      const float k_scale = p.k_scale ? *p.k_scale : 1.f;
-      s_scale = p.sm_scale * kLog2e * k_scale;
-      // (CTAs past the plan's num_ctas find an empty range in start[]: no header read needed.)
-      load.Init(p);
-      comp = load;
-      if (!comp.valid) return false;
-      if (load.valid && !load.Empty()) ids.Fetch(p, load.piece, load.tile);
 #pragma unroll 1
-      for (int s = 0; s < S::kStages - 1; ++s) {  // not unrolled: one copy of the copy code keeps the loop in cache
-        copy_next(s);
-        CpAsyncCommit();
-      }
-      return true;
-    };
-    WarpState<D> st;
-    int stage = 0;
-    // The first pass runs FinishPiece dry (no output) before any tile: its code is then in the SM's instruction
-    // cache when a piece ends mid-CTA. Cold, it was fetched from L2 behind the SM's queue of K/V requests: the
-    // per-CTA trace (s43b, s43e) showed such a FinishPiece taking ~19 us at q_len 2 (its prep, merge rounds and
-    // stores all slow, with bulk stores too) against ~3 us at the CTA's end; the CTAs with 2-3 pieces set the end.
-    // (D <= 128: head_dim 256's kernels spilled ~1000 bytes with it.) It runs before PdlWait, so its fetches overlap
-    // the previous kernel (the plan) while the memory system is quiet, on a dummy piece.
-    bool dry = D <= 128;
-    bool new_piece = !dry;
-    if (dry) {
-      st.Reset();
-      comp.piece = Piece{};
-      comp.tile = 0;
-      comp.valid = true;
-    } else if (!begin()) {
-      return;
+    for (int s = 0; s < S::kStages - 1; ++s) {  // not unrolled: one copy of the copy code keeps the loop in cache
+      copy_next(s);
+      CpAsyncCommit();
     }
+    WarpState<D> st;
+    bool new_piece = true;
+    int stage = 0;
     while (comp.valid) {
       if (new_piece) {
         st.Reset();
@@ -718,7 +697,7 @@ __global__ void __launch_bounds__(kDecodeThreads) DecodeAttentionKernel(const __
         }
         new_piece = false;
       }
-      if (!dry && !comp.Empty()) {
+      if (!comp.Empty()) {
         copy_next((stage + S::kStages - 1) % S::kStages);
         CpAsyncCommit();
         CpAsyncWait<S::kStages - 1>();
@@ -728,18 +707,12 @@ __global__ void __launch_bounds__(kDecodeThreads) DecodeAttentionKernel(const __
         __syncthreads();  // the stage is refilled by a later load
         stage = (stage + 1) % S::kStages;
       }
-      if (dry || comp.Empty() || comp.tile + 1 >= comp.piece.tile_end) {
+      if (comp.Empty() || comp.tile + 1 >= comp.piece.tile_end) {
         const Piece done = comp.piece;
-        // the stage the next copy fills is free now: the piece's last tile left it (or nothing entered it since;
-        // the dry pass: the ring's first copies filled the other stages)
+        // the stage the next copy fills is free now: the piece's last tile left it (or nothing entered it since)
         float* free_stage = reinterpret_cast<float*>(stages + (stage + S::kStages - 1) % S::kStages * S::kStageBytes);
-        FinishPiece<D, MT, KV, CT>(p, done, st, ml_smem, obuf, lse_smem, free_stage, dry);
+        FinishPiece<D, MT, KV, CT>(p, done, st, ml_smem, obuf, lse_smem, free_stage);
         new_piece = true;
-        if (dry) {
-          dry = false;
-          if (!begin()) return;
-          continue;
-        }
       }
       comp.Advance(p);
     }
