@@ -777,3 +777,19 @@ def test_interleave_w13_round_trip():
             assert torch.equal(interleave_w13(deinterleave_w13(t)).view(torch.uint8), t.view(torch.uint8))
             np.testing.assert_array_equal(interleave_w13(t).float().numpy(),
                                           interleave_w13(t.float().numpy()))
+
+
+@pytest.mark.parametrize("alias", ["x", "shared_output"])
+def test_out_may_be_x_or_shared_output_on_cpu(alias):
+    """out=x (vLLM's inplace fused_experts) and out=shared_output give the bits of a separate out (the GPU side:
+    test_gpu_fused_moe.py)."""
+    import hpc_xla.torch as ht
+
+    p = make_problem(5, 4, 128, 128, 2, None, shared=True, seed=3)
+    want = run_torch(p)
+    t = torch_problem(p)
+    out = t[alias]
+    y = ht.fused_moe(t["x"], t["w13"], t["w2"], t["topk_weights"], t["topk_ids"], shared_output=t["shared_output"],
+                     out=out)
+    assert y.data_ptr() == out.data_ptr()
+    assert np.array_equal(from_torch(y).view(np.uint16), want.view(np.uint16))

@@ -260,3 +260,31 @@ for case in cases:
 print("OK", len(cases))
 """)
     assert "OK 6" in out, out
+
+
+@pytest.mark.parametrize("case", [DecodeCase(seq_lens=(9000, 100, 0, 700), max_ctas=40),
+                                  DecodeCase(seq_lens=(3000, 65), q_len=2, num_q_heads=16, max_ctas=30),
+                                  DecodeCase(seq_lens=(9000, 100), schedule="static", max_ctas=64)],
+                         ids=["split", "q_len2", "static"])
+def test_out_may_be_q(case):
+    """out=q gives the bits of a separate out: a whole piece's q rows are read (LoadQ) only by the CTA that then
+    writes those rows, and split pieces are written by the combine kernel after every attention CTA has ended."""
+    import torch
+
+    import hpc_xla.torch as ht
+    from decode_harness import run_torch
+
+    inp = make_inputs(case)
+    want = run_torch(case, inp, "cuda")
+    t = {k: to_torch(v, "cuda") for k, v in inp.items()}
+    plan = None
+    if case.schedule == "dynamic":
+        plan = ht.decode_plan(t["seq_lens"], num_kv_heads=case.num_kv_heads, num_q_heads=case.num_q_heads,
+                              head_dim=case.head_dim, page_size=case.page_size, q_len=case.q_len,
+                              kv_dtype=t["k_cache"].dtype, q_dtype=t["q"].dtype, max_ctas=case.max_ctas)
+    q = t["q"]
+    y = ht.decode_attention(q, t["k_cache"], t["v_cache"], t["block_table"], t["seq_lens"], plan, q_len=case.q_len,
+                            schedule=case.schedule, max_ctas=case.max_ctas, out=q)
+    torch.cuda.synchronize()
+    assert y.data_ptr() == q.data_ptr()
+    assert np.array_equal(from_torch(y).view(np.uint16), want.view(np.uint16))

@@ -1117,3 +1117,28 @@ def test_negative_ids_contribute_nothing(tokens, quant):
     p["topk_ids"][::2, 1] = -1
     p["topk_ids"][1 % tokens, :] = -7
     _check_oracle_and_cpu(p, run_cuda(p))
+
+
+@pytest.mark.parametrize("tokens", [2, 37, 300])  # stream, tiled, grouped (as test_jax_jit_on_gpu)
+@pytest.mark.parametrize("quant", [None, "fp8_tensor"])
+@pytest.mark.parametrize("alias", ["x", "shared_output"])
+def test_out_may_be_x_or_shared_output(tokens, quant, alias):
+    """out=x (vLLM's inplace fused_experts) and out=shared_output give the bits of a separate out: every path reads
+    x only in kernels that end before the one writing out starts (PDL waits), and the reduce reads shared_output[t, c]
+    in the thread that then writes out[t, c]."""
+    import torch
+
+    import hpc_xla.torch as ht
+
+    p = make_problem(tokens, 6, 256, 256, 3, quant, 1, 2, shared=True, seed=21)
+    want = run_cuda(p, poison=False)
+    t = _cuda_inputs(p)
+    kw = dict(quant=quant, w13_scale=t["w13_scale"], w2_scale=t["w2_scale"], a13_scale=t["a13_scale"],
+              a2_scale=t["a2_scale"], x_scale=t["x_scale"], expert_offset=p["expert_offset"],
+              num_experts_global=p["num_experts_global"])
+    out = t[alias]
+    y = ht.fused_moe(t["x"], t["w13"], t["w2"], t["topk_weights"], t["topk_ids"], shared_output=t["shared_output"],
+                     out=out, **kw)
+    torch.cuda.synchronize()
+    assert y.data_ptr() == out.data_ptr()
+    assert np.array_equal(from_torch(y).view(np.uint16), want.view(np.uint16))
