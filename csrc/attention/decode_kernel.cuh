@@ -18,7 +18,6 @@
 #include <type_traits>
 
 #include "csrc/attention/decode_plan.h"
-#include "cute/arch/copy_sm90_tma.hpp"  // bulk (TMA unit) shared -> global copies of split pieces' partials
 #include "csrc/common/launch.cuh"
 #include "csrc/common/mma.cuh"
 #include "csrc/common/numeric.h"
@@ -93,9 +92,6 @@ struct DecodeShape {
   static constexpr int kLiveRows = MT == 0 ? 8 : 16 * MT;
   static constexpr bool kMergeInStage = MT == 0 && D <= 128 && kWarpsN * kLiveRows * D * 4 <= kStageBytes;
   static constexpr int kOBufBytes = kWarpsN > 1 && !kMergeInStage ? kQRows * kOBufStride * 4 : 0;
-  // Split pieces' merged rows leave obuf by bulk copies (FinishPiece); not at head_dim 256, whose kernels spill
-  // more with them (fp8 MT 2: 4 -> 64 bytes), nor through the 8-row kernels' stage merge (no obuf).
-  static constexpr bool kBulkPartials = kWarpsN > 1 && D <= 128 && !kMergeInStage;
   static constexpr int kSmemBytes = kStages * kStageBytes + kQBytes + kMlBytes + kOBufBytes + kQRows * 4;
 };
 
@@ -492,14 +488,13 @@ __device__ __forceinline__ int64_t OutOffset(const DecodeParams& p, int b, int h
 // output (whole unit) or the fp32 partial + log2-sum-exp (split piece).
 template <int D, int MT, typename KV, typename CT>
 __device__ __forceinline__ void FinishPiece(const DecodeParams& p, const Piece& piece, WarpState<D>& st,
-                                            char* ml_smem, float* obuf, float* lse_smem, float* free_stage,
-                                            bool dry, bool& bulk_pending) {
+                                            char* ml_smem, float* obuf, float* lse_smem, float* free_stage) {
   using S = DecodeShape<D, MT, KV, CT>;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int wm = warp / S::kWarpsN, wn = warp % S::kWarpsN;
   const int g = lane / 4, qd = lane % 4;
   const int b = piece.b, h = piece.h;
-  const float v_scale = p.v_scale && !dry ? *p.v_scale : 1.f;  // (the dry pass runs before PdlWait)
+  const float v_scale = p.v_scale ? *p.v_scale : 1.f;
 #pragma unroll
   for (int half = 0; half < S::kHalves; ++half) {
     st.l[half] += __shfl_xor_sync(0xffffffffu, st.l[half], 1);
@@ -507,20 +502,11 @@ __device__ __forceinline__ void FinishPiece(const DecodeParams& p, const Piece& 
   }
   float* partial_o = p.workspace;
   float* partial_lse = p.workspace + p.num_slots * p.rows * D;
-  // A split piece's merged rows leave obuf by bulk copies of the TMA unit (below): they must have been read
-  // before obuf / lse_smem are written again. Only then: ptxas waits for bulk groups on the scoreboard the cp.async
-  // ring uses (DEPBAR.LE SB0, 0), so the wait drains every K/V copy in flight too. A CTA's split pieces are its
-  // first and last (the ones between are whole units), so it waits at most at its last FinishPiece, where nothing
-  // is in flight any more, or at a whole piece right after its first (3+ pieces).
-  if (S::kBulkPartials && bulk_pending) {  // (uniform: every thread of the CTA saw the same pieces)
-    cute::tma_store_wait<0>();
-    bulk_pending = false;
-  }
   if constexpr (S::kWarpsN == 1) {
 #pragma unroll
     for (int half = 0; half < S::kHalves; ++half) {
       const int r = 16 * wm + g + 8 * half;
-      if (r >= p.rows || dry) continue;
+      if (r >= p.rows) continue;
       const float inv = st.l[half] > 0.f ? v_scale / st.l[half] : 0.f;
       if (piece.whole) {
         const int64_t base = OutOffset(p, b, h, r);
@@ -569,7 +555,6 @@ __device__ __forceinline__ void FinishPiece(const DecodeParams& p, const Piece& 
     }
     // a merged row pair -> the output (whole unit) or the piece's fp32 partial and log-sum-exp
     auto emit = [&](int r, int d, float2 v) {
-      if (dry) return;
       if (piece.whole) {
         StoreOut2(p, OutOffset(p, b, h, r) + d, v.x, v.y);
       } else {
@@ -641,32 +626,7 @@ __device__ __forceinline__ void FinishPiece(const DecodeParams& p, const Piece& 
               gq * kGroupChunks, (gq + 1) * kGroupChunks);
         }
       }
-      // (the bulk copies below read obuf / lse_smem through the async proxy: make this thread's writes visible)
-      // (cute's fence has no memory clobber: the empty asm keeps the compiler from sinking a store past it)
-      if (S::kBulkPartials && j == WN - 1) {
-        asm volatile("" ::: "memory");
-        cute::tma_store_fence();
-      }
       __syncthreads();
-    }
-    // A split piece's fp32 rows and log-sum-exps go out as bulk copies of the TMA unit, a row per thread. A piece
-    // that ends mid-CTA ends while the next tiles' cp.async copies are in flight; plain stores queue behind those
-    // in the SM's load/store path, and the per-CTA trace (s43b) showed such a FinishPiece taking 20000-24000 cycles
-    // against ~5500 at the CTA's end (no copies in flight), the ring draining meanwhile. The bulk copies need
-    // 16-byte aligned rows and a row count that keeps the log-sum-exps' slice aligned (rows % 4 == 0: 8, 16, ...).
-    if (S::kBulkPartials && !dry && !piece.whole && p.rows % 4 == 0 &&
-        (reinterpret_cast<uintptr_t>(p.workspace) & 15) == 0) {
-      // row r from thread (r % 4) * 32 + r / 4: the copies take uniform addresses, so a warp issues its rows one
-      // after another; spread over the 4 warps, each issues rows / 4 (rows <= 32 here: MT <= 2)
-      const int r = (threadIdx.x % 32) * 4 + threadIdx.x / 32;
-      const int64_t first_row = static_cast<int64_t>(piece.slot) * p.rows;
-      if (r < p.rows) {
-        cute::SM90_BULK_COPY_S2G::copy(obuf + r * S::kOBufStride, partial_o + (first_row + r) * D, D * 4);
-        if (r == 0) cute::SM90_BULK_COPY_S2G::copy(lse_smem, partial_lse + first_row, p.rows * 4);
-        cute::tma_store_arrive();
-      }
-      bulk_pending = true;
-      return;  // (obuf / ml / lse_smem are next written after the next piece's first barrier, once the copies read them)
     }
     // all threads: rows -> global, 2 elements at a time
     for (int id = threadIdx.x; id < p.rows * (D / 2); id += kDecodeThreads) {
@@ -687,64 +647,44 @@ __global__ void __launch_bounds__(kDecodeThreads) DecodeAttentionKernel(const __
   float* obuf = reinterpret_cast<float*>(ml_smem + S::kMlBytes);
   float* lse_smem = reinterpret_cast<float*>(ml_smem + S::kMlBytes + S::kOBufBytes);
 
+  PdlWait();  // the plan (and q / the cache) come from earlier kernels in the stream
+  // The persistent grid is fully resident, so the combine kernel may be scheduled now (it waits for us in
+  // PdlWait). A static grid can have several waves: let it finish first.
+  if (p.dynamic) PdlLaunchDependents();
+  // (CTAs past the plan's num_ctas find an empty range in start[] and return below: no header read needed.)
+  const float k_scale = p.k_scale ? *p.k_scale : 1.f;
+  const float s_scale = p.sm_scale * kLog2e * k_scale;
+
   const int lane = threadIdx.x % 32, wm = (threadIdx.x / 32) / S::kWarpsN;
   RowPos pos;
 #pragma unroll
   for (int half = 0; half < 2; ++half) pos.q_pos[half] = min(16 * wm + lane / 4 + 8 * half, p.rows - 1) / p.group;
   const uint32_t stages_addr = SmemAddr(stages), qsmem_addr = SmemAddr(qsmem);
 
+  TileStream load, comp;
+  load.Init(p);
+  comp = load;
+  if (!comp.valid) return;
   // Copies run kStages - 1 tiles ahead of the compute; the block ids of the next `load` tile are fetched one
   // copy ahead of that. Page size 64 (one page per tile) takes the single-id path.
-  bool bulk_pending = false;  // bulk copies of a split piece's partial issued and not yet waited for (FinishPiece)
   auto run = [&](auto one_page) {
     constexpr bool kOnePage = decltype(one_page)::value;
-    TileStream load{}, comp{};  // (set by begin(); comp holds a dummy piece for the dry pass)
     TileIds<S, kOnePage> ids;
-    float s_scale = 0.f;
+    if (load.valid && !load.Empty()) ids.Fetch(p, load.piece, load.tile);
     auto copy_next = [&](int to_stage) {
       if (!load.valid || load.Empty()) return;
       LoadKvTile<S, kOnePage>(p, load.piece, load.tile, ids, stages_addr + to_stage * S::kStageBytes);
       load.Advance(p);
       if (load.valid && !load.Empty()) ids.Fetch(p, load.piece, load.tile);
     };
-    // The CTA's real start: false when it has no work.
-    auto begin = [&]() {
-      PdlWait();  // the plan (and q / the cache) come from earlier kernels in the stream
-      // The persistent grid is fully resident, so the combine kernel may be scheduled now (it waits for us in
-      // PdlWait). A static grid can have several waves: let it finish first.
-      if (p.dynamic) PdlLaunchDependents();
-      const float k_scale = p.k_scale ? *p.k_scale : 1.f;
-      s_scale = p.sm_scale * kLog2e * k_scale;
-      // (CTAs past the plan's num_ctas find an empty range in start[]: no header read needed.)
-      load.Init(p);
-      comp = load;
-      if (!comp.valid) return false;
-      if (load.valid && !load.Empty()) ids.Fetch(p, load.piece, load.tile);
 #pragma unroll 1
-      for (int s = 0; s < S::kStages - 1; ++s) {  // not unrolled: one copy of the copy code keeps the loop in cache
-        copy_next(s);
-        CpAsyncCommit();
-      }
-      return true;
-    };
-    WarpState<D> st;
-    int stage = 0;
-    // The first pass runs FinishPiece dry (no output) before any tile: its code is then in the SM's instruction
-    // cache when a piece ends mid-CTA. Cold, it was fetched from L2 behind the SM's queue of K/V requests: the
-    // per-CTA trace (s43b, s43e) showed such a FinishPiece taking ~19 us at q_len 2 (its prep, merge rounds and
-    // stores all slow, with bulk stores too) against ~3 us at the CTA's end; the CTAs with 2-3 pieces set the end.
-    // (D <= 128: head_dim 256's kernels spilled ~1000 bytes with it.) It runs before PdlWait, so its fetches overlap
-    // the previous kernel (the plan) while the memory system is quiet, on a dummy piece.
-    bool dry = D <= 128;
-    bool new_piece = !dry;
-    if (dry) {
-      st.Reset();
-      comp.piece = Piece{};
-      comp.tile = 0;
-      comp.valid = true;
-    } else if (!begin()) {
-      return;
+    for (int s = 0; s < S::kStages - 1; ++s) {  // not unrolled: one copy of the copy code keeps the loop in cache
+      copy_next(s);
+      CpAsyncCommit();
     }
+    WarpState<D> st;
+    bool new_piece = true;
+    int stage = 0;
     while (comp.valid) {
       if (new_piece) {
         st.Reset();
@@ -757,7 +697,7 @@ __global__ void __launch_bounds__(kDecodeThreads) DecodeAttentionKernel(const __
         }
         new_piece = false;
       }
-      if (!dry && !comp.Empty()) {
+      if (!comp.Empty()) {
         copy_next((stage + S::kStages - 1) % S::kStages);
         CpAsyncCommit();
         CpAsyncWait<S::kStages - 1>();
@@ -767,18 +707,12 @@ __global__ void __launch_bounds__(kDecodeThreads) DecodeAttentionKernel(const __
         __syncthreads();  // the stage is refilled by a later load
         stage = (stage + 1) % S::kStages;
       }
-      if (dry || comp.Empty() || comp.tile + 1 >= comp.piece.tile_end) {
+      if (comp.Empty() || comp.tile + 1 >= comp.piece.tile_end) {
         const Piece done = comp.piece;
-        // the stage the next copy fills is free now: the piece's last tile left it (or nothing entered it since;
-        // the dry pass: nothing has been copied yet)
+        // the stage the next copy fills is free now: the piece's last tile left it (or nothing entered it since)
         float* free_stage = reinterpret_cast<float*>(stages + (stage + S::kStages - 1) % S::kStages * S::kStageBytes);
-        FinishPiece<D, MT, KV, CT>(p, done, st, ml_smem, obuf, lse_smem, free_stage, dry, bulk_pending);
+        FinishPiece<D, MT, KV, CT>(p, done, st, ml_smem, obuf, lse_smem, free_stage);
         new_piece = true;
-        if (dry) {
-          dry = false;
-          if (!begin()) return;
-          continue;
-        }
       }
       comp.Advance(p);
     }
@@ -789,7 +723,6 @@ __global__ void __launch_bounds__(kDecodeThreads) DecodeAttentionKernel(const __
     run(std::false_type{});
   }
   CpAsyncWait<0>();
-  if (bulk_pending) cute::tma_store_wait<0>();  // shared memory must outlive the bulk copies reading it
 }
 
 // Merges split pieces and zero-fills the rows of empty sequences. Dynamic: a CTA per CTA boundary i (per (i, row)
