@@ -29,3 +29,23 @@ profile_moe() {
       python3 "$ROOT/tools/profile_kernels.py" moe > "$R/${prefix}_$value.txt" 2>&1); t
   done
 }
+# unpack_packs: .peer/pack/*.tar.xz (tools/pack_staged.sh) -> .peer/exp/, side by side; sets X to that folder.
+unpack_packs() {
+  X=$ROOT/.peer/exp; mkdir -p "$X"
+  for f in "$ROOT"/.peer/pack/*.tar.xz; do tar xJf "$f" -C "$X" & done
+  wait; t
+}
+# bench_decode LABEL DIR HEADS: the decode suite of the staged folder DIR at HEADS (e.g. 8/1/128) -> $R/LABEL.json / .txt
+bench_decode() {
+  ( cd "$2" && PYTHONPATH="$2" timeout 150 python3 -m hpc_xla.bench decode --heads "$3" --out "$R/$1.json" \
+    > "$R/$1.txt" 2>&1; echo "== $1 rc=$?" ); t
+}
+# sanitize_decode LABEL DIR: memcheck and racecheck over test_decode's heaviest cuda cases, in the background
+# (`wait` collects; logs $R/LABEL_memcheck.log / _racecheck.log)
+sanitize_decode() {
+  local k="cuda and torch and (q_len2 or q_len4_group16 or gqa_64_8 or d64 or many_splits or one_long)"
+  for tool in memcheck racecheck; do
+    in_background "$1 $tool" "$1_$tool.log" 280 "$2" compute-sanitizer --target-processes all --error-exitcode 99 \
+      --tool $tool python3 -m pytest -q -p no:cacheprovider tests/test_decode.py -k "$k"
+  done
+}

@@ -10,12 +10,9 @@
 # further -0.5..-2 on the q_len 2 skewed rows (s43f: warmed, the mid-CTA finish's stores were its slow part).
 # Lands if no row loses > 0.3 us (64/8: 0.3%) in both rounds and a skewed q_len 2 row gains > 1 us in both.
 . "$(dirname "$0")/prelude.sh"
-X=$ROOT/.peer/exp; mkdir -p $X
-for f in $ROOT/.peer/pack/*.tar.xz; do tar xJf $f -C $X & done; wait; t
+unpack_packs
 M=$X/mN; A=$X/e58; C=$X/e58c
 T="python3 -m pytest -q -p no:cacheprovider"
-CS="compute-sanitizer --target-processes all --error-exitcode 99"
-K="cuda and torch and (q_len2 or q_len4_group16 or gqa_64_8 or d64 or many_splits or one_long)"
 ( cd $M && PYTHONPATH=$M:$M/tests $T --collect-only tests/test_gpu_fused_moe.py 2>/dev/null | grep "::" > $R/ids.txt )
 split -n l/4 -d $R/ids.txt $R/ids_part_
 for part in $R/ids_part_*; do
@@ -31,18 +28,16 @@ for e in e58 e58c; do
   in_background "$e test_decode cuda" a_${e}_cuda.log 300 $X/$e $T tests/test_decode.py -k cuda
 done
 wait; t
-for tool in memcheck racecheck; do
-  in_background "e58c $tool" a_e58c_$tool.log 280 $C $CS --tool $tool $T tests/test_decode.py -k "$K"
-done
+sanitize_decode a_e58c $C
 wait; t
 grep -hE 'ERROR SUMMARY|RACECHECK SUMMARY' $R/a_e58c_memcheck.log $R/a_e58c_racecheck.log | sort | uniq -c
 collect a_
-bench() {  # bench LABEL DIR HEADS
-  ( cd $2 && PYTHONPATH=$2 timeout 150 python3 -m hpc_xla.bench decode --heads $3 --out $R/$1.json \
-    > $R/$1.txt 2>&1; echo "== $1 rc=$?" ); t
-}
-for round in 1 2; do bench d8_m$round $M 8/1/128; bench d8_a$round $A 8/1/128; bench d8_c$round $C 8/1/128; done
+for round in 1 2; do
+  bench_decode d8_m$round $M 8/1/128; bench_decode d8_a$round $A 8/1/128; bench_decode d8_c$round $C 8/1/128
+done
 python3 $ROOT/bench/calls/decode_tables.py ab $R d8_ m1 m2 a1 a2 c1 c2 | tee $OUT/ab_table.txt
-for round in 1 2; do bench d64_m$round $M 64/8/128; bench d64_a$round $A 64/8/128; bench d64_c$round $C 64/8/128; done
+for round in 1 2; do
+  bench_decode d64_m$round $M 64/8/128; bench_decode d64_a$round $A 64/8/128; bench_decode d64_c$round $C 64/8/128
+done
 python3 $ROOT/bench/calls/decode_tables.py ab $R d64_ m1 m2 a1 a2 c1 c2 | tee -a $OUT/ab_table.txt
 tar czf $OUT/s44a_raw.tgz -C $R $(cd $R && ls d8_*.txt d64_*.txt d8_*.json d64_*.json *.log)
