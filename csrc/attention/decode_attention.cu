@@ -62,81 +62,41 @@ Status PrepareKernel(const KernelChoice& k, int* ctas_per_sm) {
   return ResidentCtasPerSm(k.fn, attention::kDecodeThreads, k.smem, "decode_attention: occupancy", ctas_per_sm);
 }
 
-constexpr int kPlanSmemPrefix = attention::kPlanChoiceMaxBatch;  // smaller batches search a shared-memory prefix
+constexpr int kPlanSmemPrefix = 4096;  // batch sizes below this search a shared-memory copy of the prefix
 
-// alt_cost > 0 (and model_tenths > 0): lay the batch out with piece_cost and with alt_cost and keep the one whose
-// modeled makespan is smaller (decode_plan.h, CostLayout), as BuildPlanHost does.
 __global__ void __launch_bounds__(1024) DecodePlanKernel(const int32_t* seq_lens, int batch, DecodeConfig cfg,
-                                                          int max_ctas, int min_tiles, int piece_cost, int alt_cost,
-                                                          int model_tenths, int32_t* plan) {
+                                                          int max_ctas, int min_tiles, int piece_cost, int32_t* plan) {
   using namespace attention;
   using BlockScan = cub::BlockScan<int32_t, 1024>;
   __shared__ typename BlockScan::TempStorage scan;
-  __shared__ int32_t running, running_units;
-  __shared__ unsigned long long makespan[2];
+  __shared__ int32_t running;
   // The CTA starts below binary-search the prefix: from shared memory when it fits (a search through global
-  // memory is a chain of dependent L2 round trips, and the attention kernel waits for this whole kernel). While
-  // a piece cost is chosen, prefix_smem holds the tile prefix and units_smem the prefix of units with work.
+  // memory is a chain of dependent L2 round trips, and the attention kernel waits for this whole kernel).
   __shared__ int32_t prefix_smem[kPlanSmemPrefix];
-  __shared__ int32_t units_smem[kPlanSmemPrefix];
   PdlWait();
   int32_t* prefix = PlanPrefix(plan);
   const bool in_smem = batch < kPlanSmemPrefix;
-  const bool choose = in_smem && alt_cost > 0 && model_tenths > 0;
-  if (threadIdx.x == 0) running = running_units = 0;
+  if (threadIdx.x == 0) running = 0;
   __syncthreads();
   for (int base = 0; base < batch; base += 1024) {
     const int b = base + threadIdx.x;
-    const int len = b < batch ? max(seq_lens[b], 0) : 0;
-    const int32_t w = choose ? TilesOf(len) : UnitCost(len, piece_cost);
+    const int32_t w = b < batch ? UnitCost(max(seq_lens[b], 0), piece_cost) : 0;
     int32_t excl, chunk_total;
     BlockScan(scan).ExclusiveSum(w, excl, chunk_total);
     const int32_t before = running;
     if (b < batch) {
-      if (!choose) prefix[b] = before + excl;
+      prefix[b] = before + excl;
       if (in_smem) prefix_smem[b] = before + excl;
-    }
-    if (choose) {
-      __syncthreads();  // (the scan's storage is reused)
-      int32_t units_excl, units_total;
-      BlockScan(scan).ExclusiveSum(w > 0 ? 1 : 0, units_excl, units_total);
-      const int32_t units_before = running_units;
-      if (b < batch) units_smem[b] = units_before + units_excl;
-      __syncthreads();
-      if (threadIdx.x == 0) running_units = units_before + units_total;
     }
     __syncthreads();
     if (threadIdx.x == 0) running = before + chunk_total;
     __syncthreads();
   }
   if (threadIdx.x == 0) {
-    if (!choose) prefix[batch] = running;
+    prefix[batch] = running;
     if (in_smem) prefix_smem[batch] = running;
-    if (choose) units_smem[batch] = running_units;
-    makespan[0] = makespan[1] = 0;
   }
   __syncthreads();
-  if (choose) {
-    const auto tiles = [&](int b) -> int64_t { return prefix_smem[b]; };
-    const auto units = [&](int b) -> int64_t { return units_smem[b]; };
-    const int costs[2] = {piece_cost, alt_cost};
-    for (int k = 0; k < 2; ++k) {
-      const CostLayout<decltype(tiles), decltype(units)> layout{tiles, units, batch, cfg.num_kv_heads, costs[k],
-                                                                max_ctas, min_tiles};
-      atomicMax(&makespan[k], static_cast<unsigned long long>(
-                                  layout.ModeledMakespan(model_tenths, threadIdx.x, blockDim.x)));
-    }
-    __syncthreads();
-    piece_cost = makespan[1] < makespan[0] ? alt_cost : piece_cost;  // (the base cost on a tie)
-    for (int b = threadIdx.x; b <= batch; b += blockDim.x) {  // the chosen layout's cost prefix
-      const int32_t v = prefix_smem[b] + piece_cost * units_smem[b];
-      prefix[b] = v;
-      prefix_smem[b] = v;
-    }
-    __syncthreads();
-    if (threadIdx.x == 0) running = prefix_smem[batch];
-    __syncthreads();
-  }
   const int32_t* search = in_smem ? prefix_smem : prefix;
   PdlLaunchDependents();
   const int64_t total = static_cast<int64_t>(running) * cfg.num_kv_heads;
@@ -219,8 +179,7 @@ Status DecodePlanCuda(const DecodePlanArgs& a, cudaStream_t stream) {
   HPC_RETURN_IF_ERROR(CheckHopper(a.seq_lens.device_id));
   return Launch("decode_plan kernel launch", DecodePlanKernel, dim3(1), dim3(1024), 0, stream,
                 a.seq_lens.ptr<const int32_t>(), static_cast<int>(a.seq_lens.shape[0]), a.config, a.max_ctas,
-                DecodeMinCapacityTiles(), DecodePieceCostTiles(a.config), DecodeAlternativePieceCostTiles(a.config),
-                DecodeModelPieceTenths(), a.plan.ptr<int32_t>());
+                DecodeMinCapacityTiles(), DecodePieceCostTiles(a.config), a.plan.ptr<int32_t>());
 }
 
 static_assert(attention::kMaxPieces == attention::kMaxCtas, "the combine kernel must hold a piece per CTA");
