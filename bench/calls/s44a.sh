@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # session 44 call A (~7 min; carry .peer/pack = `tools/stage_experiments.sh mN e58:3bb3f75 e58c:be042bf
-# e59:f186625 && tools/pack_staged.sh mN e58 e58c e59`, with M= below set to mN; s44b uses the same packs).
+# e59:7b7bc85 && tools/pack_staged.sh mN e58 e58c e59`, with M= below set to mN; s44b uses the same packs).
 # Prepared in session 43.
 # (1) main's GPU test files whole (54c, the k_cache error fix, and tests never yet GPU-run: test_out_may_be_x_or_
 #     shared_output in test_gpu_fused_moe.py, test_out_may_be_q in test_gpu_decode.py); fused_moe in four processes.

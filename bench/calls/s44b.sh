@@ -6,8 +6,8 @@
 # Written BEFORE the run (session 43):
 # - 58: 8/1 bf16 q_len 2 skewed rows (1x128K+31x4K, zipf, 2x32K+30x4K, 1x64K+15x4K, random) -1..-4 us, uniform
 #   rows within +-0.5, q_len 1 -0.3..-1.5 on skewed rows; 58c a further -0.5..-2 on the q_len 2 skewed rows.
-# - 59: q_len 2 rows where it picks 6 (1x128K+31x4K, 2x32K+30x4K, 1x32K+63x1K, random, zipf) -1..-2.5 us as s43b's
-#   cost 6 minus the plan kernel's extra (~+0.5..1 us: a second scan and two modeled layouts); 64x512 / 64x4K / q_len 1
+# - 59 (59b, 7b7bc85): q_len 2 rows where it picks 6 (1x128K+31x4K, 2x32K+30x4K, 1x32K+63x1K, random, zipf) -1..-2.5 us as s43b's
+#   cost 6 minus the plan kernel's extra (~+0.3..0.6 us: one more search per CTA start); 64x512 / 64x4K / q_len 1
 #   +0..+1 (the plan kernel only; q_len 1 does no choice: +0).
 # Each lands if no row loses > 0.3 us (64/8: 0.3%) in both rounds and a skewed q_len 2 row gains > 1 us in both
 # (58 and 58c: the better of the two).
