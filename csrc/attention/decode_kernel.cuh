@@ -83,13 +83,13 @@ struct DecodeShape {
   // stride of D alone took 8). fp8's columns 4qd (+2) stay 2-way (4 passes, was 8): no even padding does better; one
   // float4 of a chunk's two pairs would (session 42's review, a CPU simulation of the mapping).
   static constexpr int kOBufStride = D + 8;
-  // Rows a piece really carries (MT 0: 8 of the m16 tile). When the WN warps' whole O (fp32) fits one ring stage,
-  // FinishPiece merges through the stage the piece's last tile just left (free until the next copy fills it):
-  // every warp writes its own slice at once and one pass sums them, instead of WN rounds through obuf. Only for
-  // the 8-row kernels (MT 0: q_len 1 with GQA <= 8): there it gained 0.3-1.1 us on every q_len 1 row (s43c, H100),
-  // while the 16-row one (MT 1, bf16) lost 0.3-1.6 us at q_len 2 with it. Not at head_dim 256 (whose kernels
-  // spill: with it ptxas spilled 76 bytes in fp8 MT 0, none before).
-  static constexpr int kLiveRows = MT == 0 ? 8 : 16 * MT;
+  // When the WN warps' whole O (fp32, the 8 live rows of MT 0's m16 tile) fits one ring stage, FinishPiece merges
+  // through the stage the piece's last tile just left (free until the next copy fills it): every warp writes its
+  // own slice at once and one pass sums them, instead of WN rounds through obuf. Only for the 8-row kernels (MT 0:
+  // q_len 1 with GQA <= 8): there it gained 0.3-1.1 us on every q_len 1 row (s43c, H100), while the 16-row one
+  // (MT 1, bf16) lost 0.3-1.6 us at q_len 2 with it. Not at head_dim 256 (whose kernels spill: with it ptxas
+  // spilled 76 bytes in fp8 MT 0, none before).
+  static constexpr int kLiveRows = 8;
   static constexpr bool kMergeInStage = MT == 0 && D <= 128 && kWarpsN * kLiveRows * D * 4 <= kStageBytes;
   static constexpr int kOBufBytes = kWarpsN > 1 && !kMergeInStage ? kQRows * kOBufStride * 4 : 0;
   static constexpr int kSmemBytes = kStages * kStageBytes + kQBytes + kMlBytes + kOBufBytes + kQRows * 4;
