@@ -6,6 +6,7 @@ calls XLA never makes (it skips a custom call whose results are all empty, so cs
 These helpers turn such values into errors that name the op and the argument.
 """
 
+import contextlib
 import numbers
 import re
 
@@ -138,3 +139,13 @@ def as_op(error, inner, outer):
     if not msg.startswith(inner + ": "):
         return error
     return type(error)(outer + ": " + msg[len(inner) + 2:])
+
+
+@contextlib.contextmanager
+def speaking_as(inner, outer):
+    """Re-raises the block's TypeError / ValueError of `inner` as `outer`'s (as_op): fused_moe's faces routing with
+    moe_route for the caller."""
+    try:
+        yield
+    except (TypeError, ValueError) as e:
+        raise as_op(e, inner, outer) from None

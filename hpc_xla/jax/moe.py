@@ -79,10 +79,8 @@ def fused_moe(x, w13, w2, topk_weights=None, topk_ids=None, *, quant=None, w13_s
         _options.check_router_experts("fused_moe", router_logits, num_experts_global, w13.shape[0], expert_offset,
                                       tokens=x.shape[0])
         top_k = route_kwargs.pop("top_k")
-        try:
+        with _args.speaking_as("moe_route", "fused_moe"):  # (the caller's words: fused_moe's top_k, scoring, ...)
             topk_weights, topk_ids = moe_route(router_logits, top_k, **route_kwargs)
-        except (TypeError, ValueError) as e:  # (the caller's words: fused_moe's top_k, scoring, ...)
-            raise _args.as_op(e, "moe_route", "fused_moe") from None
     _args.arrays("fused_moe", topk_weights=topk_weights, topk_ids=topk_ids)
     expert_offset, topk_ids, traced_offset = _static_expert_offset(expert_offset, num_experts_global, w13.shape[0],
                                                                    topk_ids)

@@ -338,10 +338,8 @@ def fused_moe(x, w13, w2, topk_weights=None, topk_ids=None, *, quant=None, x_sca
         # (w13 here is every device's experts: its shape[0] is the whole layer's)
         _options.check_router_experts(name, router_logits, num_experts_global, w13.shape[0], expert_offset)
         top_k = route_kwargs.pop("top_k")
-        try:
+        with _args.speaking_as("moe_route", name):  # (the caller's words, as hpc_xla.jax.fused_moe)
             topk_weights, topk_ids = moe_route(router_logits, top_k, **route_kwargs)
-        except (TypeError, ValueError) as e:  # (the caller's words, as hpc_xla.jax.fused_moe)
-            raise _args.as_op(e, "moe_route", name) from None
     layouts = _moe_optional_layouts(quant if isinstance(quant, str) else None)
     given = (("x_scale", x_scale), ("w13_scale", w13_scale), ("w2_scale", w2_scale), ("shared_output", shared_output))
     _check_ranks(name, [(n, a, layout, rule) for n, a, layout, rule in
