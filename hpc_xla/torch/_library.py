@@ -52,7 +52,6 @@ class InferenceOnly:
                 [args[i] for i in self.written if args[i] is not None and not args[i].is_inference()])
         return result
 
-
     _BRIDGE = "hpc_xla: argument '"
 
     def _named(self, error):
