@@ -4,12 +4,11 @@
 # Prepared in session 43.
 # (1) main's GPU test files whole (54c, the k_cache error fix, and tests never yet GPU-run: test_out_may_be_x_or_
 #     shared_output in test_gpu_fused_moe.py, test_out_may_be_q in test_gpu_decode.py); fused_moe in four processes.
-# (2) experiments 58 (FinishPiece once dry before PdlWait, its fetches overlapping the plan kernel) and 58c (58 + 55b's
-#     bulk copies of split pieces' rows): tests, memcheck, racecheck (their A/B: s44b).
+# (2) (moved to s44b in session 44, which runs first: the experiments' tests and sanitizers beside their A/B)
 # Written BEFORE the run (session 43): all tests pass, sanitizers clean.
 . "$(dirname "$0")/prelude.sh"
 unpack_packs
-M=$X/mN; C=$X/e58c
+M=$X/m10
 T="python3 -m pytest -q -p no:cacheprovider"
 ( cd $M && PYTHONPATH=$M:$M/tests $T --collect-only tests/test_gpu_fused_moe.py 2>/dev/null | grep "::" > $R/ids.txt )
 split -n l/4 -d $R/ids.txt $R/ids_part_
@@ -21,13 +20,5 @@ in_background "main: decode + rope + route GPU files, argument errors, CPU-facin
   tests/test_gpu_decode.py tests/test_gpu_rope_norm.py tests/test_moe_route.py tests/test_argument_errors.py \
   tests/test_decode.py tests/test_rope_norm.py tests/test_rope_norm_errors.py tests/test_fused_moe.py
 wait; t
-for e in e58 e58c e59; do
-  in_background "$e decode gpu file" a_${e}_gpu.log 300 $X/$e $T tests/test_gpu_decode.py
-  in_background "$e test_decode cuda" a_${e}_cuda.log 300 $X/$e $T tests/test_decode.py -k cuda
-done
-wait; t
-sanitize_decode a_e58c $C
-wait; t
-grep -hE 'ERROR SUMMARY|RACECHECK SUMMARY' $R/a_e58c_memcheck.log $R/a_e58c_racecheck.log | sort | uniq -c
 collect a_
 tar czf $OUT/s44a_raw.tgz -C $R $(cd $R && ls *.log)

@@ -13,18 +13,27 @@
 # (58 and 58c: the better of the two).
 . "$(dirname "$0")/prelude.sh"
 unpack_packs
-M=$X/mN
+M=$X/m10
 T="python3 -m pytest -q -p no:cacheprovider"
 in_background "e59 planner tests + GPU decode file" b_e59.log 300 $X/e59 $T tests/test_decode_plan.py \
   tests/test_gpu_decode.py
+# (session 44: s44a's experiment half moved here, so one call decides 58 / 58c / 59 if only one call comes)
+for e in e58 e58c; do
+  in_background "$e decode gpu file" b_${e}_gpu.log 300 $X/$e $T tests/test_gpu_decode.py
+done
+for e in e58 e58c e59; do
+  in_background "$e test_decode cuda" b_${e}_cuda.log 300 $X/$e $T tests/test_decode.py -k cuda
+done
+sanitize_decode b_e58c $X/e58c
 wait; t  # (before the timings: a test process beside them would skew them)
 collect b_
+grep -hE 'ERROR SUMMARY|RACECHECK SUMMARY' $R/b_e58c_memcheck.log $R/b_e58c_racecheck.log | sort | uniq -c
 for round in 1 2; do
-  for e in mN e58 e58c e59; do bench_decode d8_${e}_$round $X/$e 8/1/128; done
+  for e in m10 e58 e58c e59; do bench_decode d8_${e}_$round $X/$e 8/1/128; done
 done
-python3 $ROOT/bench/calls/decode_tables.py ab $R d8_ mN_1 mN_2 e58_1 e58_2 e58c_1 e58c_2 e59_1 e59_2 | tee $OUT/ab_table.txt
+python3 $ROOT/bench/calls/decode_tables.py ab $R d8_ m10_1 m10_2 e58_1 e58_2 e58c_1 e58c_2 e59_1 e59_2 | tee $OUT/ab_table.txt
 for round in 1 2; do
-  for e in mN e58 e58c e59; do bench_decode d64_${e}_$round $X/$e 64/8/128; done
+  for e in m10 e58 e58c e59; do bench_decode d64_${e}_$round $X/$e 64/8/128; done
 done
-python3 $ROOT/bench/calls/decode_tables.py ab $R d64_ mN_1 mN_2 e58_1 e58_2 e58c_1 e58c_2 e59_1 e59_2 | tee -a $OUT/ab_table.txt
+python3 $ROOT/bench/calls/decode_tables.py ab $R d64_ m10_1 m10_2 e58_1 e58_2 e58c_1 e58c_2 e59_1 e59_2 | tee -a $OUT/ab_table.txt
 tar czf $OUT/s44b_raw.tgz -C $R $(cd $R && ls d8_*.txt d64_*.txt d8_*.json d64_*.json *.log)
