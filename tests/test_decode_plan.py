@@ -13,13 +13,13 @@ from hpc_xla import _decode
 TILE = 64
 
 
-def _plan(lens, num_kv_heads, max_ctas, q_len=1):
+def _plan(lens, num_kv_heads, max_ctas, q_len=1, group=2):
     import torch
 
     import hpc_xla.torch as ht
 
     p = ht.decode_plan(torch.tensor(lens, dtype=torch.int32), num_kv_heads=num_kv_heads,
-                       num_q_heads=num_kv_heads * 2, head_dim=128, page_size=16, q_len=q_len, max_ctas=max_ctas)
+                       num_q_heads=num_kv_heads * group, head_dim=128, page_size=16, q_len=q_len, max_ctas=max_ctas)
     return p.plan.numpy()
 
 
@@ -27,9 +27,10 @@ lengths = st.lists(st.one_of(st.just(0), st.integers(1, 300), st.integers(1, 400
 
 
 @settings(max_examples=200, deadline=None)
-@given(lens=lengths, num_kv_heads=st.integers(1, 8), max_ctas=st.integers(1, 600))
-def test_every_tile_covered_exactly_once_and_balanced(lens, num_kv_heads, max_ctas):
-    plan = _plan(lens, num_kv_heads, max_ctas)
+@given(lens=lengths, num_kv_heads=st.integers(1, 8), max_ctas=st.integers(1, 600), rows=st.sampled_from([2, 16]))
+def test_every_tile_covered_exactly_once_and_balanced(lens, num_kv_heads, max_ctas, rows):
+    """(16 rows a piece -- q_len 2 x GQA 8 -- is where the planner chooses its piece cost; the header holds it)"""
+    plan = _plan(lens, num_kv_heads, max_ctas, *((1, 2) if rows == 2 else (2, 8)))
     info = _decode.read_plan(plan)
     batch = len(lens)
     assert info["magic"] == 0x4C505848 and info["batch"] == batch and info["max_ctas"] == max_ctas
@@ -64,9 +65,9 @@ def test_every_tile_covered_exactly_once_and_balanced(lens, num_kv_heads, max_ct
 
 
 @settings(max_examples=100, deadline=None)
-@given(lens=lengths, num_kv_heads=st.integers(1, 4), max_ctas=st.integers(2, 300))
-def test_merge_tasks_cover_each_split_unit_once(lens, num_kv_heads, max_ctas):
-    plan = _plan(lens, num_kv_heads, max_ctas)
+@given(lens=lengths, num_kv_heads=st.integers(1, 4), max_ctas=st.integers(2, 300), rows=st.sampled_from([2, 16]))
+def test_merge_tasks_cover_each_split_unit_once(lens, num_kv_heads, max_ctas, rows):
+    plan = _plan(lens, num_kv_heads, max_ctas, *((1, 2) if rows == 2 else (2, 8)))
     info = _decode.read_plan(plan)
     batch = len(lens)
     tiles = [(n + TILE - 1) // TILE for n in lens]
@@ -227,3 +228,91 @@ def test_piece_cost_follows_rows_per_piece(heads, q_len, cost):
     p = ht.decode_plan(torch.tensor([700, 0, 64], dtype=torch.int32), num_kv_heads=hkv, num_q_heads=hq,
                        head_dim=128, page_size=16, q_len=q_len, max_ctas=5)
     assert _decode.read_plan(p.plan.numpy())["piece_cost"] == cost
+
+
+def _modeled_makespan(lens, num_kv_heads, max_ctas, cost, piece_tenths=62, min_tiles=1):
+    """The planner's layout for one piece cost re-done here (decode_plan.h's prefix / capacity / LocatePosition /
+    NextPiece), then max over CTAs of 10 x tiles + piece_tenths x pieces: the oracle of the planner's choice."""
+    batch = len(lens)
+    tiles = [(n + TILE - 1) // TILE if n > 0 else 0 for n in lens]
+    prefix = [0]
+    for t in tiles:
+        prefix.append(prefix[-1] + (t + cost if t else 0))
+    head_cost = prefix[-1]
+    total = head_cost * num_kv_heads
+    cap = max(-(-total // max_ctas), min_tiles + cost)
+    used = -(-total // cap) if total else 0
+
+    def locate(pos):
+        if head_cost == 0 or pos >= total:
+            return batch * num_kv_heads, 0
+        h, r = divmod(pos, head_cost)
+        b = max(i for i in range(batch) if prefix[i] <= r)
+        return h * batch + b, max(r - prefix[b] - cost, 0)
+
+    most = 0
+    for i in range(used):
+        (unit, tile), (end_unit, end_tile) = locate(i * cap), locate((i + 1) * cap if i + 1 <= used else total)
+        n_tiles = pieces = 0
+        while unit < end_unit or (unit == end_unit and tile < end_tile):
+            n = tiles[unit % batch]
+            end = n if unit < end_unit else min(end_tile, n)
+            if end > tile:
+                pieces += 1
+                n_tiles += end - tile
+            unit, tile = unit + 1, 0
+        most = max(most, 10 * n_tiles + piece_tenths * pieces)
+    return most
+
+
+@settings(max_examples=150, deadline=None)
+@given(lens=lengths, num_kv_heads=st.integers(1, 4), max_ctas=st.one_of(st.integers(1, 300), st.integers(1020, 1030)))
+def test_sixteen_row_pieces_take_the_cost_of_the_smaller_modeled_makespan(lens, num_kv_heads, max_ctas):
+    """From 16 rows a piece (q_len 2 at GQA 8) the planner lays the batch out with piece cost 4 and 6 and keeps the
+    one whose CTAs' modeled time (tiles + 6.2 x pieces) peaks lower, 4 on a tie; 8 rows keep 4, and so do grids of
+    more than 1024 CTAs (both layouts' starts must fit the GPU planner's shared memory; decode_plan.h)."""
+    if any(os.environ.get(k) for k in ("HPC_XLA_DECODE_PIECE_COST", "HPC_XLA_DECODE_MODEL_PIECE",
+                                       "HPC_XLA_DECODE_MIN_TILES")):
+        pytest.skip("a knob overrides the rule")
+    plan = _plan(lens, num_kv_heads, max_ctas, q_len=2, group=8)
+    four, six = (_modeled_makespan(lens, num_kv_heads, max_ctas, c) for c in (4, 6))
+    want = 6 if six < four and max_ctas <= 1024 else 4
+    assert _decode.read_plan(plan)["piece_cost"] == want, (four, six)
+    assert _decode.read_plan(_plan(lens, num_kv_heads, max_ctas, q_len=1, group=8))["piece_cost"] == 4
+
+
+def test_the_choice_on_the_benchmark_batches():
+    """8/1/128 at q_len 2 on the decode benchmark's batches (264 CTAs, an H100's or H200's grid): cost 6 where it
+    measured faster in s43b (the skewed batches, 1x32K+63x1K), 4 on the uniform ones (64x4K: 6 cost +3 us there)."""
+    import torch
+
+    import hpc_xla.torch as ht
+    from hpc_xla.bench.decode_workloads import workloads
+
+    if os.environ.get("HPC_XLA_DECODE_PIECE_COST") or os.environ.get("HPC_XLA_DECODE_MODEL_PIECE"):
+        pytest.skip("a knob overrides the rule")
+    want = {"64x512": 4, "64x4K": 4, "1x128K+31x4K": 6, "2x32K+30x4K": 6, "1x32K+63x1K": 6,
+            "128 random [64,16K)": 6, "256 zipf": 6}
+    got = {}
+    for name, lens in workloads().items():
+        p = ht.decode_plan(torch.tensor(lens, dtype=torch.int32), num_kv_heads=1, num_q_heads=8, head_dim=128,
+                           page_size=16, q_len=2, max_ctas=264)
+        got[name] = _decode.read_plan(p.plan.numpy())["piece_cost"]
+    assert {k: got[k] for k in want} == want, got
+
+
+def test_model_piece_knob_zero_keeps_the_base_cost():
+    """HPC_XLA_DECODE_MODEL_PIECE=0 (an A/B knob, read once per process: a child) turns the choice off."""
+    import subprocess
+    import sys
+
+    if os.environ.get("HPC_XLA_DECODE_PIECE_COST"):
+        pytest.skip("HPC_XLA_DECODE_PIECE_COST overrides the choice")
+    probe = ("import torch, hpc_xla.torch as ht; from hpc_xla import _decode; "
+             "p = ht.decode_plan(torch.tensor([131072] + [4096] * 31, dtype=torch.int32), num_kv_heads=1, "
+             "num_q_heads=8, head_dim=128, page_size=16, q_len=2, max_ctas=264); "
+             "print('COST', _decode.read_plan(p.plan.numpy())['piece_cost'])")
+    for knob, cost in (("0", 4), ("62", 6)):
+        r = subprocess.run([sys.executable, "-c", probe], env=dict(os.environ, HPC_XLA_DECODE_MODEL_PIECE=knob),
+                           capture_output=True, text=True)
+        assert "COST %d" % cost in r.stdout, r.stdout + r.stderr

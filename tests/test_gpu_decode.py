@@ -39,14 +39,16 @@ def _captured_step(t, plan, kw):
     return graph, out
 
 
-@pytest.mark.parametrize("lens", [[0], [5, 70000, 0, 3], list(range(0, 9000, 7)), [131072] + [4096] * 31])
-@pytest.mark.parametrize("max_ctas", [None, 7])
-def test_device_plan_equals_host_plan(lens, max_ctas):
+@pytest.mark.parametrize("lens", [[0], [5, 70000, 0, 3], list(range(0, 9000, 7)), [131072] + [4096] * 31,
+                                  [4000, 65, 0] * 1365])  # (4095 sequences: the largest batch with a choice)
+@pytest.mark.parametrize("max_ctas", [None, 7, 1024, 1025])  # (> 1024: no choice)
+@pytest.mark.parametrize("q_len", [1, 2])  # (2: 16 rows a piece, where the planner chooses its piece cost)
+def test_device_plan_equals_host_plan(lens, max_ctas, q_len):
     import torch
 
     import hpc_xla.torch as ht
 
-    kw = dict(num_kv_heads=2, num_q_heads=16, head_dim=128, page_size=16, max_ctas=max_ctas)
+    kw = dict(num_kv_heads=2, num_q_heads=16, head_dim=128, page_size=16, max_ctas=max_ctas, q_len=q_len)
     gpu = ht.decode_plan(torch.tensor(lens, dtype=torch.int32, device="cuda"), **kw)
     cpu = ht.decode_plan(torch.tensor(lens, dtype=torch.int32), **dict(kw, max_ctas=gpu.config.max_ctas))
     assert torch.equal(gpu.plan.cpu(), cpu.plan)

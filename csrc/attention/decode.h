@@ -82,6 +82,12 @@ int DecodeMinCapacityTiles();
 // The planner's fixed cost per piece in tiles for `config` (attention::PieceCostTiles: by the rows a piece
 // carries), or HPC_XLA_DECODE_PIECE_COST=0..16 for every config (A/B).
 int DecodePieceCostTiles(const DecodeConfig& config);
+// The second piece cost the planner lays a batch out with, keeping the layout of the smaller modeled makespan
+// (attention::AlternativePieceCostTiles; 0: none, and none while HPC_XLA_DECODE_PIECE_COST forces one).
+int DecodeAlternativePieceCostTiles(const DecodeConfig& config);
+// The model's true cost of a piece in tenths of a tile (attention::kModelPieceTenths), or
+// HPC_XLA_DECODE_MODEL_PIECE=0..200 (A/B; 0: no choice, the base cost always).
+int DecodeModelPieceTenths();
 
 
 void BuildPlanHost(const int32_t* seq_lens, int batch, const DecodeConfig& config, int max_ctas, int32_t* plan);

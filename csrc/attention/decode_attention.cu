@@ -62,59 +62,123 @@ Status PrepareKernel(const KernelChoice& k, int* ctas_per_sm) {
   return ResidentCtasPerSm(k.fn, attention::kDecodeThreads, k.smem, "decode_attention: occupancy", ctas_per_sm);
 }
 
-constexpr int kPlanSmemPrefix = 4096;  // batch sizes below this search a shared-memory copy of the prefix
+constexpr int kPlanSmemPrefix = attention::kPlanChoiceMaxBatch;  // smaller batches search a shared-memory prefix
 
+// alt_cost > 0 (and model_tenths > 0): lay the batch out with piece_cost and with alt_cost and keep the one whose
+// modeled makespan is smaller (decode_plan.h, CostLayout), as BuildPlanHost does.
 __global__ void __launch_bounds__(1024) DecodePlanKernel(const int32_t* seq_lens, int batch, DecodeConfig cfg,
-                                                          int max_ctas, int min_tiles, int piece_cost, int32_t* plan) {
+                                                          int max_ctas, int min_tiles, int piece_cost, int alt_cost,
+                                                          int model_tenths, int32_t* plan) {
   using namespace attention;
-  using BlockScan = cub::BlockScan<int32_t, 1024>;
+  // 64-bit sums: the cost (or, while choosing, the tile) prefix in the low half, the units with work in the high
+  // one. Warp scans: the raking scan's storage would not fit beside the arrays below.
+  using BlockScan = cub::BlockScan<int64_t, 1024, cub::BLOCK_SCAN_WARP_SCANS>;
   __shared__ typename BlockScan::TempStorage scan;
-  __shared__ int32_t running;
+  __shared__ int64_t running;
+  __shared__ unsigned long long makespan[2];
   // The CTA starts below binary-search the prefix: from shared memory when it fits (a search through global
-  // memory is a chain of dependent L2 round trips, and the attention kernel waits for this whole kernel).
+  // memory is a chain of dependent L2 round trips, and the attention kernel waits for this whole kernel). While
+  // a piece cost is chosen, prefix_smem holds the tile prefix, units_smem the prefix of units with work (< 2^15:
+  // batch < kPlanChoiceMaxBatch) and starts_smem both layouts' CTA starts (unit, tile).
   __shared__ int32_t prefix_smem[kPlanSmemPrefix];
+  __shared__ int16_t units_smem[kPlanSmemPrefix];
+  __shared__ int32_t starts_smem[2][kPlanChoiceMaxCtas + 1][2];
   PdlWait();
+  // The attention kernel may be scheduled now (it waits for this whole kernel in its PdlWait): its start overlaps
+  // the planning.
+  PdlLaunchDependents();
   int32_t* prefix = PlanPrefix(plan);
   const bool in_smem = batch < kPlanSmemPrefix;
+  const bool choose = in_smem && alt_cost > 0 && model_tenths > 0 && max_ctas <= kPlanChoiceMaxCtas;
   if (threadIdx.x == 0) running = 0;
   __syncthreads();
   for (int base = 0; base < batch; base += 1024) {
     const int b = base + threadIdx.x;
-    const int32_t w = b < batch ? UnitCost(max(seq_lens[b], 0), piece_cost) : 0;
-    int32_t excl, chunk_total;
+    const int len = b < batch ? max(seq_lens[b], 0) : 0;
+    const int n = TilesOf(len);
+    const int64_t w = choose ? (static_cast<int64_t>(n > 0) << 32) | n : UnitCost(len, piece_cost);
+    int64_t excl, chunk_total;
     BlockScan(scan).ExclusiveSum(w, excl, chunk_total);
-    const int32_t before = running;
+    const int64_t before = running;
     if (b < batch) {
-      prefix[b] = before + excl;
-      if (in_smem) prefix_smem[b] = before + excl;
+      const int64_t at = before + excl;
+      const int32_t low = static_cast<int32_t>(at & 0xffffffffll);
+      if (!choose) prefix[b] = low;
+      if (in_smem) prefix_smem[b] = low;
+      if (choose) units_smem[b] = static_cast<int16_t>(at >> 32);
     }
     __syncthreads();
     if (threadIdx.x == 0) running = before + chunk_total;
     __syncthreads();
   }
   if (threadIdx.x == 0) {
-    prefix[batch] = running;
-    if (in_smem) prefix_smem[batch] = running;
+    const int32_t low = static_cast<int32_t>(running & 0xffffffffll);
+    if (!choose) prefix[batch] = low;
+    if (in_smem) prefix_smem[batch] = low;
+    if (choose) units_smem[batch] = static_cast<int16_t>(running >> 32);
+    makespan[0] = makespan[1] = 0;
   }
   __syncthreads();
-  const int32_t* search = in_smem ? prefix_smem : prefix;
-  PdlLaunchDependents();
-  const int64_t total = static_cast<int64_t>(running) * cfg.num_kv_heads;
+  const int32_t head_total = static_cast<int32_t>(running & 0xffffffffll);
+  int32_t* start = PlanStart(plan, batch);
+  if (choose) {
+    const auto tiles = [&](int b) -> int64_t { return prefix_smem[b]; };
+    const auto units = [&](int b) -> int64_t { return units_smem[b]; };
+    using Layout = CostLayout<decltype(tiles), decltype(units)>;
+    const Layout layouts[2] = {{tiles, units, batch, cfg.num_kv_heads, piece_cost, max_ctas, min_tiles},
+                               {tiles, units, batch, cfg.num_kv_heads, alt_cost, max_ctas, min_tiles}};
+    // every CTA start of both layouts, one search each (CTA i's time reads starts i and i + 1)
+    for (int i = threadIdx.x; i <= max_ctas; i += blockDim.x) {
+#pragma unroll
+      for (int k = 0; k < 2; ++k) layouts[k].Start(i, &starts_smem[k][i][0], &starts_smem[k][i][1]);
+    }
+    __syncthreads();
+#pragma unroll
+    for (int k = 0; k < 2; ++k) {
+      const int n = layouts[k].NumCtas();
+      int64_t most = 0;
+      for (int i = threadIdx.x; i < n; i += blockDim.x) {
+        const int64_t t = layouts[k].ModeledTenths(starts_smem[k][i][0], starts_smem[k][i][1], starts_smem[k][i + 1][0],
+                                                   starts_smem[k][i + 1][1], model_tenths);
+        most = t > most ? t : most;
+      }
+#pragma unroll
+      for (int o = 16; o > 0; o /= 2) {
+        const int64_t other = __shfl_xor_sync(0xffffffffu, most, o);
+        most = other > most ? other : most;
+      }
+      if (threadIdx.x % 32 == 0) atomicMax(&makespan[k], static_cast<unsigned long long>(most));
+    }
+    __syncthreads();
+    const int k = makespan[1] < makespan[0] ? 1 : 0;  // (the base cost on a tie)
+    piece_cost = k == 1 ? alt_cost : piece_cost;
+    for (int b = threadIdx.x; b <= batch; b += blockDim.x) {  // the chosen layout's cost prefix and CTA starts
+      prefix[b] = prefix_smem[b] + piece_cost * units_smem[b];
+    }
+    for (int i = threadIdx.x; i <= max_ctas; i += blockDim.x) {
+      start[2 * i] = starts_smem[k][i][0];
+      start[2 * i + 1] = starts_smem[k][i][1];
+    }
+  }
+  const int32_t head_cost = choose ? head_total + piece_cost * units_smem[batch] : head_total;
+  const int64_t total = static_cast<int64_t>(head_cost) * cfg.num_kv_heads;
   const int64_t capacity = CapacityOf(total, max_ctas, min_tiles + piece_cost);
   const int num_ctas = static_cast<int>((total + capacity - 1) / capacity);
-  int32_t* start = PlanStart(plan, batch);
-  for (int i = threadIdx.x; i <= max_ctas; i += blockDim.x) {
-    int unit, tile;
-    LocatePosition(search, batch, cfg.num_kv_heads, piece_cost, i <= num_ctas ? i * capacity : total, &unit,
-                   &tile);
-    start[2 * i] = unit;
-    start[2 * i + 1] = tile;
+  if (!choose) {
+    const int32_t* search = in_smem ? prefix_smem : prefix;
+    for (int i = threadIdx.x; i <= max_ctas; i += blockDim.x) {
+      int unit, tile;
+      LocatePosition(search, batch, cfg.num_kv_heads, piece_cost, i <= num_ctas ? i * capacity : total, &unit,
+                     &tile);
+      start[2 * i] = unit;
+      start[2 * i + 1] = tile;
+    }
   }
   if (threadIdx.x == 0) {
     const int32_t header[kPlanHeaderInts] = {kPlanMagic, kPlanVersion, batch, cfg.num_kv_heads, cfg.num_q_heads,
                                              cfg.head_dim, cfg.q_len, cfg.page_size, static_cast<int32_t>(cfg.kv_dtype),
                                              max_ctas, num_ctas, static_cast<int32_t>(capacity), piece_cost,
-                                             running, 0, 0};
+                                             head_cost, 0, 0};
     for (int i = 0; i < kPlanHeaderInts; ++i) plan[i] = header[i];
   }
 }
@@ -179,7 +243,8 @@ Status DecodePlanCuda(const DecodePlanArgs& a, cudaStream_t stream) {
   HPC_RETURN_IF_ERROR(CheckHopper(a.seq_lens.device_id));
   return Launch("decode_plan kernel launch", DecodePlanKernel, dim3(1), dim3(1024), 0, stream,
                 a.seq_lens.ptr<const int32_t>(), static_cast<int>(a.seq_lens.shape[0]), a.config, a.max_ctas,
-                DecodeMinCapacityTiles(), DecodePieceCostTiles(a.config), a.plan.ptr<int32_t>());
+                DecodeMinCapacityTiles(), DecodePieceCostTiles(a.config), DecodeAlternativePieceCostTiles(a.config),
+                DecodeModelPieceTenths(), a.plan.ptr<int32_t>());
 }
 
 static_assert(attention::kMaxPieces == attention::kMaxCtas, "the combine kernel must hold a piece per CTA");

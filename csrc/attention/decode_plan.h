@@ -41,6 +41,15 @@ constexpr int32_t kPlanVersion = 1;
 // zipf in both rounds, H200 and H100). Min tiles 1 (was 4): the small uniform batch (8/1/128, 64x512) ran
 // 29.2 -> 24.1 us with more, smaller CTAs and no other benchmark row moved (min-tiles A/B).
 HPC_PLAN_HD int PieceCostTiles(int rows_per_piece) { return rows_per_piece >= 8 ? 4 : 2; }
+// From 16 rows (q_len 2 at GQA 8) a piece that ends mid-CTA costs far more than 4 tiles (s43b / s43e traces: ~19 us
+// of FinishPiece against ~3 at the CTA's end), and the best fixed cost depends on the batch (s43b, H100: 6 gains
+// 1-2.5 us on the skewed batches, loses 3 on 64x4K, whose CTAs 4 cuts at sequence boundaries). So the planner also
+// lays the batch out with this cost and keeps whichever layout has the smaller modeled makespan (CostLayout).
+HPC_PLAN_HD int AlternativePieceCostTiles(int rows_per_piece) { return rows_per_piece >= 16 ? 6 : 0; }
+// The model's true cost of a piece, in tenths of a tile: a CTA's time ~ its tiles + this x its pieces (session 42's
+// trace: ~6.2 tiles a piece at 16 rows; of 4 and 6 it picks the one s43b measured faster on 7 of the benchmark's 8
+// batches, and ties on the eighth, 1x64K+15x4K, where 6 measured 0.2-1.0 us faster but 4 is kept).
+constexpr int kModelPieceTenths = 62;
 constexpr int kMinCapacityTiles = 1;
 // Largest persistent grid (max_ctas) a plan may have: the combine kernel holds one weight per piece of a row in
 // shared memory (kMaxPieces in decode_kernel.cuh, asserted equal in decode_attention.cu).
@@ -92,9 +101,11 @@ HPC_PLAN_HD int64_t CapacityOf(int64_t total_cost, int max_ctas, int min_capacit
 }
 
 // The (unit, tile) of the first tile whose cost position is >= pos. Units are head-major: unit = h * batch + b.
-HPC_PLAN_HD void LocatePosition(const int32_t* prefix, int batch, int num_kv_heads, int piece_cost, int64_t pos,
-                                int* unit, int* tile) {
-  const int64_t head_cost = prefix[batch];
+// `prefix(b)`: the cost prefix (an array, or CostLayout's, from a tile and a unit prefix).
+template <class Prefix>
+HPC_PLAN_HD void LocateIn(const Prefix& prefix, int batch, int num_kv_heads, int piece_cost, int64_t pos, int* unit,
+                          int* tile) {
+  const int64_t head_cost = prefix(batch);
   if (head_cost == 0 || pos >= head_cost * num_kv_heads) {
     *unit = batch * num_kv_heads;
     *tile = 0;
@@ -106,12 +117,76 @@ HPC_PLAN_HD void LocatePosition(const int32_t* prefix, int batch, int num_kv_hea
   int lo = 0, hi = batch;
   while (hi - lo > 1) {
     const int mid = (lo + hi) / 2;
-    if (prefix[mid] <= r) lo = mid; else hi = mid;
+    if (prefix(mid) <= r) lo = mid; else hi = mid;
   }
-  const int64_t into = r - prefix[lo] - piece_cost;
+  const int64_t into = r - prefix(lo) - piece_cost;
   *unit = h * batch + lo;
   *tile = into > 0 ? static_cast<int>(into) : 0;
 }
+
+HPC_PLAN_HD void LocatePosition(const int32_t* prefix, int batch, int num_kv_heads, int piece_cost, int64_t pos,
+                                int* unit, int* tile) {
+  LocateIn([prefix](int b) -> int64_t { return prefix[b]; }, batch, num_kv_heads, piece_cost, pos, unit, tile);
+}
+
+// A layout of the batch for one piece cost, from the per-head prefixes of tiles (tiles[b]) and of units with work
+// (units[b]): the cost prefix is tiles + piece_cost x units.
+template <class Tiles, class Units>
+struct CostLayout {
+  const Tiles& tiles;
+  const Units& units;
+  int batch, num_kv_heads, piece_cost, max_ctas, min_tiles;
+  HPC_PLAN_HD int64_t Prefix(int b) const { return tiles(b) + static_cast<int64_t>(piece_cost) * units(b); }
+  HPC_PLAN_HD int64_t Total() const { return Prefix(batch) * num_kv_heads; }
+  HPC_PLAN_HD int64_t Capacity() const { return CapacityOf(Total(), max_ctas, min_tiles + piece_cost); }
+  HPC_PLAN_HD int NumCtas() const {
+    const int64_t cap = Capacity();
+    return static_cast<int>((Total() + cap - 1) / cap);
+  }
+  // Where CTA i starts (i <= NumCtas(); NumCtas() is the end), as the attention kernel will read it.
+  HPC_PLAN_HD void Start(int i, int* unit, int* tile) const {
+    const int n = NumCtas();
+    LocateIn([this](int b) { return Prefix(b); }, batch, num_kv_heads, piece_cost,
+             i <= n ? i * Capacity() : Total(), unit, tile);
+  }
+  // tiles before (unit, tile) over all heads, and units with work before `unit`
+  HPC_PLAN_HD int64_t TilesBefore(int unit, int tile) const {
+    const int h = unit / batch, b = unit % batch;
+    return static_cast<int64_t>(h) * tiles(batch) + tiles(b) + tile;
+  }
+  HPC_PLAN_HD int64_t UnitsBefore(int unit) const {
+    const int h = unit / batch, b = unit % batch;
+    return static_cast<int64_t>(h) * units(batch) + units(b);
+  }
+  // The modeled time in tenths of a tile of the CTA from start (u0, t0) to (u1, t1): its tiles + model_tenths / 10
+  // x its pieces (its units with work, counting a last one it enters at tile > 0; a start is always inside a unit
+  // with work).
+  HPC_PLAN_HD int64_t ModeledTenths(int u0, int t0, int u1, int t1, int model_tenths) const {
+    const int64_t pieces = UnitsBefore(u1) - UnitsBefore(u0) + (t1 > 0 ? 1 : 0);
+    return 10 * (TilesBefore(u1, t1) - TilesBefore(u0, t0)) + model_tenths * pieces;
+  }
+  HPC_PLAN_HD int64_t ModeledTenths(int i, int model_tenths) const {
+    int u0, t0, u1, t1;
+    Start(i, &u0, &t0);
+    Start(i + 1, &u1, &t1);
+    return ModeledTenths(u0, t0, u1, t1, model_tenths);
+  }
+  // The largest ModeledTenths over CTAs first, first + step, ... (the GPU planner spreads them over its threads)
+  HPC_PLAN_HD int64_t ModeledMakespan(int model_tenths, int first, int step) const {
+    int64_t most = 0;
+    const int n = NumCtas();
+    for (int i = first; i < n; i += step) {
+      const int64_t t = ModeledTenths(i, model_tenths);
+      most = t > most ? t : most;
+    }
+    return most;
+  }
+};
+
+// Plans the planner chooses a piece cost for: both prefixes and both layouts' CTA starts must fit the GPU planner's
+// shared memory (the persistent grid of a Hopper is <= 2 x 132 CTAs for the 16-row kernels).
+constexpr int kPlanChoiceMaxBatch = 4096;
+constexpr int kPlanChoiceMaxCtas = 1024;
 
 // The slot a split piece writes its partial to (see the header comment).
 HPC_PLAN_HD int PartialSlot(int cta, bool first_piece_of_cta) { return 2 * cta + (first_piece_of_cta ? 0 : 1); }

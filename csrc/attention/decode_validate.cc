@@ -261,13 +261,37 @@ Status CheckPlanLengths(const int32_t* plan, const int32_t* seq_lens, int64_t ba
   return Status::Ok();
 }
 
-int DecodePieceCostTiles(const DecodeConfig& config) {
+namespace {
+
+// HPC_XLA_DECODE_PIECE_COST=0..16: one piece cost for every config and batch (A/B); -1 when not set
+int ForcedPieceCost() {
   static const int forced = [] {
     const int n = EnvInt("HPC_XLA_DECODE_PIECE_COST", -1);
     return n >= 0 && n <= 16 ? n : -1;
   }();
-  const int group = config.num_kv_heads > 0 ? config.num_q_heads / config.num_kv_heads : 1;
-  return forced >= 0 ? forced : attention::PieceCostTiles(config.q_len * group);
+  return forced;
+}
+
+int RowsPerPiece(const DecodeConfig& config) {
+  return config.q_len * (config.num_kv_heads > 0 ? config.num_q_heads / config.num_kv_heads : 1);
+}
+
+}  // namespace
+
+int DecodePieceCostTiles(const DecodeConfig& config) {
+  return ForcedPieceCost() >= 0 ? ForcedPieceCost() : attention::PieceCostTiles(RowsPerPiece(config));
+}
+
+int DecodeAlternativePieceCostTiles(const DecodeConfig& config) {
+  return ForcedPieceCost() >= 0 ? 0 : attention::AlternativePieceCostTiles(RowsPerPiece(config));
+}
+
+int DecodeModelPieceTenths() {
+  static const int tenths = [] {
+    const int n = EnvInt("HPC_XLA_DECODE_MODEL_PIECE", -1);
+    return n >= 0 && n <= 200 ? n : attention::kModelPieceTenths;
+  }();
+  return tenths;
 }
 
 int DecodeMinCapacityTiles() {

@@ -1,6 +1,7 @@
 // CPU reference of decode_plan / decode_attention. It executes the SAME schedule as the GPU: the plan's pieces
 // CTA by CTA, 64-token tiles with an online softmax per tile, partials merged by log-sum-exp in CTA order
 // (static schedule: fixed splits). fp32 arithmetic; P rounded to the compute dtype before P.V like the GPU.
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <limits>
@@ -174,7 +175,24 @@ Status CheckData(const DecodeAttentionArgs& a, const DecodeConfig& cfg) {
 
 void BuildPlanHost(const int32_t* seq_lens, int batch, const DecodeConfig& cfg, int max_ctas, int32_t* plan) {
   using namespace attention;
-  const int piece_cost = DecodePieceCostTiles(cfg);
+  int piece_cost = DecodePieceCostTiles(cfg);
+  const int alt_cost = DecodeAlternativePieceCostTiles(cfg), model_tenths = DecodeModelPieceTenths();
+  if (alt_cost > 0 && model_tenths > 0 && batch < kPlanChoiceMaxBatch && max_ctas <= kPlanChoiceMaxCtas) {
+    // (as the GPU planner chooses)
+    std::vector<int64_t> tile_prefix(batch + 1, 0), unit_prefix(batch + 1, 0);
+    for (int b = 0; b < batch; ++b) {
+      const int n = TilesOf(seq_lens[b]);
+      tile_prefix[b + 1] = tile_prefix[b] + n;
+      unit_prefix[b + 1] = unit_prefix[b] + (n > 0 ? 1 : 0);
+    }
+    const auto tiles = [&](int b) { return tile_prefix[b]; };
+    const auto units = [&](int b) { return unit_prefix[b]; };
+    using Layout = CostLayout<decltype(tiles), decltype(units)>;
+    const int min_tiles = DecodeMinCapacityTiles();
+    const Layout base{tiles, units, batch, cfg.num_kv_heads, piece_cost, max_ctas, min_tiles};
+    const Layout alt{tiles, units, batch, cfg.num_kv_heads, alt_cost, max_ctas, min_tiles};
+    if (alt.ModeledMakespan(model_tenths, 0, 1) < base.ModeledMakespan(model_tenths, 0, 1)) piece_cost = alt_cost;
+  }
   int32_t* prefix = PlanPrefix(plan);
   prefix[0] = 0;
   for (int b = 0; b < batch; ++b) prefix[b + 1] = prefix[b] + UnitCost(seq_lens[b], piece_cost);
@@ -199,19 +217,21 @@ Status DecodePlanCpu(const DecodePlanArgs& a) {
   HPC_RETURN_IF_ERROR(ValidateDecodePlan(a));
   if (a.seq_lens.device != DeviceKind::kCpu) return Status::Internal("decode_plan: CPU path called with GPU tensors");
   const int batch = static_cast<int>(a.seq_lens.shape[0]);
+  // (with the larger of the two piece costs the planner may choose)
+  const int most_cost = std::max(DecodePieceCostTiles(a.config), DecodeAlternativePieceCostTiles(a.config));
   int64_t cost = 0;
   for (int b = 0; b < batch; ++b) {
     if (a.seq_lens.ptr<const int32_t>()[b] < 0) {
       return ArgCheck("decode_plan").Fail("seq_lens[" + std::to_string(b) + "] = " +
                                           std::to_string(a.seq_lens.ptr<const int32_t>()[b]) + " is negative");
     }
-    cost += attention::UnitCost(a.seq_lens.ptr<const int32_t>()[b], DecodePieceCostTiles(a.config));
+    cost += attention::UnitCost(a.seq_lens.ptr<const int32_t>()[b], most_cost);
   }
   // The planner's prefix and positions are int32 (the GPU planner's too): the batch's cost over all kv heads,
   // ~ total tokens / 64 * Hkv, must fit.
   if (cost * a.config.num_kv_heads > INT32_MAX) {
     return ArgCheck("decode_plan").Fail("the batch is too long to plan: sum over seq_lens of (64-token tiles + " +
-                                        std::to_string(DecodePieceCostTiles(a.config)) + ") * num_kv_heads = " +
+                                        std::to_string(most_cost) + ") * num_kv_heads = " +
                                         std::to_string(cost * a.config.num_kv_heads) + " must be < 2^31");
   }
   BuildPlanHost(a.seq_lens.ptr<const int32_t>(), batch, a.config, a.max_ctas, a.plan.ptr<int32_t>());
