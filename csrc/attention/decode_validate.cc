@@ -248,20 +248,13 @@ Status CheckPlanLengths(const int32_t* plan, const int32_t* seq_lens, int64_t ba
   using namespace attention;
   const int32_t* prefix = PlanPrefix(plan);
   const int piece_cost = plan[kFieldPieceCost];
-  // An aligned plan fits every length with the same number of CTAs per unit: each CTA still gets a tile, so every
-  // partial the combine merges is written.
-  const bool aligned = plan[kFieldAligned] == 1;
-  const int64_t q = plan[kFieldCapacity];
   for (int64_t b = 0; b < batch; ++b) {
-    const int n = TilesOf(seq_lens[b]);
-    const int64_t want = aligned ? AlignedSpan(n, q) : UnitCost(seq_lens[b], piece_cost);
-    const int64_t have = static_cast<int64_t>(prefix[b + 1]) - prefix[b];
+    const int64_t want = UnitCost(seq_lens[b], piece_cost), have = static_cast<int64_t>(prefix[b + 1]) - prefix[b];
     if (want != have) {
-      const std::string has = aligned ? std::to_string(have / q) + " CTAs of " + std::to_string(q) + " tiles"
-                                      : std::to_string(have > piece_cost ? have - piece_cost : 0);
       return ArgCheck("decode_attention")
           .Fail("plan does not match seq_lens: seq_lens[" + std::to_string(b) + "] = " + std::to_string(seq_lens[b]) +
-                " needs " + std::to_string(n) + " tiles, the plan has " + has +
+                " needs " + std::to_string(TilesOf(seq_lens[b])) + " tiles, the plan has " +
+                std::to_string(have > piece_cost ? have - piece_cost : 0) +
                 " -- refill it for these seq_lens (decode_plan(seq_lens, ..., out=plan)) before the call");
     }
   }
@@ -299,14 +292,6 @@ int DecodeModelPieceTenths() {
     return n >= 0 && n <= 200 ? n : attention::kModelPieceTenths;
   }();
   return tenths;
-}
-
-int DecodeAlignedMode() {
-  static const int mode = [] {
-    const int n = EnvInt("HPC_XLA_DECODE_ALIGNED", -1);
-    return n >= 0 && n <= 2 ? n : 1;
-  }();
-  return mode;
 }
 
 int DecodeMinCapacityTiles() {
