@@ -13,7 +13,7 @@ from hpc_xla._ext import ext
 
 SCHEDULES = {"dynamic": 0, "static": 1}
 HEADER_FIELDS = ("magic", "version", "batch", "num_kv_heads", "num_q_heads", "head_dim", "q_len", "page_size",
-                 "kv_dtype", "max_ctas", "num_ctas", "capacity", "piece_cost", "head_cost")
+                 "kv_dtype", "max_ctas", "num_ctas", "capacity", "piece_cost", "head_cost", "aligned")
 HEADER_INTS = 16
 TILE_TOKENS = 64
 MAX_STATIC_SPLITS = 16

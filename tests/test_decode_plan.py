@@ -36,11 +36,17 @@ def test_every_tile_covered_exactly_once_and_balanced(lens, num_kv_heads, max_ct
     assert info["magic"] == 0x4C505848 and info["batch"] == batch and info["max_ctas"] == max_ctas
     tiles = [(n + TILE - 1) // TILE for n in lens]
     cost = info["piece_cost"]
-    total = sum(t + cost for t in tiles if t) * num_kv_heads
-    min_tiles = int(os.environ.get("HPC_XLA_DECODE_MIN_TILES", "1"))  # the planner's A/B knob
-    capacity = max(-(-total // max_ctas), min_tiles + cost)
-    assert info["capacity"] == capacity
-    assert info["num_ctas"] <= max_ctas and info["num_ctas"] == -(-total // capacity)
+    aligned = info["aligned"] == 1
+    if aligned:  # units padded to whole CTAs of `capacity` tiles (decode_plan.h), piece cost 0
+        capacity = _aligned_chunk(lens, num_kv_heads, max_ctas, int(os.environ.get("HPC_XLA_DECODE_MIN_TILES", "1")))
+        assert rows == 16 and cost == 0 and info["capacity"] == capacity
+        assert info["num_ctas"] == num_kv_heads * sum(-(-t // capacity) for t in tiles) <= max_ctas
+    else:
+        total = sum(t + cost for t in tiles if t) * num_kv_heads
+        min_tiles = int(os.environ.get("HPC_XLA_DECODE_MIN_TILES", "1"))  # the planner's A/B knob
+        capacity = max(-(-total // max_ctas), min_tiles + cost)
+        assert info["capacity"] == capacity
+        assert info["num_ctas"] <= max_ctas and info["num_ctas"] == -(-total // capacity)
     pieces = _decode.plan_pieces(plan, lens)
     seen = {}
     load = np.zeros(max(1, info["num_ctas"]), np.int64)
@@ -56,6 +62,8 @@ def test_every_tile_covered_exactly_once_and_balanced(lens, num_kv_heads, max_ct
     assert set(seen) == expected, "tiles missing"
     # every CTA gets the same work to within one piece cost (tile granularity included)
     assert load.max(initial=0) <= capacity + cost
+    if aligned:  # one piece a CTA: none ends mid-CTA
+        assert all(len(ps) == 1 for ps in per_cta.values()) and len(per_cta) == info["num_ctas"]
     # at most two split pieces per CTA (its first and last): the workspace holds 2 * max_ctas partials
     for cta, ps in per_cta.items():
         split = [p for p in ps if not (p[1] == 0 and p[2] == tiles[p[0] % batch])]
@@ -90,12 +98,13 @@ def test_merge_tasks_cover_each_split_unit_once(lens, num_kv_heads, max_ctas, ro
 
 
 @settings(max_examples=100, deadline=None)
-@given(lens=lengths, num_kv_heads=st.integers(1, 4), max_ctas=st.integers(2, 300))
-def test_combine_boundaries_find_their_task(lens, num_kv_heads, max_ctas):
+@given(lens=lengths, num_kv_heads=st.integers(1, 4), max_ctas=st.integers(2, 300), rows=st.sampled_from([2, 16]))
+def test_combine_boundaries_find_their_task(lens, num_kv_heads, max_ctas, rows):
     """The combine's CTA for boundary i finds the unit that i cuts and its rank in O(1) (merge_task_covering mirrors
     MergeTaskCovering): the task is the unit's first cutting boundary (the walk-back definition), and the ranks of a
-    unit of n pieces are exactly 0 .. n - 2, so rows r = rank + j * (n - 1) give every row of a long unit one CTA."""
-    plan = _plan(lens, num_kv_heads, max_ctas)
+    unit of n pieces are exactly 0 .. n - 2, so rows r = rank + j * (n - 1) give every row of a long unit one CTA.
+    (16 rows a piece: the planner's choice, aligned plans included.)"""
+    plan = _plan(lens, num_kv_heads, max_ctas, *((1, 2) if rows == 2 else (2, 8)))
     info = _decode.read_plan(plan)
     starts = info["starts"]
     by_unit = {}
@@ -265,54 +274,131 @@ def _modeled_makespan(lens, num_kv_heads, max_ctas, cost, piece_tenths=62, min_t
     return most
 
 
+def _aligned_chunk(lens, num_kv_heads, max_ctas, min_tiles=1):
+    """The aligned layout's chunk re-done here: the smallest q of 32 from ceil(tiles / max_ctas) (at least min_tiles)
+    whose units, padded to whole CTAs of q tiles, fit max_ctas CTAs (and int32 positions); None if none does."""
+    tiles = [(n + TILE - 1) // TILE for n in lens if n > 0]
+    if not tiles:
+        return None
+    low = max(-(-sum(tiles) * num_kv_heads // max_ctas), min_tiles)
+    for q in range(low, low + 32):
+        ctas = num_kv_heads * sum(-(-t // q) for t in tiles)
+        if ctas <= max_ctas and ctas * q < 2 ** 31:
+            return q
+    return None
+
+
 @settings(max_examples=150, deadline=None)
 @given(lens=lengths, num_kv_heads=st.integers(1, 4), max_ctas=st.one_of(st.integers(1, 300), st.integers(1020, 1030)))
-def test_sixteen_row_pieces_take_the_cost_of_the_smaller_modeled_makespan(lens, num_kv_heads, max_ctas):
+def test_sixteen_row_pieces_take_the_layout_of_the_smallest_modeled_makespan(lens, num_kv_heads, max_ctas):
     """From 16 rows a piece (q_len 2 at GQA 8) the planner lays the batch out with piece cost 4 and 6 and keeps the
-    one whose CTAs' modeled time (tiles + 6.2 x pieces) peaks lower, 4 on a tie; 8 rows keep 4, and so do grids of
-    more than 1024 CTAs (both layouts' starts must fit the GPU planner's shared memory; decode_plan.h)."""
+    one whose CTAs' modeled time (tiles + 6.2 x pieces) peaks lower, 4 on a tie -- or the aligned layout when it fits,
+    its q tiles alone model lower still and q outweighs a piece (q >= 6.2 tiles); 8 rows keep 4, and so do grids of more than 1024 CTAs
+    (the layouts' starts must fit the GPU planner's shared memory; decode_plan.h)."""
     if any(os.environ.get(k) for k in ("HPC_XLA_DECODE_PIECE_COST", "HPC_XLA_DECODE_MODEL_PIECE",
-                                       "HPC_XLA_DECODE_MIN_TILES")):
+                                       "HPC_XLA_DECODE_MIN_TILES", "HPC_XLA_DECODE_ALIGNED")):
         pytest.skip("a knob overrides the rule")
-    plan = _plan(lens, num_kv_heads, max_ctas, q_len=2, group=8)
+    info = _decode.read_plan(_plan(lens, num_kv_heads, max_ctas, q_len=2, group=8))
     four, six = (_modeled_makespan(lens, num_kv_heads, max_ctas, c) for c in (4, 6))
-    want = 6 if six < four and max_ctas <= 1024 else 4
-    assert _decode.read_plan(plan)["piece_cost"] == want, (four, six)
-    assert _decode.read_plan(_plan(lens, num_kv_heads, max_ctas, q_len=1, group=8))["piece_cost"] == 4
+    q = _aligned_chunk(lens, num_kv_heads, max_ctas) if max_ctas <= 1024 else None
+    if q is not None and 62 <= 10 * q < min(four, six):
+        assert (info["aligned"], info["capacity"], info["piece_cost"]) == (1, q, 0), (four, six, q)
+    else:
+        want = 6 if six < four and max_ctas <= 1024 else 4
+        assert (info["aligned"], info["piece_cost"]) == (0, want), (four, six, q)
+    one = _decode.read_plan(_plan(lens, num_kv_heads, max_ctas, q_len=1, group=8))
+    assert (one["aligned"], one["piece_cost"]) == (0, 4)
 
 
 def test_the_choice_on_the_benchmark_batches():
     """8/1/128 at q_len 2 on the decode benchmark's batches (264 CTAs, an H100's or H200's grid): cost 6 where it
-    measured faster in s43b (the skewed batches, 1x32K+63x1K), 4 on the uniform ones (64x4K: 6 cost +3 us there)."""
+    measured faster in s43b (the skewed batches, 1x32K+63x1K), 4 on the uniform ones (64x4K: 6 cost +3 us there);
+    aligned where s44d / s45a measured it faster (64x512 measured 1.4 us slower aligned: q = 2 is under a piece)."""
     import torch
 
     import hpc_xla.torch as ht
     from hpc_xla.bench.decode_workloads import workloads
 
-    if os.environ.get("HPC_XLA_DECODE_PIECE_COST") or os.environ.get("HPC_XLA_DECODE_MODEL_PIECE"):
+    if any(os.environ.get(k) for k in ("HPC_XLA_DECODE_PIECE_COST", "HPC_XLA_DECODE_MODEL_PIECE",
+                                       "HPC_XLA_DECODE_ALIGNED")):
         pytest.skip("a knob overrides the rule")
-    want = {"64x512": 4, "64x4K": 4, "1x128K+31x4K": 6, "2x32K+30x4K": 6, "1x32K+63x1K": 6,
-            "128 random [64,16K)": 6, "256 zipf": 6}
+    # "a16": aligned, 16 tiles a CTA (64x4K: piece cost 4 happened to align it already, 17 tiles a CTA)
+    want = {"64x512": 4, "64x4K": "a16", "1x128K+31x4K": "a16", "1x64K+15x4K": "a8", "2x32K+30x4K": "a13",
+            "1x32K+63x1K": "a7", "128 random [64,16K)": 6, "256 zipf": 6}
     got = {}
     for name, lens in workloads().items():
         p = ht.decode_plan(torch.tensor(lens, dtype=torch.int32), num_kv_heads=1, num_q_heads=8, head_dim=128,
                            page_size=16, q_len=2, max_ctas=264)
-        got[name] = _decode.read_plan(p.plan.numpy())["piece_cost"]
+        info = _decode.read_plan(p.plan.numpy())
+        got[name] = "a%d" % info["capacity"] if info["aligned"] else info["piece_cost"]
     assert {k: got[k] for k in want} == want, got
 
 
-def test_model_piece_knob_zero_keeps_the_base_cost():
-    """HPC_XLA_DECODE_MODEL_PIECE=0 (an A/B knob, read once per process: a child) turns the choice off."""
+def _layout_in_child(env, lens, q_len=2):
+    """(aligned, piece_cost, capacity) of an 8/1/128 q_len 2 plan built in a child with `env` (the planner's knobs are
+    read once per process)."""
     import subprocess
     import sys
 
-    if os.environ.get("HPC_XLA_DECODE_PIECE_COST"):
-        pytest.skip("HPC_XLA_DECODE_PIECE_COST overrides the choice")
     probe = ("import torch, hpc_xla.torch as ht; from hpc_xla import _decode; "
-             "p = ht.decode_plan(torch.tensor([131072] + [4096] * 31, dtype=torch.int32), num_kv_heads=1, "
-             "num_q_heads=8, head_dim=128, page_size=16, q_len=2, max_ctas=264); "
-             "print('COST', _decode.read_plan(p.plan.numpy())['piece_cost'])")
-    for knob, cost in (("0", 4), ("62", 6)):
-        r = subprocess.run([sys.executable, "-c", probe], env=dict(os.environ, HPC_XLA_DECODE_MODEL_PIECE=knob),
-                           capture_output=True, text=True)
-        assert "COST %d" % cost in r.stdout, r.stdout + r.stderr
+             "p = ht.decode_plan(torch.tensor(%r, dtype=torch.int32), num_kv_heads=1, num_q_heads=8, head_dim=128, "
+             "page_size=16, q_len=%d, max_ctas=264); i = _decode.read_plan(p.plan.numpy()); "
+             "print('LAYOUT', i['aligned'], i['piece_cost'], i['capacity'])" % (lens, q_len))
+    r = subprocess.run([sys.executable, "-c", probe], env=dict(os.environ, **env), capture_output=True, text=True)
+    line = [x for x in r.stdout.splitlines() if x.startswith("LAYOUT")]
+    assert line, r.stdout + r.stderr
+    return tuple(int(v) for v in line[0].split()[1:])
+
+
+def test_model_piece_knob_zero_keeps_the_base_cost():
+    """HPC_XLA_DECODE_MODEL_PIECE=0 (an A/B knob) turns the choice off: piece cost 4, never aligned."""
+    if os.environ.get("HPC_XLA_DECODE_PIECE_COST") or os.environ.get("HPC_XLA_DECODE_ALIGNED"):
+        pytest.skip("a knob overrides the choice")
+    lens = [131072] + [4096] * 31
+    assert _layout_in_child({"HPC_XLA_DECODE_MODEL_PIECE": "0"}, lens)[:2] == (0, 4)
+    assert _layout_in_child({"HPC_XLA_DECODE_MODEL_PIECE": "62"}, lens) == (1, 0, 16)
+
+
+def test_aligned_knob():
+    """HPC_XLA_DECODE_ALIGNED (an A/B knob): 0 never lays a batch out aligned, 2 whenever the layout fits, 3 also
+    below 16 rows a piece (q_len 1 at GQA 8), 1 (the default) by the modeled makespan -- 64x512's chunk, 2 tiles,
+    is under a piece's 6.2."""
+    if os.environ.get("HPC_XLA_DECODE_PIECE_COST") or os.environ.get("HPC_XLA_DECODE_MODEL_PIECE"):
+        pytest.skip("a knob overrides the choice")
+    skewed, two = [131072] + [4096] * 31, [512] * 64
+    assert _layout_in_child({"HPC_XLA_DECODE_ALIGNED": "0"}, skewed)[:2] == (0, 6)
+    assert _layout_in_child({"HPC_XLA_DECODE_ALIGNED": "1"}, two)[:2] == (0, 4)
+    assert _layout_in_child({"HPC_XLA_DECODE_ALIGNED": "2"}, two) == (1, 0, 2)
+    assert _layout_in_child({"HPC_XLA_DECODE_ALIGNED": "2"}, skewed, q_len=1)[:2] == (0, 4)
+    assert _layout_in_child({"HPC_XLA_DECODE_ALIGNED": "3"}, skewed, q_len=1) == (1, 0, 16)
+
+
+def test_an_aligned_plan_serves_lengths_needing_the_same_ctas():
+    """An aligned plan (16 rows a piece) stays valid for lengths whose units need the same CTAs of Q tiles -- every
+    CTA still gets a tile, so every partial the combine merges is written (the CPU walk, against float64) -- and is
+    refused, naming its CTAs, for lengths that need others (a plan of another layout is refused for any other tile
+    count: test_argument_errors.py)."""
+    import decode_harness
+    import torch
+
+    import hpc_xla.torch as ht
+
+    if any(os.environ.get(k) for k in ("HPC_XLA_DECODE_PIECE_COST", "HPC_XLA_DECODE_MODEL_PIECE",
+                                       "HPC_XLA_DECODE_ALIGNED", "HPC_XLA_DECODE_MIN_TILES")):
+        pytest.skip("a knob overrides the layout")
+    built, same_ctas, other = (4096, 0, 4096), (4000, 0, 3900), (4096, 0, 3000)  # 64 / 63, 61 / 47 tiles
+    kw = dict(num_kv_heads=1, num_q_heads=8, head_dim=128, page_size=16, q_len=2, max_ctas=8)
+    plan = ht.decode_plan(torch.tensor(built, dtype=torch.int32), **kw)
+    info = _decode.read_plan(plan.plan.numpy())
+    assert (info["aligned"], info["capacity"], info["num_ctas"]) == (1, 16, 8)
+    for lens, ok in ((same_ctas, True), (other, False)):
+        case = decode_harness.DecodeCase(seq_lens=lens, q_len=2, max_ctas=8)
+        inp = decode_harness.make_inputs(case)
+        t = {k: decode_harness.to_torch(v, "cpu") for k, v in inp.items()}
+        call = lambda: ht.decode_attention(t["q"], t["k_cache"], t["v_cache"], t["block_table"],  # noqa: E731
+                                           t["seq_lens"], plan, q_len=2)
+        if ok:
+            decode_harness.check(case, inp, decode_harness.from_torch(call()))
+        else:
+            with pytest.raises(ValueError, match=r"seq_lens\[2\] = 3000 needs 47 tiles, the plan has 4 CTAs of 16"):
+                call()

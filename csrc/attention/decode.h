@@ -88,6 +88,11 @@ int DecodeAlternativePieceCostTiles(const DecodeConfig& config);
 // The model's true cost of a piece in tenths of a tile (attention::kModelPieceTenths), or
 // HPC_XLA_DECODE_MODEL_PIECE=0..200 (A/B; 0: no choice, the base cost always).
 int DecodeModelPieceTenths();
+// Whether the choosing planner (from 16 rows a piece, unless HPC_XLA_DECODE_PIECE_COST / _MODEL_PIECE=0 turn the
+// choice off) also considers the aligned layout (decode_plan.h): 1 (default) as AlignedChosen says (its Q tiles
+// model below the cost layouts' makespan and Q outweighs a piece); HPC_XLA_DECODE_ALIGNED=0 never, =2 whenever it
+// fits, =3 whenever it fits at any rows a piece (A/B).
+int DecodeAlignedMode();
 
 
 void BuildPlanHost(const int32_t* seq_lens, int batch, const DecodeConfig& config, int max_ctas, int32_t* plan);

@@ -66,9 +66,10 @@ constexpr int kPlanSmemPrefix = attention::kPlanChoiceMaxBatch;  // smaller batc
 
 // alt_cost > 0 (and model_tenths > 0): lay the batch out with piece_cost and with alt_cost and keep the one whose
 // modeled makespan is smaller (decode_plan.h, CostLayout), as BuildPlanHost does.
+// aligned_mode (DecodeAlignedMode) > 0: the aligned layout is a third candidate (decode_plan.h).
 __global__ void __launch_bounds__(1024) DecodePlanKernel(const int32_t* seq_lens, int batch, DecodeConfig cfg,
                                                           int max_ctas, int min_tiles, int piece_cost, int alt_cost,
-                                                          int model_tenths, int32_t* plan) {
+                                                          int model_tenths, int aligned_mode, int32_t* plan) {
   using namespace attention;
   // 64-bit sums: the cost (or, while choosing, the tile) prefix in the low half, the units with work in the high
   // one. Warp scans: the raking scan's storage would not fit beside the arrays below.
@@ -76,6 +77,7 @@ __global__ void __launch_bounds__(1024) DecodePlanKernel(const int32_t* seq_lens
   __shared__ typename BlockScan::TempStorage scan;
   __shared__ int64_t running;
   __shared__ unsigned long long makespan[2];
+  __shared__ unsigned long long aligned_q;  // the aligned layout's chunk; ~0: none fits
   // The CTA starts below binary-search the prefix: from shared memory when it fits (a search through global
   // memory is a chain of dependent L2 round trips, and the attention kernel waits for this whole kernel). While
   // a piece cost is chosen, prefix_smem holds the tile prefix, units_smem the prefix of units with work (< 2^15:
@@ -117,10 +119,15 @@ __global__ void __launch_bounds__(1024) DecodePlanKernel(const int32_t* seq_lens
     if (in_smem) prefix_smem[batch] = low;
     if (choose) units_smem[batch] = static_cast<int16_t>(running >> 32);
     makespan[0] = makespan[1] = 0;
+    aligned_q = ~0ull;
   }
   __syncthreads();
   const int32_t head_total = static_cast<int32_t>(running & 0xffffffffll);
   int32_t* start = PlanStart(plan, batch);
+  bool aligned = false;  // the layout chosen: the aligned one, or one of a piece cost
+  int32_t head_cost = 0;
+  int64_t capacity = 1;
+  int num_ctas = 0;
   if (choose) {
     const auto tiles = [&](int b) -> int64_t { return prefix_smem[b]; };
     const auto units = [&](int b) -> int64_t { return units_smem[b]; };
@@ -149,21 +156,74 @@ __global__ void __launch_bounds__(1024) DecodePlanKernel(const int32_t* seq_lens
       }
       if (threadIdx.x % 32 == 0) atomicMax(&makespan[k], static_cast<unsigned long long>(most));
     }
+    if (aligned_mode > 0 && head_total > 0) {
+      // the aligned layout's chunk: candidate low + w in warp w, the smallest that fits wins
+      static_assert(kAlignedCandidates * 32 == 1024, "one candidate chunk per warp");
+      const int64_t q = AlignedLowChunk(head_total, cfg.num_kv_heads, max_ctas, min_tiles) + threadIdx.x / 32;
+      int64_t ctas = 0;
+      for (int b = threadIdx.x % 32; b < batch; b += 32) ctas += AlignedSpan(prefix_smem[b + 1] - prefix_smem[b], q) / q;
+#pragma unroll
+      for (int o = 16; o > 0; o /= 2) ctas += __shfl_xor_sync(0xffffffffu, ctas, o);
+      if (threadIdx.x % 32 == 0 && AlignedFits(ctas, q, cfg.num_kv_heads, max_ctas)) {
+        atomicMin(&aligned_q, static_cast<unsigned long long>(q));
+      }
+    }
     __syncthreads();
     const int k = makespan[1] < makespan[0] ? 1 : 0;  // (the base cost on a tie)
     piece_cost = k == 1 ? alt_cost : piece_cost;
-    for (int b = threadIdx.x; b <= batch; b += blockDim.x) {  // the chosen layout's cost prefix and CTA starts
-      prefix[b] = prefix_smem[b] + piece_cost * units_smem[b];
-    }
-    for (int i = threadIdx.x; i <= max_ctas; i += blockDim.x) {
-      start[2 * i] = starts_smem[k][i][0];
-      start[2 * i + 1] = starts_smem[k][i][1];
+    const int64_t q = static_cast<int64_t>(aligned_q);
+    aligned = aligned_q != ~0ull &&
+              (aligned_mode >= 2 || AlignedChosen(q, model_tenths, static_cast<int64_t>(makespan[k])));
+    if (aligned) {
+      // CTAs per head before each sequence (a scan as above), kept where the starts were: flat, >= batch + 1 ints
+      static_assert(2 * (kPlanChoiceMaxCtas + 1) * 2 >= kPlanSmemPrefix, "ctas_before fits where the starts were");
+      int32_t* ctas_before = &starts_smem[0][0][0];
+      if (threadIdx.x == 0) running = 0;
+      __syncthreads();
+      for (int base = 0; base < batch; base += 1024) {
+        const int b = base + threadIdx.x;
+        const int64_t w = b < batch ? AlignedSpan(prefix_smem[b + 1] - prefix_smem[b], q) / q : 0;
+        int64_t excl, chunk_total;
+        BlockScan(scan).ExclusiveSum(w, excl, chunk_total);
+        const int64_t before = running;
+        if (b < batch) {
+          ctas_before[b] = static_cast<int32_t>(before + excl);
+          prefix[b] = static_cast<int32_t>((before + excl) * q);
+        }
+        __syncthreads();
+        if (threadIdx.x == 0) running = before + chunk_total;
+        __syncthreads();
+      }
+      if (threadIdx.x == 0) {
+        ctas_before[batch] = static_cast<int32_t>(running);
+        prefix[batch] = static_cast<int32_t>(running * q);
+      }
+      __syncthreads();
+      piece_cost = 0;
+      head_cost = static_cast<int32_t>(running * q);
+      capacity = q;
+      num_ctas = static_cast<int>(running * cfg.num_kv_heads);
+      const int64_t total = static_cast<int64_t>(head_cost) * cfg.num_kv_heads;
+      for (int i = threadIdx.x; i <= max_ctas; i += blockDim.x) {
+        LocateIn([&](int b) -> int64_t { return ctas_before[b] * q; }, batch, cfg.num_kv_heads, 0,
+                 i <= num_ctas ? i * q : total, &start[2 * i], &start[2 * i + 1]);
+      }
+    } else {
+      for (int b = threadIdx.x; b <= batch; b += blockDim.x) {  // the chosen layout's cost prefix and CTA starts
+        prefix[b] = prefix_smem[b] + piece_cost * units_smem[b];
+      }
+      for (int i = threadIdx.x; i <= max_ctas; i += blockDim.x) {
+        start[2 * i] = starts_smem[k][i][0];
+        start[2 * i + 1] = starts_smem[k][i][1];
+      }
     }
   }
-  const int32_t head_cost = choose ? head_total + piece_cost * units_smem[batch] : head_total;
+  if (!aligned) {
+    head_cost = choose ? head_total + piece_cost * units_smem[batch] : head_total;
+    capacity = CapacityOf(static_cast<int64_t>(head_cost) * cfg.num_kv_heads, max_ctas, min_tiles + piece_cost);
+    num_ctas = static_cast<int>((static_cast<int64_t>(head_cost) * cfg.num_kv_heads + capacity - 1) / capacity);
+  }
   const int64_t total = static_cast<int64_t>(head_cost) * cfg.num_kv_heads;
-  const int64_t capacity = CapacityOf(total, max_ctas, min_tiles + piece_cost);
-  const int num_ctas = static_cast<int>((total + capacity - 1) / capacity);
   if (!choose) {
     const int32_t* search = in_smem ? prefix_smem : prefix;
     for (int i = threadIdx.x; i <= max_ctas; i += blockDim.x) {
@@ -178,7 +238,7 @@ __global__ void __launch_bounds__(1024) DecodePlanKernel(const int32_t* seq_lens
     const int32_t header[kPlanHeaderInts] = {kPlanMagic, kPlanVersion, batch, cfg.num_kv_heads, cfg.num_q_heads,
                                              cfg.head_dim, cfg.q_len, cfg.page_size, static_cast<int32_t>(cfg.kv_dtype),
                                              max_ctas, num_ctas, static_cast<int32_t>(capacity), piece_cost,
-                                             head_cost, 0, 0};
+                                             head_cost, aligned ? 1 : 0, 0};
     for (int i = 0; i < kPlanHeaderInts; ++i) plan[i] = header[i];
   }
 }
@@ -244,7 +304,7 @@ Status DecodePlanCuda(const DecodePlanArgs& a, cudaStream_t stream) {
   return Launch("decode_plan kernel launch", DecodePlanKernel, dim3(1), dim3(1024), 0, stream,
                 a.seq_lens.ptr<const int32_t>(), static_cast<int>(a.seq_lens.shape[0]), a.config, a.max_ctas,
                 DecodeMinCapacityTiles(), DecodePieceCostTiles(a.config), DecodeAlternativePieceCostTiles(a.config),
-                DecodeModelPieceTenths(), a.plan.ptr<int32_t>());
+                DecodeModelPieceTenths(), DecodeAlignedMode(), a.plan.ptr<int32_t>());
 }
 
 static_assert(attention::kMaxPieces == attention::kMaxCtas, "the combine kernel must hold a piece per CTA");

@@ -10,6 +10,14 @@
 // boundaries. A unit cut by a CTA boundary is "split": its pieces write fp32 partials that are merged (by
 // log-sum-exp, in CTA order, so results are bitwise reproducible) by the combine kernel.
 //
+// Aligned layout (from 16 rows a piece, where the planner chooses): every unit is padded to a whole number of CTAs,
+// span_b = ceil(n_b / Q) x Q positions with piece cost 0, so every CTA holds one piece of one unit and no piece ends
+// mid-CTA (s43b's traces: such a finish costs ~19 us against ~3 at the CTA's end). The header says so
+// (kFieldAligned); the walk, the merge tasks and the combine read it as any other layout of capacity Q (a CTA gets
+// 1 to Q tiles, not the even share above). Unlike the other layouts it stays valid for lengths whose units need
+// the same CTAs (every CTA still has a tile, so every partial the combine merges is written): CheckPlanLengths
+// accepts exactly those.
+//
 // Partial slots are indexed by task, not by (batch, max_splits): a CTA has at most two split pieces (its
 // first and its last), so CTA i uses slots 2i (its first piece) and 2i+1 (its last piece).
 //
@@ -50,6 +58,9 @@ HPC_PLAN_HD int AlternativePieceCostTiles(int rows_per_piece) { return rows_per_
 // trace: ~6.2 tiles a piece at 16 rows; of 4 and 6 it picks the one s43b measured faster on 7 of the benchmark's 8
 // batches, and ties on the eighth, 1x64K+15x4K, where 6 measured 0.2-1.0 us faster but 4 is kept).
 constexpr int kModelPieceTenths = 62;
+// The aligned layout's chunk Q is the smallest of kAlignedCandidates values from ceil(tiles / max_ctas) up whose
+// padded units fit max_ctas (the GPU planner tries one per warp).
+constexpr int kAlignedCandidates = 32;
 constexpr int kMinCapacityTiles = 1;
 // Largest persistent grid (max_ctas) a plan may have: the combine kernel holds one weight per piece of a row in
 // shared memory (kMaxPieces in decode_kernel.cuh, asserted equal in decode_attention.cu).
@@ -70,7 +81,7 @@ enum PlanField : int {
   kFieldCapacity,  // Q, cost positions per CTA
   kFieldPieceCost,
   kFieldHeadCost,  // W = prefix[batch]
-  kFieldReserved0,
+  kFieldAligned,    // 1: the aligned layout (units padded to whole CTAs; piece cost 0)
   kFieldReserved1,
 };
 
@@ -93,6 +104,30 @@ HPC_PLAN_HD int TilesOf(int64_t seq_len) { return seq_len > 0 ? static_cast<int>
 HPC_PLAN_HD int UnitCost(int64_t seq_len, int piece_cost) {
   const int n = TilesOf(seq_len);
   return n > 0 ? n + piece_cost : 0;
+}
+
+// A unit's positions in the aligned layout of chunk q: whole CTAs.
+HPC_PLAN_HD int64_t AlignedSpan(int tiles, int64_t q) { return tiles > 0 ? (tiles + q - 1) / q * q : 0; }
+
+// The aligned layout's first candidate chunk (tiles per CTA: ceil(head_tiles x num_kv_heads / max_ctas), the tiles
+// of all heads spread evenly, at least min_tiles),
+// whether chunk q fits (its CTAs, ctas_per_head x num_kv_heads, within max_ctas and its positions in int32), and
+// whether it is chosen over the cost layout of modeled makespan `best` (tenths of a tile, CostLayout).
+HPC_PLAN_HD int64_t AlignedLowChunk(int64_t head_tiles, int num_kv_heads, int max_ctas, int min_tiles) {
+  const int64_t even = (head_tiles * num_kv_heads + max_ctas - 1) / max_ctas;
+  return even > min_tiles ? even : min_tiles;
+}
+HPC_PLAN_HD bool AlignedFits(int64_t ctas_per_head, int64_t q, int num_kv_heads, int max_ctas) {
+  const int64_t ctas = ctas_per_head * num_kv_heads;
+  return ctas >= 1 && ctas <= max_ctas && ctas * q <= 0x7fffffffll;
+}
+// Chosen when its q tiles alone model below `best`, and q outweighs one piece. Its one piece a CTA is not charged:
+// it ends with its CTA, and a CTA's last piece is in `best` too, where the costly finishes are those mid-CTA (s43b:
+// ~19 us against ~3 at the CTA's end; s44d / s45a, H100, q_len 2: charged, the model kept 1x64K+15x4K unaligned,
+// which measured 1.2 us faster aligned). Below one piece's worth of tiles a CTA, padding cuts every unit into
+// pieces that each write and merge a partial (64x512 at q = 2: 1.4 us slower aligned).
+HPC_PLAN_HD bool AlignedChosen(int64_t q, int model_tenths, int64_t best) {
+  return 10 * q >= model_tenths && 10 * q < best;
 }
 
 HPC_PLAN_HD int64_t CapacityOf(int64_t total_cost, int max_ctas, int min_capacity) {
@@ -205,7 +240,7 @@ struct Piece {
 // The pieces of one CTA, in order. `seq_lens` are read at attention time; a plan built from other lengths
 // only ever shrinks ranges (tiles past a sequence's end are skipped), never reads outside it -- memory safety
 // only: the merge tasks are the plan's, so with other lengths a split unit's result is unspecified (the API
-// requires the plan's own lengths).
+// requires the plan's own lengths; an aligned plan also serves lengths needing the same CTAs per unit, see above).
 struct PieceCursor {
   int cta;
   int batch;

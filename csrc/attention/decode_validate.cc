@@ -229,7 +229,8 @@ Status CheckPlanHeader(const int32_t* header, const DecodeConfig& cfg, int64_t b
                     " but this call has " + f.name + "=" + std::to_string(f.want));
     }
   }
-  if (header[kFieldNumCtas] < 0 || header[kFieldNumCtas] > header[kFieldMaxCtas]) {
+  if (header[kFieldNumCtas] < 0 || header[kFieldNumCtas] > header[kFieldMaxCtas] || header[kFieldCapacity] < 1 ||
+      (header[kFieldAligned] != 0 && header[kFieldAligned] != 1)) {
     return c.Fail("plan header is inconsistent (num_ctas=" + std::to_string(header[kFieldNumCtas]) + ", max_ctas=" +
                   std::to_string(header[kFieldMaxCtas]) + "): not a decode_plan output");
   }
@@ -248,13 +249,20 @@ Status CheckPlanLengths(const int32_t* plan, const int32_t* seq_lens, int64_t ba
   using namespace attention;
   const int32_t* prefix = PlanPrefix(plan);
   const int piece_cost = plan[kFieldPieceCost];
+  // An aligned plan fits every length with the same number of CTAs per unit: each CTA still gets a tile, so every
+  // partial the combine merges is written.
+  const bool aligned = plan[kFieldAligned] == 1;
+  const int64_t q = plan[kFieldCapacity];
   for (int64_t b = 0; b < batch; ++b) {
-    const int64_t want = UnitCost(seq_lens[b], piece_cost), have = static_cast<int64_t>(prefix[b + 1]) - prefix[b];
+    const int n = TilesOf(seq_lens[b]);
+    const int64_t want = aligned ? AlignedSpan(n, q) : UnitCost(seq_lens[b], piece_cost);
+    const int64_t have = static_cast<int64_t>(prefix[b + 1]) - prefix[b];
     if (want != have) {
+      const std::string has = aligned ? std::to_string(have / q) + " CTAs of " + std::to_string(q) + " tiles"
+                                      : std::to_string(have > piece_cost ? have - piece_cost : 0);
       return ArgCheck("decode_attention")
           .Fail("plan does not match seq_lens: seq_lens[" + std::to_string(b) + "] = " + std::to_string(seq_lens[b]) +
-                " needs " + std::to_string(TilesOf(seq_lens[b])) + " tiles, the plan has " +
-                std::to_string(have > piece_cost ? have - piece_cost : 0) +
+                " needs " + std::to_string(n) + " tiles, the plan has " + has +
                 " -- refill it for these seq_lens (decode_plan(seq_lens, ..., out=plan)) before the call");
     }
   }
@@ -283,7 +291,11 @@ int DecodePieceCostTiles(const DecodeConfig& config) {
 }
 
 int DecodeAlternativePieceCostTiles(const DecodeConfig& config) {
-  return ForcedPieceCost() >= 0 ? 0 : attention::AlternativePieceCostTiles(RowsPerPiece(config));
+  if (ForcedPieceCost() >= 0) return 0;
+  const int alt = attention::AlternativePieceCostTiles(RowsPerPiece(config));
+  // HPC_XLA_DECODE_ALIGNED=3 (A/B): the choosing planner for every config, so the aligned layout is forced below 16
+  // rows too (both piece-cost layouts then have the base cost)
+  return alt == 0 && DecodeAlignedMode() == 3 ? DecodePieceCostTiles(config) : alt;
 }
 
 int DecodeModelPieceTenths() {
@@ -292,6 +304,14 @@ int DecodeModelPieceTenths() {
     return n >= 0 && n <= 200 ? n : attention::kModelPieceTenths;
   }();
   return tenths;
+}
+
+int DecodeAlignedMode() {
+  static const int mode = [] {
+    const int n = EnvInt("HPC_XLA_DECODE_ALIGNED", -1);
+    return n >= 0 && n <= 3 ? n : 1;
+  }();
+  return mode;
 }
 
 int DecodeMinCapacityTiles() {

@@ -177,6 +177,8 @@ void BuildPlanHost(const int32_t* seq_lens, int batch, const DecodeConfig& cfg, 
   using namespace attention;
   int piece_cost = DecodePieceCostTiles(cfg);
   const int alt_cost = DecodeAlternativePieceCostTiles(cfg), model_tenths = DecodeModelPieceTenths();
+  const int min_tiles = DecodeMinCapacityTiles();
+  int64_t aligned_q = 0;  // > 0: the aligned layout of that chunk
   if (alt_cost > 0 && model_tenths > 0 && batch < kPlanChoiceMaxBatch && max_ctas <= kPlanChoiceMaxCtas) {
     // (as the GPU planner chooses)
     std::vector<int64_t> tile_prefix(batch + 1, 0), unit_prefix(batch + 1, 0);
@@ -188,16 +190,32 @@ void BuildPlanHost(const int32_t* seq_lens, int batch, const DecodeConfig& cfg, 
     const auto tiles = [&](int b) { return tile_prefix[b]; };
     const auto units = [&](int b) { return unit_prefix[b]; };
     using Layout = CostLayout<decltype(tiles), decltype(units)>;
-    const int min_tiles = DecodeMinCapacityTiles();
     const Layout base{tiles, units, batch, cfg.num_kv_heads, piece_cost, max_ctas, min_tiles};
     const Layout alt{tiles, units, batch, cfg.num_kv_heads, alt_cost, max_ctas, min_tiles};
-    if (alt.ModeledMakespan(model_tenths, 0, 1) < base.ModeledMakespan(model_tenths, 0, 1)) piece_cost = alt_cost;
+    const int64_t base_tenths = base.ModeledMakespan(model_tenths, 0, 1);
+    const int64_t alt_tenths = alt.ModeledMakespan(model_tenths, 0, 1);
+    if (alt_tenths < base_tenths) piece_cost = alt_cost;
+    const int mode = DecodeAlignedMode();
+    if (mode > 0 && tile_prefix[batch] > 0) {
+      const int64_t low = AlignedLowChunk(tile_prefix[batch], cfg.num_kv_heads, max_ctas, min_tiles);
+      for (int64_t q = low; q < low + kAlignedCandidates && aligned_q == 0; ++q) {
+        int64_t ctas = 0;
+        for (int b = 0; b < batch; ++b) ctas += AlignedSpan(static_cast<int>(tile_prefix[b + 1] - tile_prefix[b]), q) / q;
+        if (AlignedFits(ctas, q, cfg.num_kv_heads, max_ctas)) aligned_q = q;
+      }
+      const int64_t best = alt_tenths < base_tenths ? alt_tenths : base_tenths;
+      if (aligned_q > 0 && mode == 1 && !AlignedChosen(aligned_q, model_tenths, best)) aligned_q = 0;
+    }
   }
+  if (aligned_q > 0) piece_cost = 0;
   int32_t* prefix = PlanPrefix(plan);
   prefix[0] = 0;
-  for (int b = 0; b < batch; ++b) prefix[b + 1] = prefix[b] + UnitCost(seq_lens[b], piece_cost);
+  for (int b = 0; b < batch; ++b) {
+    const int64_t span = aligned_q > 0 ? AlignedSpan(TilesOf(seq_lens[b]), aligned_q) : UnitCost(seq_lens[b], piece_cost);
+    prefix[b + 1] = static_cast<int32_t>(prefix[b] + span);
+  }
   const int64_t total = static_cast<int64_t>(prefix[batch]) * cfg.num_kv_heads;
-  const int64_t capacity = CapacityOf(total, max_ctas, DecodeMinCapacityTiles() + piece_cost);
+  const int64_t capacity = aligned_q > 0 ? aligned_q : CapacityOf(total, max_ctas, min_tiles + piece_cost);
   const int num_ctas = static_cast<int>((total + capacity - 1) / capacity);
   int32_t* start = PlanStart(plan, batch);
   for (int i = 0; i <= max_ctas; ++i) {
@@ -209,7 +227,7 @@ void BuildPlanHost(const int32_t* seq_lens, int batch, const DecodeConfig& cfg, 
   const int32_t header[kPlanHeaderInts] = {kPlanMagic, kPlanVersion, batch, cfg.num_kv_heads, cfg.num_q_heads,
                                            cfg.head_dim, cfg.q_len, cfg.page_size, static_cast<int32_t>(cfg.kv_dtype),
                                            max_ctas, num_ctas, static_cast<int32_t>(capacity), piece_cost,
-                                           prefix[batch], 0, 0};
+                                           prefix[batch], aligned_q > 0 ? 1 : 0, 0};
   for (int i = 0; i < kPlanHeaderInts; ++i) plan[i] = header[i];
 }
 
