@@ -1,4 +1,5 @@
-// Shared by the dev probes (tools/stream_probe.cu, tools/ring_probe.cu, tools/launch_probe.cu): error checks,
+// Shared by the dev probes (tools/stream_probe.cu, tools/ring_probe.cu, tools/launch_probe.cu,
+// tools/decode_ring_probe.cu): error checks, an mbarrier wait,
 // the time of one repetition of some launches inside a CUDA graph (the way the benchmarks time our ops), and the
 // streaming probes' setup.
 #pragma once
@@ -19,6 +20,17 @@
       std::exit(1);                                                                  \
     }                                                                                \
   } while (0)
+
+// Spins until the shared-memory mbarrier at `bar` completes the phase of `parity` (the bulk-copy rings' full barriers).
+__device__ __forceinline__ void MbarWaitParity(uint32_t bar, uint32_t parity) {
+  uint32_t done = 0;
+  while (!done) {
+    asm volatile("{\n.reg .pred q;\nmbarrier.try_wait.parity.shared::cta.b64 q, [%1], %2;\nselp.u32 %0, 1, 0, q;\n}\n"
+                 : "=r"(done)
+                 : "r"(bar), "r"(parity)
+                 : "memory");
+  }
+}
 
 // Captures `reps` calls of launch(i, stream) into one graph, replays it `replays` times after one warm-up, and
 // returns the median microseconds per call.

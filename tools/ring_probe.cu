@@ -163,15 +163,7 @@ __global__ void __launch_bounds__(kThreads) BulkRing(Params p, int64_t cta_span)
   __syncthreads();
   uint32_t acc = 0;
   for (int k = 0; k < p.stages; ++k) {
-    const uint32_t bar = Smem(&full[k % S]);
-    const uint32_t parity = (k / S) & 1;
-    uint32_t done = 0;
-    while (!done) {
-      asm volatile("{\n.reg .pred q;\nmbarrier.try_wait.parity.shared::cta.b64 q, [%1], %2;\nselp.u32 %0, 1, 0, q;\n}\n"
-                   : "=r"(done)
-                   : "r"(bar), "r"(parity)
-                   : "memory");
-    }
+    MbarWaitParity(Smem(&full[k % S]), (k / S) & 1);
     acc ^= reinterpret_cast<const uint32_t*>(ring + (k % S) * kStageBytes)[threadIdx.x];
     Spin(p.spin);
     __syncthreads();  // every thread is done with stage k's slot, so stage k - 1's is surely free to refill
