@@ -13,8 +13,10 @@
 //           in flight), read the tile back from shared memory (every 16 B once, as the MMAs' ldmatrix reads do), then
 //           `spin` cycles of busy wait (a stand-in for the math: the kernel's per-CTA trace puts its compute at ~800
 //           cycles a tile), barrier
-//   bulk    the same ring fed by the TMA unit: one thread issues the tile as two 16 KB cp.async.bulk copies
+//   bulk    the same ring fed by the TMA unit: one thread issues the tile as two half-tile cp.async.bulk copies
 //           completing on the stage's mbarrier (the tile is contiguous at page size 64)
+// Both KV dtypes: bf16 (32 KB tiles) and fp8 (16 KB: fp8 8/1 rows sit at ~67% of the ceiling on an H100 -- the
+// stream, or the per-tile e4m3 conversions?).
 // Read: if `ring S=3, 2 CTAs/SM, spin 800` lands near the kernel's TB/s and deeper rings or bulk copies land
 // clearly higher, the stream mechanism is the lever; if every form stays near the kernel, the pattern / DRAM is.
 //   nvcc -std=c++17 -I. -gencode arch=compute_90a,code=sm_90a -O3 -o decode_ring_probe tools/decode_ring_probe.cu
@@ -26,8 +28,7 @@
 
 #include "probe_graph.cuh"
 
-constexpr int kTileBytes = 32768;  // 64 tokens x 128 x bf16, K then V
-constexpr int kChunks = kTileBytes / 16;
+// kTile: a 64-token tile's bytes, K then V: 32768 for bf16 8/1/128, 16384 for fp8.
 constexpr int kThreads = 128;  // the decode kernel's 4 warps
 
 struct Params {
@@ -55,12 +56,14 @@ __device__ __forceinline__ void Share(const Params& p, int* begin, int* end) {
   *end = min(p.tiles, *begin + per);
 }
 
+template <int kTile>
 __global__ void __launch_bounds__(kThreads) LdgKernel(Params p) {
+  constexpr int kChunks = kTile / 16;
   int begin, end;
   Share(p, &begin, &end);
   uint4 acc = make_uint4(0, 0, 0, 0);
   for (int t = begin; t < end; ++t) {
-    const uint4* src = reinterpret_cast<const uint4*>(p.kv + static_cast<int64_t>(p.blocks[t]) * kTileBytes);
+    const uint4* src = reinterpret_cast<const uint4*>(p.kv + static_cast<int64_t>(p.blocks[t]) * kTile);
     uint4 v[kChunks / kThreads];
 #pragma unroll
     for (int i = 0; i < kChunks / kThreads; ++i) {
@@ -81,7 +84,9 @@ __global__ void __launch_bounds__(kThreads) LdgKernel(Params p) {
 }
 
 // Reads every 16 bytes of a landed stage once (the MMAs' ldmatrix traffic) and folds them into acc.
+template <int kTile>
 __device__ __forceinline__ uint32_t ReadStage(const uint8_t* stage) {
+  constexpr int kChunks = kTile / 16;
   uint4 a = make_uint4(0, 0, 0, 0);
 #pragma unroll 4
   for (int i = threadIdx.x; i < kChunks; i += kThreads) {
@@ -94,14 +99,15 @@ __device__ __forceinline__ uint32_t ReadStage(const uint8_t* stage) {
   return a.x ^ a.y ^ a.z ^ a.w;
 }
 
-template <int S>
+template <int kTile, int S>
 __global__ void __launch_bounds__(kThreads) CpAsyncRing(Params p) {
+  constexpr int kChunks = kTile / 16;
   extern __shared__ __align__(1024) uint8_t ring[];
   int begin, end;
   Share(p, &begin, &end);
   auto issue = [&](int t) {
-    const uint8_t* src = p.kv + static_cast<int64_t>(p.blocks[t]) * kTileBytes;
-    uint8_t* dst = ring + ((t - begin) % S) * kTileBytes;
+    const uint8_t* src = p.kv + static_cast<int64_t>(p.blocks[t]) * kTile;
+    uint8_t* dst = ring + ((t - begin) % S) * kTile;
 #pragma unroll
     for (int i = 0; i < kChunks / kThreads; ++i) {
       const int c = threadIdx.x + i * kThreads;
@@ -119,7 +125,7 @@ __global__ void __launch_bounds__(kThreads) CpAsyncRing(Params p) {
     asm volatile("cp.async.commit_group;\n" ::: "memory");
     asm volatile("cp.async.wait_group %0;\n" ::"n"(S - 1) : "memory");
     __syncthreads();
-    acc ^= ReadStage(ring + ((t - begin) % S) * kTileBytes);
+    acc ^= ReadStage<kTile>(ring + ((t - begin) % S) * kTile);
     Spin(p.spin);
     __syncthreads();  // tile t's slot is free for the next iteration's refill
   }
@@ -127,7 +133,7 @@ __global__ void __launch_bounds__(kThreads) CpAsyncRing(Params p) {
   if (acc == 0x12345678u) p.out[blockIdx.x] = acc;
 }
 
-template <int S>
+template <int kTile, int S>
 __global__ void __launch_bounds__(kThreads) BulkRing(Params p) {
   extern __shared__ __align__(1024) uint8_t ring[];
   __shared__ __align__(8) uint64_t full[S];
@@ -136,12 +142,12 @@ __global__ void __launch_bounds__(kThreads) BulkRing(Params p) {
   auto issue = [&](int t) {  // thread 0 only
     const int slot = (t - begin) % S;
     const uint32_t bar = Smem(&full[slot]);
-    const uint8_t* src = p.kv + static_cast<int64_t>(p.blocks[t]) * kTileBytes;
-    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(bar), "r"(kTileBytes) : "memory");
+    const uint8_t* src = p.kv + static_cast<int64_t>(p.blocks[t]) * kTile;
+    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(bar), "r"(kTile) : "memory");
     for (int h = 0; h < 2; ++h) {
       asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];\n" ::"r"(
-                       Smem(ring + slot * kTileBytes + h * (kTileBytes / 2))),
-                   "l"(src + h * (kTileBytes / 2)), "r"(kTileBytes / 2), "r"(bar)
+                       Smem(ring + slot * kTile + h * (kTile / 2))),
+                   "l"(src + h * (kTile / 2)), "r"(kTile / 2), "r"(bar)
                    : "memory");
     }
   };
@@ -155,7 +161,7 @@ __global__ void __launch_bounds__(kThreads) BulkRing(Params p) {
   for (int t = begin; t < end; ++t) {
     const int i = t - begin;
     MbarWaitParity(Smem(&full[i % S]), (i / S) & 1);
-    acc ^= ReadStage(ring + (i % S) * kTileBytes);
+    acc ^= ReadStage<kTile>(ring + (i % S) * kTile);
     Spin(p.spin);
     __syncthreads();  // every thread is done with tile t's slot
     if (threadIdx.x == 0 && t + S - 1 < end) issue(t + S - 1);
@@ -192,8 +198,8 @@ int main() {
   const int max_tiles = 4096;
   const int pool = 2 * max_tiles + 1;  // two sets, as the bench's rotating sets (3 x L2 / KV bytes -> 2)
   uint8_t* kv = nullptr;
-  CHECK(cudaMalloc(&kv, static_cast<int64_t>(pool) * kTileBytes));
-  CHECK(cudaMemset(kv, 1, static_cast<int64_t>(pool) * kTileBytes));
+  CHECK(cudaMalloc(&kv, static_cast<int64_t>(pool) * 32768));
+  CHECK(cudaMemset(kv, 1, static_cast<int64_t>(pool) * 32768));
   std::vector<int32_t> perm(pool);
   std::iota(perm.begin(), perm.end(), 0);
   std::shuffle(perm.begin(), perm.end(), std::mt19937(0));
@@ -203,37 +209,45 @@ int main() {
   uint32_t* out = nullptr;
   CHECK(cudaMalloc(&out, 1 << 20));
 
-  CHECK(cudaFuncSetAttribute(CpAsyncRing<3>, cudaFuncAttributeMaxDynamicSharedMemorySize, 3 * kTileBytes));
-  CHECK(cudaFuncSetAttribute(CpAsyncRing<6>, cudaFuncAttributeMaxDynamicSharedMemorySize, 6 * kTileBytes));
-  CHECK(cudaFuncSetAttribute(BulkRing<3>, cudaFuncAttributeMaxDynamicSharedMemorySize, 3 * kTileBytes));
-  CHECK(cudaFuncSetAttribute(BulkRing<6>, cudaFuncAttributeMaxDynamicSharedMemorySize, 6 * kTileBytes));
-
   struct Form {
     const char* name;
     void (*kernel)(Params);
-    int smem, per_sm;
+    int stages, per_sm;  // stages of dynamic shared memory (0: none)
   };
-  const Form forms[] = {
-      {"ldg, 2 CTAs/SM", LdgKernel, 0, 2},          {"ldg, 4 CTAs/SM", LdgKernel, 0, 4},
-      {"ring S=3, 2 CTAs/SM", CpAsyncRing<3>, 3 * kTileBytes, 2},
-      {"ring S=6, 1 CTA/SM", CpAsyncRing<6>, 6 * kTileBytes, 1},
-      {"bulk S=3, 2 CTAs/SM", BulkRing<3>, 3 * kTileBytes, 2},
-      {"bulk S=6, 1 CTA/SM", BulkRing<6>, 6 * kTileBytes, 1},
-  };
-  std::printf("%-14s %-22s %5s %9s %7s %8s\n", "workload", "form", "spin", "us", "TB/s", "%ceil");
-  for (const Workload& w : workloads) {
+  auto run = [&](const char* kv_name, int tile_bytes, const std::vector<Form>& forms) {
     for (const Form& f : forms) {
-      for (int spin : {0, 800, 1600}) {
-        Params p = {kv, blocks, w.tiles, f.per_sm * sms, spin, out};
-        const double us = GraphMicrosPerCall([&](int i, cudaStream_t s) {
-          Params q = p;
-          q.blocks = blocks + (i % 2) * max_tiles;  // alternate the two sets
-          f.kernel<<<q.ctas, kThreads, f.smem, s>>>(q);
-        });
-        const double tbps = static_cast<double>(w.tiles) * kTileBytes / us * 1e-6;
-        std::printf("%-14s %-22s %5d %9.1f %7.2f %7.0f%%\n", w.name, f.name, spin, us, tbps, 100 * tbps / ceiling);
+      const int smem = f.stages * tile_bytes;
+      if (smem > 48 * 1024) CHECK(cudaFuncSetAttribute(f.kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
+    }
+    for (const Workload& w : workloads) {
+      for (const Form& f : forms) {
+        for (int spin : {0, 800, 1600}) {
+          Params p = {kv, blocks, w.tiles, f.per_sm * sms, spin, out};
+          const double us = GraphMicrosPerCall([&](int i, cudaStream_t s) {
+            Params q = p;
+            q.blocks = blocks + (i % 2) * max_tiles;  // alternate the two sets
+            f.kernel<<<q.ctas, kThreads, f.stages * tile_bytes, s>>>(q);
+          });
+          const double tbps = static_cast<double>(w.tiles) * tile_bytes / us * 1e-6;
+          std::printf("%-5s %-14s %-22s %5d %9.1f %7.2f %7.0f%%\n", kv_name, w.name, f.name, spin, us, tbps,
+                      100 * tbps / ceiling);
+        }
       }
     }
-  }
+  };
+  std::printf("%-5s %-14s %-22s %5s %9s %7s %8s\n", "kv", "workload", "form", "spin", "us", "TB/s", "%ceil");
+  run("bf16", 32768,
+      {{"ldg, 2 CTAs/SM", LdgKernel<32768>, 0, 2},
+       {"ldg, 4 CTAs/SM", LdgKernel<32768>, 0, 4},
+       {"ring S=3, 2 CTAs/SM", CpAsyncRing<32768, 3>, 3, 2},
+       {"ring S=6, 1 CTA/SM", CpAsyncRing<32768, 6>, 6, 1},
+       {"bulk S=3, 2 CTAs/SM", BulkRing<32768, 3>, 3, 2},
+       {"bulk S=6, 1 CTA/SM", BulkRing<32768, 6>, 6, 1}});
+  // fp8 KV: 16 KB tiles; the kernel's ring is 4 stages (decode_kernel.cuh: up to 96 KB)
+  run("fp8", 16384,
+      {{"ldg, 4 CTAs/SM", LdgKernel<16384>, 0, 4},
+       {"ring S=4, 2 CTAs/SM", CpAsyncRing<16384, 4>, 4, 2},
+       {"ring S=4, 3 CTAs/SM", CpAsyncRing<16384, 4>, 4, 3},
+       {"bulk S=4, 2 CTAs/SM", BulkRing<16384, 4>, 4, 2}});
   return 0;
 }
