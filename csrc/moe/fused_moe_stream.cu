@@ -35,7 +35,6 @@
 #include "csrc/common/numeric.h"
 #include "csrc/moe/fused_moe_stream.h"
 #include "csrc/moe/moe_common.cuh"
-#include "csrc/moe/stream_down_wgmma.h"
 #include "csrc/moe/stream_gate_up_wgmma.h"
 
 namespace hpc::moe {
@@ -730,32 +729,7 @@ Status LaunchWgmmaGateUp(const StreamParams& p, cudaStream_t stream) {
   a.inter = static_cast<uint8_t*>(p.inter);
   a.tokens = p.tokens, a.top_k = p.top_k, a.experts = p.experts, a.expert_offset = p.expert_offset;
   a.hidden = p.hidden, a.inter_size = p.inter_size;
-  a.w2 = p.w2;
-  static const int prefetch = EnvInt("HPC_MOE_PREFETCH", 0);  // EXPERIMENT 62 (43's prefetch bits)
-  a.prefetch = prefetch;
   return LaunchStreamGateUpWgmma(a, stream);
-}
-
-// After the wgmma gate-up at T = 1, the down on wgmma too (stream_down_wgmma.cu) where the shape fits (top_k <= 8,
-// I <= 1024). EXPERIMENT 62 (44's down): HPC_XLA_MOE_DOWN_WGMMA=0 keeps the mma.sync down kernel (A/B).
-bool UseWgmmaDown(const StreamParams& p) {
-  static const int knob = EnvInt("HPC_XLA_MOE_DOWN_WGMMA", -1);
-  return knob != 0 && StreamDownWgmmaFits(p.tokens, p.top_k, p.hidden, p.inter_size);
-}
-
-Status LaunchWgmmaDown(const StreamParams& p, cudaStream_t stream) {
-  WgmmaDownArgs a = {};
-  a.inter = static_cast<const uint8_t*>(p.inter);
-  a.w2 = p.w2;
-  a.w2_scale = p.w2_scale;
-  a.a2_scale = p.a2_scale;
-  a.weights = p.weights;
-  a.ids = p.ids;
-  a.shared = p.shared;
-  a.out = p.out;
-  a.top_k = p.top_k, a.experts = p.experts, a.expert_offset = p.expert_offset;
-  a.hidden = p.hidden, a.inter_size = p.inter_size;
-  return LaunchStreamDownWgmma(a, stream);
 }
 
 template <MoeQuant Q, Col CUp, Col CDown>
@@ -764,7 +738,6 @@ Status LaunchStream(const StreamParams& p, int device, cudaStream_t stream) {
   if constexpr (Q == MoeQuant::kFp8Tensor) {
     if (UseWgmmaGateUp(p, device)) {
       HPC_RETURN_IF_ERROR(LaunchWgmmaGateUp<CUp>(p, stream));
-      if (UseWgmmaDown(p)) return LaunchWgmmaDown(p, stream);
     } else {
       HPC_RETURN_IF_ERROR((LaunchGateUp<Q, CUp>(p, device, stream)));
     }

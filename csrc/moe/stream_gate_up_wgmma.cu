@@ -66,23 +66,6 @@ __device__ __forceinline__ uint32_t PackE4M3x4(float a, float b, float c, float 
   return lo | (hi << 16);
 }
 
-// EXPERIMENT 62 (43's prefetch): a bulk prefetch into L2 (the TMA unit fetches; nothing waits on it).
-__device__ __forceinline__ void PrefetchL2(const void* src, uint32_t bytes) {
-  asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(src), "r"(bytes) : "memory");
-}
-
-// EXPERIMENT 62 (43's prefetch): this CTA's share of w2[e] (the down kernel reads all of it), in 4 KB pieces over the threads.
-__device__ __forceinline__ void PrefetchDownShare(const WgmmaGateUpArgs& a, int e, int idx, int n_ctas, int tid) {
-  const int64_t total = static_cast<int64_t>(a.hidden) * a.inter_size;
-  const int64_t chunk = ((total + n_ctas - 1) / n_ctas + 15) & ~int64_t{15};
-  const int64_t start = idx * chunk;
-  const int64_t len = start < total ? (total - start < chunk ? total - start : chunk) : 0;
-  const uint8_t* base = a.w2 + static_cast<int64_t>(e) * total + start;
-  for (int64_t off = static_cast<int64_t>(tid) * 4096; off < len; off += static_cast<int64_t>(kThreads) * 4096) {
-    PrefetchL2(base + off, static_cast<uint32_t>(len - off < 4096 ? len - off : 4096));
-  }
-}
-
 template <bool kXFp8>
 __global__ void __launch_bounds__(kThreads) GateUpWgmmaKernel(const __grid_constant__ Params p) {
   extern __shared__ uint8_t dyn[];
@@ -118,7 +101,6 @@ __global__ void __launch_bounds__(kThreads) GateUpWgmmaKernel(const __grid_const
                         g0 * kGroupK;
   const int64_t up_delta = W13UpDelta(I, a.w13_interleaved);
   const int r0 = tid / 8, c = tid % 8;
-  if ((a.prefetch & 1) && tid < 64) PrefetchL2(gate + (tid < 32 ? tid : up_delta + tid - 32) * H, n * kGroupK);
 #pragma unroll
   for (int s = 0; s < kMaxGroups; ++s) {
     if (s < n) {
@@ -131,8 +113,6 @@ __global__ void __launch_bounds__(kThreads) GateUpWgmmaKernel(const __grid_const
     }
     CpAsyncCommit();
   }
-  const int share = cb * p.cluster + rank, shares = p.col_blocks * p.cluster;
-  if (a.prefetch & 2) PrefetchDownShare(a, e, share, shares, tid);
   // B: x of tokens 0..T-1 over this CTA's K groups, e4m3; rows T..7 zero.
   const float mul = kXFp8 ? 1.f : QuantMultiplier(*a.a13_scale);
   for (int i = tid; i < n * kMaxTokens * 8; i += kThreads) {
@@ -166,7 +146,6 @@ __global__ void __launch_bounds__(kThreads) GateUpWgmmaKernel(const __grid_const
       FenceProxyAsync();
       __syncthreads();
       WgmmaGroupE4M3(acc, a_base + s * kAGroupBytes, b_base + s * kBGroupBytes);
-      if (s == 0 && (a.prefetch & 4)) PrefetchDownShare(a, e, share, shares, tid);
     }
   }
 
