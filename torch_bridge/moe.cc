@@ -1,8 +1,6 @@
 // MoE ops for torch (and any DLPack producer): outputs written in place, nothing allocated.
 #include <nanobind/nanobind.h>
 
-#include <algorithm>
-
 #include "csrc/moe/fused_moe.h"
 #include "csrc/moe/route.h"
 #include "torch_bridge/bindings.h"
@@ -125,27 +123,6 @@ void BindMoe(nb::module_& m) {
         "Grouped-path gathers in this process that ran by tokens (HPC_XLA_MOE_GATHER=tokens).");
   m.def("fused_moe_wgmma_gate_up_launches", &FusedMoeWgmmaGateUpLaunches,
         "Stream-path gate-up launches in this process on wgmma (HPC_XLA_MOE_UP_WGMMA, or the T=1 default).");
-#ifdef HPC_MOE_TRACE
-  // EXPERIMENT 42 (never landed): the T=1 stream layer's per-CTA timestamps (csrc/moe/moe_trace.cuh).
-  m.def("moe_trace_reset", [] {
-    std::vector<uint64_t> unused;
-    ThrowIfError(FusedMoeTraceGateUp(true, &unused));
-    ThrowIfError(FusedMoeTraceDown(true, &unused));
-    ThrowIfError(FusedMoeTraceDownWgmma(true, &unused));
-  });
-  m.def("moe_trace_read", [] {  // gate-up [1024][8] then down [1024][8], u64
-    std::vector<uint64_t> up, down;
-    ThrowIfError(FusedMoeTraceGateUp(false, &up));
-    ThrowIfError(FusedMoeTraceDown(false, &down));
-    std::vector<uint64_t> down_wgmma;  // EXPERIMENT 45: one of the two down kernels ran; the other's array is zero
-    ThrowIfError(FusedMoeTraceDownWgmma(false, &down_wgmma));
-    for (size_t i = 0; i < down.size(); ++i) down[i] = std::max(down[i], down_wgmma[i]);
-    up.insert(up.end(), down.begin(), down.end());
-    return nb::bytes(reinterpret_cast<const char*>(up.data()), up.size() * sizeof(uint64_t));
-  });
-#endif
-  m.def("fused_moe_wgmma_down_launches", &FusedMoeWgmmaDownLaunches,
-        "Stream-path down launches in this process on wgmma (HPC_XLA_MOE_DOWN_WGMMA, or the T=1 default).");
   m.def("moe_route", &MoeRouteBinding, nb::arg("router_logits"), nb::arg("correction_bias").none(),
         nb::arg("topk_weights"), nb::arg("topk_ids"), nb::arg("top_k"), nb::arg("scoring"), nb::arg("renormalize"),
         nb::arg("num_groups"), nb::arg("topk_groups"), nb::arg("routed_scaling"), nb::arg("stream") = -1);

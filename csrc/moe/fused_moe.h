@@ -5,11 +5,7 @@
 // scales a13/a2), fp8_block128 (128x128 weight blocks, activations quantized per token per 128 columns).
 #pragma once
 
-// EXPERIMENT 42: per-CTA timestamps of the T=1 stream layer (moe_trace.cuh); this commit is never landed.
-#define HPC_MOE_TRACE 1
-
 #include <cstdint>
-#include <vector>
 
 #include "csrc/common/numeric.h"
 #include "csrc/common/status.h"
@@ -87,15 +83,6 @@ int64_t FusedMoeGemmClusterLaunches();
 int64_t FusedMoeGatherByTokensLaunches();
 // Stream-path wgmma gate-up launches in this process.
 int64_t FusedMoeWgmmaGateUpLaunches();
-#ifdef HPC_MOE_TRACE
-// EXPERIMENT 42: zero (reset) or read the wgmma gate-up's / the stream down kernel's trace arrays ([1024][8] u64).
-Status FusedMoeTraceGateUp(bool reset, std::vector<uint64_t>* out);
-Status FusedMoeTraceDown(bool reset, std::vector<uint64_t>* out);
-// EXPERIMENT 45: the wgmma down kernel's (experiment 44) array; fields as the down's, 1 = copies issued, 3 = MMAs done.
-Status FusedMoeTraceDownWgmma(bool reset, std::vector<uint64_t>* out);
-#endif
-// Stream-path down launches in this process on wgmma (single-token fp8_tensor after the wgmma gate-up).
-int64_t FusedMoeWgmmaDownLaunches();
 // What one call with `tokens` tokens needs (the CUDA path checks the workspace against it). experts_global and
 // w13_interleaved as the call passes them (num_experts_global, 0 if not given): with an interleaved w13 the grouped
 // path computes the activation in its gate-up epilogue and needs no gate_up rows (FusedMoeActInEpilogue).

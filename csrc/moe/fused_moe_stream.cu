@@ -35,9 +35,7 @@
 #include "csrc/common/numeric.h"
 #include "csrc/moe/fused_moe_stream.h"
 #include "csrc/moe/moe_common.cuh"
-#include "csrc/moe/stream_down_wgmma.h"
 #include "csrc/moe/stream_gate_up_wgmma.h"
-#include "csrc/moe/moe_trace.cuh"
 
 namespace hpc::moe {
 namespace {
@@ -559,7 +557,6 @@ __global__ void __launch_bounds__(32 * kWarps) MoeStreamDownKernel(const __grid_
   const int64_t H = p.hidden, I = p.inter_size;
   const int h0 = blockIdx.x * kDownRows;
   const int splits = p.down_splits, P = p.pairs;
-  HPC_MOE_TRACE_TIME(0);
   // Before the PDL wait: only inputs of the op (topk_ids), complete once the gate-up kernel has started us.
   const int n_hit = BuildHitList<kThreads>(p, ids_local, hits);
   // The final sum's per-pair factors, loaded now (inputs of the op too): in the sum itself they were a chain of
@@ -570,10 +567,7 @@ __global__ void __launch_bounds__(32 * kWarps) MoeStreamDownKernel(const __grid_
     pair_ts[i] = Q == MoeQuant::kFp8Tensor && e >= 0 ? __fmul_rn(*p.a2_scale, p.w2_scale[e]) : 1.f;
   }
   const int tasks = n_hit * splits;
-  HPC_MOE_TRACE_TIME(1);
-  HPC_MOE_TRACE_VALUE(6, n_hit);
   PdlWait();  // the intermediate comes from the gate-up kernel
-  HPC_MOE_TRACE_TIME(2);
   PdlLaunchDependents();
   const int groups = static_cast<int>((I + kGroup - 1) / kGroup);
   const int kblocks = static_cast<int>(I / kMoeBlock);
@@ -624,7 +618,6 @@ __global__ void __launch_bounds__(32 * kWarps) MoeStreamDownKernel(const __grid_
       },
       [](const Job&, int) { return 0.f; });
   __syncthreads();
-  HPC_MOE_TRACE_TIME(3);
   // y[t, h0 + c (+1)] = sum_j (j order) w[t, j] * down[t*k + j] (+ shared): the reduce of the other paths.
   // In two passes -- each (pair, column pair) adds its splits, scales and weights them into split 0's row, then each
   // (token, column pair) adds its top_k slots: the same operations in the same order as one pass (bitwise equal),
@@ -668,8 +661,6 @@ __global__ void __launch_bounds__(32 * kWarps) MoeStreamDownKernel(const __grid_
     }
     *reinterpret_cast<__nv_bfloat162*>(p.out + off) = __floats2bfloat162_rn(y0, y1);
   }
-  HPC_MOE_TRACE_VALUE(7, ::hpc::moe::trace::SmId());
-  HPC_MOE_TRACE_TIME(5);
 }
 
 // ------------------------------------------------------------------------------------------------ launch
@@ -738,32 +729,7 @@ Status LaunchWgmmaGateUp(const StreamParams& p, cudaStream_t stream) {
   a.inter = static_cast<uint8_t*>(p.inter);
   a.tokens = p.tokens, a.top_k = p.top_k, a.experts = p.experts, a.expert_offset = p.expert_offset;
   a.hidden = p.hidden, a.inter_size = p.inter_size;
-  a.w2 = p.w2;
-  static const int prefetch = EnvInt("HPC_MOE_PREFETCH", 0);  // EXPERIMENT 62 (43's prefetch bits)
-  a.prefetch = prefetch;
   return LaunchStreamGateUpWgmma(a, stream);
-}
-
-// After the wgmma gate-up at T = 1, the down on wgmma too (stream_down_wgmma.cu) where the shape fits (top_k <= 8,
-// I <= 1024). EXPERIMENT 44: HPC_XLA_MOE_DOWN_WGMMA=0 keeps the mma.sync down kernel (A/B).
-bool UseWgmmaDown(const StreamParams& p) {
-  static const int knob = EnvInt("HPC_XLA_MOE_DOWN_WGMMA", -1);
-  return knob != 0 && StreamDownWgmmaFits(p.tokens, p.top_k, p.hidden, p.inter_size);
-}
-
-Status LaunchWgmmaDown(const StreamParams& p, cudaStream_t stream) {
-  WgmmaDownArgs a = {};
-  a.inter = static_cast<const uint8_t*>(p.inter);
-  a.w2 = p.w2;
-  a.w2_scale = p.w2_scale;
-  a.a2_scale = p.a2_scale;
-  a.weights = p.weights;
-  a.ids = p.ids;
-  a.shared = p.shared;
-  a.out = p.out;
-  a.top_k = p.top_k, a.experts = p.experts, a.expert_offset = p.expert_offset;
-  a.hidden = p.hidden, a.inter_size = p.inter_size;
-  return LaunchStreamDownWgmma(a, stream);
 }
 
 template <MoeQuant Q, Col CUp, Col CDown>
@@ -772,7 +738,6 @@ Status LaunchStream(const StreamParams& p, int device, cudaStream_t stream) {
   if constexpr (Q == MoeQuant::kFp8Tensor) {
     if (UseWgmmaGateUp(p, device)) {
       HPC_RETURN_IF_ERROR(LaunchWgmmaGateUp<CUp>(p, stream));
-      if (UseWgmmaDown(p)) return LaunchWgmmaDown(p, stream);
     } else {
       HPC_RETURN_IF_ERROR((LaunchGateUp<Q, CUp>(p, device, stream)));
     }
@@ -827,9 +792,3 @@ Status RunStreamMoe(const FusedMoeArgs& a, const MoePlan& plan, cudaStream_t str
 }
 
 }  // namespace hpc::moe
-
-#ifdef HPC_MOE_TRACE
-namespace hpc {
-Status FusedMoeTraceDown(bool reset, std::vector<uint64_t>* out) { return moe::trace::Access(reset, out); }
-}  // namespace hpc
-#endif

@@ -32,7 +32,6 @@
 #include "csrc/common/numeric.h"
 #include "csrc/moe/fused_moe.h"
 #include "csrc/moe/moe_common.cuh"
-#include "csrc/moe/moe_trace.cuh"
 #include "csrc/moe/stream_gate_up_wgmma.h"
 #include "csrc/moe/wgmma_sm90.cuh"
 
@@ -67,23 +66,6 @@ __device__ __forceinline__ uint32_t PackE4M3x4(float a, float b, float c, float 
   return lo | (hi << 16);
 }
 
-// EXPERIMENT 62 (43's prefetch): a bulk prefetch into L2 (the TMA unit fetches; nothing waits on it).
-__device__ __forceinline__ void PrefetchL2(const void* src, uint32_t bytes) {
-  asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(src), "r"(bytes) : "memory");
-}
-
-// EXPERIMENT 62 (43's prefetch): this CTA's share of w2[e] (the down kernel reads all of it), in 4 KB pieces over the threads.
-__device__ __forceinline__ void PrefetchDownShare(const WgmmaGateUpArgs& a, int e, int idx, int n_ctas, int tid) {
-  const int64_t total = static_cast<int64_t>(a.hidden) * a.inter_size;
-  const int64_t chunk = ((total + n_ctas - 1) / n_ctas + 15) & ~int64_t{15};
-  const int64_t start = idx * chunk;
-  const int64_t len = start < total ? (total - start < chunk ? total - start : chunk) : 0;
-  const uint8_t* base = a.w2 + static_cast<int64_t>(e) * total + start;
-  for (int64_t off = static_cast<int64_t>(tid) * 4096; off < len; off += static_cast<int64_t>(kThreads) * 4096) {
-    PrefetchL2(base + off, static_cast<uint32_t>(len - off < 4096 ? len - off : 4096));
-  }
-}
-
 template <bool kXFp8>
 __global__ void __launch_bounds__(kThreads) GateUpWgmmaKernel(const __grid_constant__ Params p) {
   extern __shared__ uint8_t dyn[];
@@ -93,20 +75,13 @@ __global__ void __launch_bounds__(kThreads) GateUpWgmmaKernel(const __grid_const
   const int rank = static_cast<int>(blockIdx.x) % p.cluster, unit = static_cast<int>(blockIdx.x) / p.cluster;
   const int slot = unit / p.col_blocks, cb = unit % p.col_blocks;
   const int P = a.tokens * a.top_k;
-  HPC_MOE_TRACE_TIME(0);
   PdlWait();  // topk_ids and x may come from the previous kernel (routing)
-  HPC_MOE_TRACE_TIME(1);
   // The slot's expert. Every warp of every CTA of the cluster decides alike: the cluster runs or exits as one.
   const int id_lo = lane < P ? a.ids[lane] : -1, id_hi = lane + 32 < P ? a.ids[lane + 32] : -1;
   const int mine = __shfl_sync(0xffffffffu, slot < 32 ? id_lo : id_hi, slot % 32);
   const bool repeat = __any_sync(0xffffffffu, (lane < slot && id_lo == mine) || (lane + 32 < slot && id_hi == mine));
   const int e = mine - a.expert_offset;
-  if (repeat || e < 0 || e >= a.experts) {
-    HPC_MOE_TRACE_VALUE(6, 1);
-    HPC_MOE_TRACE_VALUE(7, ::hpc::moe::trace::SmId());
-    HPC_MOE_TRACE_TIME(5);
-    return;
-  }
+  if (repeat || e < 0 || e >= a.experts) return;
   PdlLaunchDependents();  // the down kernel may start its prologue
   if (tid < 32) ids_s[tid] = id_lo, ids_s[tid + 32] = id_hi;
 
@@ -126,7 +101,6 @@ __global__ void __launch_bounds__(kThreads) GateUpWgmmaKernel(const __grid_const
                         g0 * kGroupK;
   const int64_t up_delta = W13UpDelta(I, a.w13_interleaved);
   const int r0 = tid / 8, c = tid % 8;
-  if ((a.prefetch & 1) && tid < 64) PrefetchL2(gate + (tid < 32 ? tid : up_delta + tid - 32) * H, n * kGroupK);
 #pragma unroll
   for (int s = 0; s < kMaxGroups; ++s) {
     if (s < n) {
@@ -139,9 +113,6 @@ __global__ void __launch_bounds__(kThreads) GateUpWgmmaKernel(const __grid_const
     }
     CpAsyncCommit();
   }
-  HPC_MOE_TRACE_TIME(2);
-  const int share = cb * p.cluster + rank, shares = p.col_blocks * p.cluster;
-  if (a.prefetch & 2) PrefetchDownShare(a, e, share, shares, tid);
   // B: x of tokens 0..T-1 over this CTA's K groups, e4m3; rows T..7 zero.
   const float mul = kXFp8 ? 1.f : QuantMultiplier(*a.a13_scale);
   for (int i = tid; i < n * kMaxTokens * 8; i += kThreads) {
@@ -174,13 +145,10 @@ __global__ void __launch_bounds__(kThreads) GateUpWgmmaKernel(const __grid_const
       CpAsyncWaitAtMost(kMaxGroups - 1 - s);
       FenceProxyAsync();
       __syncthreads();
-      if (s == 0) HPC_MOE_TRACE_TIME(3);
       WgmmaGroupE4M3(acc, a_base + s * kAGroupBytes, b_base + s * kBGroupBytes);
-      if (s == 0 && (a.prefetch & 4)) PrefetchDownShare(a, e, share, shares, tid);
     }
   }
 
-  HPC_MOE_TRACE_TIME(4);
   // The cluster's partial tiles, added in rank order on rank 0 (its A tiles are free once every CTA is past the
   // first barrier: each waited for its own wgmmas).
   float4* red = reinterpret_cast<float4*>(a_ptr);
@@ -192,12 +160,7 @@ __global__ void __launch_bounds__(kThreads) GateUpWgmmaKernel(const __grid_const
       *dst = make_float4(acc[0], acc[1], acc[2], acc[3]);
     }
     cluster.sync();
-    if (rank > 0) {
-      HPC_MOE_TRACE_VALUE(6, 2);
-      HPC_MOE_TRACE_VALUE(7, ::hpc::moe::trace::SmId());
-      HPC_MOE_TRACE_TIME(5);
-      return;
-    }
+    if (rank > 0) return;
     for (int r = 1; r < p.cluster; ++r) {
       const float4 o = red[(r - 1) * kThreads + tid];
       acc[0] = __fadd_rn(acc[0], o.x), acc[1] = __fadd_rn(acc[1], o.y);
@@ -231,9 +194,6 @@ __global__ void __launch_bounds__(kThreads) GateUpWgmmaKernel(const __grid_const
       if (ids_s[pair] == mine) a.inter[static_cast<int64_t>(pair) * I + cb * kUnitCols + col] = v;
     }
   }
-  HPC_MOE_TRACE_VALUE(6, 3);
-  HPC_MOE_TRACE_VALUE(7, ::hpc::moe::trace::SmId());
-  HPC_MOE_TRACE_TIME(5);
 }
 
 // CTAs per unit: as few as keep each at <= kMaxGroups K groups.
@@ -272,7 +232,4 @@ Status LaunchStreamGateUpWgmma(const WgmmaGateUpArgs& a, cudaStream_t stream) {
 
 namespace hpc {
 int64_t FusedMoeWgmmaGateUpLaunches() { return moe::g_launches.load(std::memory_order_relaxed); }
-#ifdef HPC_MOE_TRACE
-Status FusedMoeTraceGateUp(bool reset, std::vector<uint64_t>* out) { return moe::trace::Access(reset, out); }
-#endif
 }  // namespace hpc

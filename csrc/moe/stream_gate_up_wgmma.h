@@ -22,10 +22,6 @@ struct WgmmaGateUpArgs {
   const int32_t* ids;        // [T, top_k] global expert ids
   uint8_t* inter;            // [T * top_k, I] e4m3 out
   int tokens, top_k, experts, expert_offset, hidden, inter_size;
-  // EXPERIMENT 62 (43's prefetch): L2 prefetches (HPC_MOE_PREFETCH bits: 1 the CTA's own w13 rows before its copies, 2 its share of
-  // the expert's w2 after its copies are issued, 4 that share after its first K group landed).
-  const uint8_t* w2;         // [E, H, I] e4m3
-  int prefetch;
 };
 
 // Shapes it takes: T <= 8 (every token is a column of one n8 MMA), H a multiple of 128 up to 8192 (a cluster of at
