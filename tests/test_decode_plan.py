@@ -402,3 +402,23 @@ def test_an_aligned_plan_serves_lengths_needing_the_same_ctas():
         else:
             with pytest.raises(ValueError, match=r"seq_lens\[2\] = 3000 needs 47 tiles, the plan has 4 CTAs of 16"):
                 call()
+
+
+@pytest.mark.parametrize("field,value", [("capacity", 0), ("aligned", 2), ("num_ctas", 10**6)])
+def test_a_corrupted_plan_header_is_refused(field, value):
+    """A plan whose header cannot come from decode_plan (capacity < 1 would divide by zero in CheckPlanLengths, an
+    aligned field other than 0 / 1, more CTAs than max_ctas) is refused by name before anything reads it."""
+    import decode_harness
+    import torch
+
+    import hpc_xla.torch as ht
+
+    lens = (4096, 0, 4096)
+    kw = dict(num_kv_heads=1, num_q_heads=8, head_dim=128, page_size=16, q_len=2, max_ctas=8)
+    plan = ht.decode_plan(torch.tensor(lens, dtype=torch.int32), **kw)
+    plan.plan[_decode.HEADER_FIELDS.index(field)] = value
+    inp = decode_harness.make_inputs(decode_harness.DecodeCase(seq_lens=lens, q_len=2, max_ctas=8))
+    t = {k: decode_harness.to_torch(v, "cpu") for k, v in inp.items()}
+    with pytest.raises(ValueError, match=r"plan header is inconsistent \(.*%s=%d.*\): not a decode_plan output"
+                       % (field, value)):
+        ht.decode_attention(t["q"], t["k_cache"], t["v_cache"], t["block_table"], t["seq_lens"], plan, q_len=2)

@@ -232,7 +232,8 @@ Status CheckPlanHeader(const int32_t* header, const DecodeConfig& cfg, int64_t b
   if (header[kFieldNumCtas] < 0 || header[kFieldNumCtas] > header[kFieldMaxCtas] || header[kFieldCapacity] < 1 ||
       (header[kFieldAligned] != 0 && header[kFieldAligned] != 1)) {
     return c.Fail("plan header is inconsistent (num_ctas=" + std::to_string(header[kFieldNumCtas]) + ", max_ctas=" +
-                  std::to_string(header[kFieldMaxCtas]) + "): not a decode_plan output");
+                  std::to_string(header[kFieldMaxCtas]) + ", capacity=" + std::to_string(header[kFieldCapacity]) +
+                  ", aligned=" + std::to_string(header[kFieldAligned]) + "): not a decode_plan output");
   }
   // A plan buffer longer than its decode_plan wrote (e.g. sized for another batch) implies more CTAs than were
   // planned, and those would read start[] entries nobody wrote: the size and the header must agree.
