@@ -62,6 +62,26 @@ Status PrepareKernel(const KernelChoice& k, int* ctas_per_sm) {
   return ResidentCtasPerSm(k.fn, attention::kDecodeThreads, k.smem, "decode_attention: occupancy", ctas_per_sm);
 }
 
+// The exclusive prefix sum of weight(b) over b < batch, in chunks of the block's width: emit(b, sum before b) for
+// each b, and the total left in `running` (shared) for every thread on return.
+template <class Scan, class Weight, class Emit>
+__device__ void ChunkedExclusiveSum(typename Scan::TempStorage& scan, int64_t& running, int batch, Weight weight,
+                                    Emit emit) {
+  if (threadIdx.x == 0) running = 0;
+  __syncthreads();
+  for (int base = 0; base < batch; base += blockDim.x) {
+    const int b = base + threadIdx.x;
+    const int64_t w = b < batch ? static_cast<int64_t>(weight(b)) : 0;
+    int64_t excl, chunk_total;
+    Scan(scan).ExclusiveSum(w, excl, chunk_total);
+    const int64_t before = running;
+    if (b < batch) emit(b, before + excl);
+    __syncthreads();
+    if (threadIdx.x == 0) running = before + chunk_total;
+    __syncthreads();
+  }
+}
+
 constexpr int kPlanSmemPrefix = attention::kPlanChoiceMaxBatch;  // smaller batches search a shared-memory prefix
 
 // alt_cost > 0 (and model_tenths > 0): lay the batch out with piece_cost and with alt_cost and keep the one whose
@@ -92,27 +112,19 @@ __global__ void __launch_bounds__(1024) DecodePlanKernel(const int32_t* seq_lens
   int32_t* prefix = PlanPrefix(plan);
   const bool in_smem = batch < kPlanSmemPrefix;
   const bool choose = in_smem && alt_cost > 0 && model_tenths > 0 && max_ctas <= kPlanChoiceMaxCtas;
-  if (threadIdx.x == 0) running = 0;
-  __syncthreads();
-  for (int base = 0; base < batch; base += 1024) {
-    const int b = base + threadIdx.x;
-    const int len = b < batch ? max(seq_lens[b], 0) : 0;
-    const int n = TilesOf(len);
-    const int64_t w = choose ? (static_cast<int64_t>(n > 0) << 32) | n : UnitCost(len, piece_cost);
-    int64_t excl, chunk_total;
-    BlockScan(scan).ExclusiveSum(w, excl, chunk_total);
-    const int64_t before = running;
-    if (b < batch) {
-      const int64_t at = before + excl;
-      const int32_t low = static_cast<int32_t>(at & 0xffffffffll);
-      if (!choose) prefix[b] = low;
-      if (in_smem) prefix_smem[b] = low;
-      if (choose) units_smem[b] = static_cast<int16_t>(at >> 32);
-    }
-    __syncthreads();
-    if (threadIdx.x == 0) running = before + chunk_total;
-    __syncthreads();
-  }
+  ChunkedExclusiveSum<BlockScan>(
+      scan, running, batch,
+      [&](int b) -> int64_t {
+        const int len = max(seq_lens[b], 0);
+        const int n = TilesOf(len);
+        return choose ? (static_cast<int64_t>(n > 0) << 32) | n : UnitCost(len, piece_cost);
+      },
+      [&](int b, int64_t at) {
+        const int32_t low = static_cast<int32_t>(at & 0xffffffffll);
+        if (!choose) prefix[b] = low;
+        if (in_smem) prefix_smem[b] = low;
+        if (choose) units_smem[b] = static_cast<int16_t>(at >> 32);
+      });
   if (threadIdx.x == 0) {
     const int32_t low = static_cast<int32_t>(running & 0xffffffffll);
     if (!choose) prefix[batch] = low;
@@ -161,7 +173,7 @@ __global__ void __launch_bounds__(1024) DecodePlanKernel(const int32_t* seq_lens
       static_assert(kAlignedCandidates * 32 == 1024, "one candidate chunk per warp");
       const int64_t q = AlignedLowChunk(head_total, cfg.num_kv_heads, max_ctas, min_tiles) + threadIdx.x / 32;
       int64_t ctas = 0;
-      for (int b = threadIdx.x % 32; b < batch; b += 32) ctas += AlignedSpan(prefix_smem[b + 1] - prefix_smem[b], q) / q;
+      for (int b = threadIdx.x % 32; b < batch; b += 32) ctas += AlignedCtas(prefix_smem[b + 1] - prefix_smem[b], q);
 #pragma unroll
       for (int o = 16; o > 0; o /= 2) ctas += __shfl_xor_sync(0xffffffffu, ctas, o);
       if (threadIdx.x % 32 == 0 && AlignedFits(ctas, q, cfg.num_kv_heads, max_ctas)) {
@@ -178,22 +190,12 @@ __global__ void __launch_bounds__(1024) DecodePlanKernel(const int32_t* seq_lens
       // CTAs per head before each sequence (a scan as above), kept where the starts were: flat, >= batch + 1 ints
       static_assert(2 * (kPlanChoiceMaxCtas + 1) * 2 >= kPlanSmemPrefix, "ctas_before fits where the starts were");
       int32_t* ctas_before = &starts_smem[0][0][0];
-      if (threadIdx.x == 0) running = 0;
-      __syncthreads();
-      for (int base = 0; base < batch; base += 1024) {
-        const int b = base + threadIdx.x;
-        const int64_t w = b < batch ? AlignedSpan(prefix_smem[b + 1] - prefix_smem[b], q) / q : 0;
-        int64_t excl, chunk_total;
-        BlockScan(scan).ExclusiveSum(w, excl, chunk_total);
-        const int64_t before = running;
-        if (b < batch) {
-          ctas_before[b] = static_cast<int32_t>(before + excl);
-          prefix[b] = static_cast<int32_t>((before + excl) * q);
-        }
-        __syncthreads();
-        if (threadIdx.x == 0) running = before + chunk_total;
-        __syncthreads();
-      }
+      ChunkedExclusiveSum<BlockScan>(
+          scan, running, batch, [&](int b) { return AlignedCtas(prefix_smem[b + 1] - prefix_smem[b], q); },
+          [&](int b, int64_t at) {
+            ctas_before[b] = static_cast<int32_t>(at);
+            prefix[b] = static_cast<int32_t>(at * q);
+          });
       if (threadIdx.x == 0) {
         ctas_before[batch] = static_cast<int32_t>(running);
         prefix[batch] = static_cast<int32_t>(running * q);

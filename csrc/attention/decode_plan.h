@@ -106,8 +106,9 @@ HPC_PLAN_HD int UnitCost(int64_t seq_len, int piece_cost) {
   return n > 0 ? n + piece_cost : 0;
 }
 
-// A unit's positions in the aligned layout of chunk q: whole CTAs.
-HPC_PLAN_HD int64_t AlignedSpan(int tiles, int64_t q) { return tiles > 0 ? (tiles + q - 1) / q * q : 0; }
+// A unit's CTAs in the aligned layout of chunk q, and its positions there: whole CTAs.
+HPC_PLAN_HD int64_t AlignedCtas(int tiles, int64_t q) { return tiles > 0 ? (tiles + q - 1) / q : 0; }
+HPC_PLAN_HD int64_t AlignedSpan(int tiles, int64_t q) { return AlignedCtas(tiles, q) * q; }
 
 // The aligned layout's first candidate chunk (tiles per CTA: ceil(head_tiles x num_kv_heads / max_ctas), the tiles
 // of all heads spread evenly, at least min_tiles),

@@ -200,7 +200,7 @@ void BuildPlanHost(const int32_t* seq_lens, int batch, const DecodeConfig& cfg, 
       const int64_t low = AlignedLowChunk(tile_prefix[batch], cfg.num_kv_heads, max_ctas, min_tiles);
       for (int64_t q = low; q < low + kAlignedCandidates && aligned_q == 0; ++q) {
         int64_t ctas = 0;
-        for (int b = 0; b < batch; ++b) ctas += AlignedSpan(static_cast<int>(tile_prefix[b + 1] - tile_prefix[b]), q) / q;
+        for (int b = 0; b < batch; ++b) ctas += AlignedCtas(static_cast<int>(tile_prefix[b + 1] - tile_prefix[b]), q);
         if (AlignedFits(ctas, q, cfg.num_kv_heads, max_ctas)) aligned_q = q;
       }
       const int64_t best = alt_tenths < base_tenths ? alt_tenths : base_tenths;
