@@ -275,8 +275,7 @@ def _act_in_epilogue(tokens, top_k, experts, quant, experts_global, interleaved)
 def _plan(tokens, top_k, experts, hidden, inter, quant, act=False):
     """Python model of csrc/moe/fused_moe_plan.h (checked against the binary's byte count). M tile 128 is the
     grouped (CUTLASS) path: unpadded rows, no tile list (max_tiles None); M tile 8 the stream path (P <= 32
-    pairs and avg <= 2, not fp8_block128): only the per-pair intermediate (and at T = 1 fp8_tensor the fused
-    down's partials). act (grouped path): the activation in
+    pairs and avg <= 2, not fp8_block128): only the per-pair intermediate. act (grouped path): the activation in
     the gate-up epilogue, no room for the bf16 gate_up rows; no x_q either under the token gather."""
     avg = -(-tokens * top_k // max(experts, 1))
     pairs = tokens * top_k
@@ -287,9 +286,7 @@ def _plan(tokens, top_k, experts, hidden, inter, quant, act=False):
     up = lambda b: -(-b // 256) * 256  # noqa: E731
     fp8, block = quant is not None, quant == "fp8_block128"
     if bm == 8:
-        # single-token fp8_tensor: the fused down's f32 partials per (pair, 32 columns of I, H row)
-        partials = pairs * (inter // 32) * hidden * 4 if tokens == 1 and quant == "fp8_tensor" and inter % 32 == 0 else 0
-        return bm, None, up(64 * 4) + up(pairs * inter * (4 if block else (1 if fp8 else 2))) + up(partials)
+        return bm, None, up(64 * 4) + up(pairs * inter * (4 if block else (1 if fp8 else 2)))
     if bm == 128:
         args_per_expert, gemm_ws = 512, 1024 * 256  # kGroupedGemmArgsBytesPerExpert, kGroupedGemmWorkspaceBytes
         # the token gather (the default, top_k <= 32) quantizes x itself: no x_q rows

@@ -250,36 +250,6 @@ def test_one_token_repeated_and_remote_ids(ids):
         assert np.array_equal(out.view(np.uint16), p["shared_output"].view(np.uint16))
 
 
-# (make_problem's args as _case_problem takes them): single-token fp8_tensor cases of the fused down -- Qwen3-30B's
-# H / I (clusters of 2, 24 column blocks), the Hy3-like TP8 shard's over 10 local of 31 experts (clusters of 4, 6
-# blocks, remote pairs), top_k = 1 with fp8 x (one cluster of 1, H = 1024)
-FUSED_DOWN_CASES = [(1, 16, 2048, 768, 8, "fp8_tensor", 0, 0, True, 71),
-                    (1, 10, 4096, 192, 8, "fp8_tensor", 1, 20, True, 72),
-                    (1, 8, 1024, 256, 1, "fp8_tensor", 0, 0, False, 73, True)]
-
-
-def test_one_token_fused_down_on_and_off(tmp_path):
-    """The fused down (each wgmma gate-up CTA multiplies its 32 intermediate columns by w2's, a sum kernel adds the
-    partials) runs by default on single-token fp8_tensor calls and not under HPC_XLA_MOE_FUSED_DOWN=0 (launch
-    counters); both sit within the oracle's tolerance on every case."""
-    done = _run_cases(FUSED_DOWN_CASES, [({}, ""), ({"HPC_XLA_MOE_FUSED_DOWN": "0"}, "")], tmp_path)
-    for i, case in enumerate(FUSED_DOWN_CASES):
-        (fused, plain), (on, off) = _case_outputs(tmp_path, done, i)
-        assert on["WGMMA"] == off["WGMMA"] == 1, (on["line"], off["line"])
-        assert on["FUSED"] == 1 and off["FUSED"] == 0, (on["line"], off["line"])
-        p = _case_problem(case)
-        _check_oracle_and_cpu(p, fused)
-        _check_oracle_and_cpu(p, plain)
-
-
-def test_one_token_fused_down_deterministic():
-    """The fused down adds its partials in a fixed order: bitwise equal run to run (Qwen3-30B's shapes)."""
-    p = _case_problem(FUSED_DOWN_CASES[0])
-    t = _cuda_inputs(p)
-    a, b = run_cuda(p, t=t), run_cuda(p, t=t)
-    assert np.array_equal(a.view(np.uint16), b.view(np.uint16))
-
-
 @pytest.mark.parametrize("quant", [None, "fp8_tensor"])
 def test_stream_path_by_default_for_one_token(quant):
     """T = 1 at top-8 (T*k = 8) takes the stream path without the knob: Qwen3-like routing over 32 experts."""
@@ -630,7 +600,7 @@ def test_grouped_deterministic(quant):
 
 # A child that runs make_problem's cases (tokens, experts, H, I, k, quant, offset, extra, shared, seed[, x_fp8]) in
 # turn under its environment's knobs, w13 interleaved when argv[2] says so: case i's output to argv[1] + "_i.npy" and
-# one line "CASE i TILE m ACT a EPILOGUES n GATHERS n WGMMA n CLUSTERS n FUSED n" (launch counters as this
+# one line "CASE i TILE m ACT a EPILOGUES n GATHERS n WGMMA n CLUSTERS n" (launch counters as this
 # case's own increments, so a case reads the same as in a fresh process).
 _PATH_CHILD = r"""
 import sys
@@ -639,8 +609,7 @@ sys.path.insert(0, "tests")
 from test_gpu_fused_moe import _case_problem, _tile_m, run_cuda
 from hpc_xla._ext import ext
 counters = [("EPILOGUES", ext().fused_moe_act_epilogue_launches), ("GATHERS", ext().fused_moe_gather_by_tokens_launches),
-            ("WGMMA", ext().fused_moe_wgmma_gate_up_launches), ("CLUSTERS", ext().fused_moe_gemm_cluster_launches),
-            ("FUSED", ext().fused_moe_fused_down_launches)]
+            ("WGMMA", ext().fused_moe_wgmma_gate_up_launches), ("CLUSTERS", ext().fused_moe_gemm_cluster_launches)]
 interleaved = len(sys.argv) > 2 and sys.argv[2] == "interleaved"
 for i, args in enumerate(%r):
     p = _case_problem(args)

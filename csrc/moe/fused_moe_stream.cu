@@ -55,7 +55,6 @@ struct StreamParams {
   const __nv_bfloat16* shared;
   __nv_bfloat16* out;
   void* inter;                // [P, I]: e4m3 (fp8_tensor) | bf16 (none) | f32 (fp8_block128)
-  float* fused_partials;      // the fused down's room (MakeMoePlan; nullptr: none)
   int tokens, top_k, pairs, experts, expert_offset, hidden, inter_size;
   int up_splits;              // 1: a gate-up unit per warp; kUpWarps: the CTA's warps split H of each unit
   int down_splits;            // StreamDownSplits
@@ -715,16 +714,8 @@ bool UseWgmmaGateUp(const StreamParams& p, int device) {
                               static_cast<int64_t>(kStreamGateUpWgmmaCtasPerSm) * MultiprocessorCount(device);
 }
 
-// The fused down (stream_gate_up_wgmma.h): single-token calls on the wgmma gate-up, where the plan left its room.
-// HPC_XLA_MOE_FUSED_DOWN=0 keeps the down kernel (A/B).
-bool UseFusedDown(const StreamParams& p) {
-  static const int knob = EnvInt("HPC_XLA_MOE_FUSED_DOWN", -1);
-  return knob != 0 && p.fused_partials != nullptr &&
-         StreamFusedDownFits(p.tokens, p.top_k, p.hidden, p.inter_size);
-}
-
 template <Col C>
-Status LaunchWgmmaGateUp(const StreamParams& p, bool fused_down, cudaStream_t stream) {
+Status LaunchWgmmaGateUp(const StreamParams& p, cudaStream_t stream) {
   static_assert(C == Col::kFp8 || C == Col::kBf16ToFp8, "fp8_tensor columns");
   WgmmaGateUpArgs a = {};
   a.x = p.x;
@@ -738,10 +729,6 @@ Status LaunchWgmmaGateUp(const StreamParams& p, bool fused_down, cudaStream_t st
   a.inter = static_cast<uint8_t*>(p.inter);
   a.tokens = p.tokens, a.top_k = p.top_k, a.experts = p.experts, a.expert_offset = p.expert_offset;
   a.hidden = p.hidden, a.inter_size = p.inter_size;
-  if (fused_down) {
-    a.partials = p.fused_partials;
-    a.w2 = p.w2, a.w2_scale = p.w2_scale, a.weights = p.weights, a.shared = p.shared, a.out = p.out;
-  }
   return LaunchStreamGateUpWgmma(a, stream);
 }
 
@@ -750,9 +737,7 @@ Status LaunchStream(const StreamParams& p, int device, cudaStream_t stream) {
   constexpr bool kFp8 = Q != MoeQuant::kNone;
   if constexpr (Q == MoeQuant::kFp8Tensor) {
     if (UseWgmmaGateUp(p, device)) {
-      const bool fused_down = UseFusedDown(p);
-      HPC_RETURN_IF_ERROR(LaunchWgmmaGateUp<CUp>(p, fused_down, stream));
-      if (fused_down) return Status::Ok();  // its sum kernel wrote out
+      HPC_RETURN_IF_ERROR(LaunchWgmmaGateUp<CUp>(p, stream));
     } else {
       HPC_RETURN_IF_ERROR((LaunchGateUp<Q, CUp>(p, device, stream)));
     }
@@ -785,9 +770,6 @@ Status RunStreamMoe(const FusedMoeArgs& a, const MoePlan& plan, cudaStream_t str
   sp.shared = a.shared_output.present() ? a.shared_output.ptr<const __nv_bfloat16>() : nullptr;
   sp.out = a.out.ptr<__nv_bfloat16>();
   sp.inter = a.workspace.ptr<uint8_t>() + plan.inter;
-  sp.fused_partials = plan.fused_partials_bytes > 0
-                          ? reinterpret_cast<float*>(a.workspace.ptr<uint8_t>() + plan.fused_partials)
-                          : nullptr;
   sp.tokens = static_cast<int>(a.x.shape[0]);
   sp.top_k = static_cast<int>(a.topk_ids.shape[1]);
   sp.pairs = static_cast<int>(plan.pairs);

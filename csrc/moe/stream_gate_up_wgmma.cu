@@ -19,20 +19,8 @@
 // rows >= T zero). x is quantized once per CTA with the reference's rounding (fp32 multiply by 1 / a13_scale,
 // saturating e4m3). The partial sums of each K group are promoted into fp32 registers after its 4 wgmmas (the
 // fp8 tensor-core accumulator is not a full fp32 one over thousands of terms).
-//
-// The fused down (kFused, T = 1). Why: the down kernel's CTAs (144 KB of ring each) become resident only as gate-up
-// CTAs leave, and only then start streaming w2 (12.6 MB at Qwen3-30B): s44c's timeline put 7.5 us between the last
-// gate-up exit and the layer's end, with DRAM idle at the start of it. Here the unit's own CTAs take the down for
-// their 32 columns of I -- partial[pair, unit block, h] = sum over those 32 columns of w2[e, h, c] x inter[pair, c]
-// for the CTA's share of H (the rows of its K groups) -- with w2's 32-byte row pieces loaded into registers right
-// after the w13 copies are issued, so all of the layer's weights are in flight at once. Every rank of the cluster
-// adds every rank's gate-up partial tile in rank order (the same sum in each, bitwise), so each has the unit's
-// intermediate without a round trip through rank 0. The down product is an m16n8k16 f16 mma.sync per 16 rows
-// (e4m3 -> f16 is exact, the accumulator f32); the sum kernel (OneTokenDownSumKernel) then adds the blocks in
-// order, scales, weights and adds the top-k slots in order, as the down kernel's reduce does.
 #include <cooperative_groups.h>
 #include <cuda_bf16.h>
-#include <cuda_fp16.h>
 #include <cuda_fp8.h>
 
 #include <algorithm>
@@ -43,7 +31,6 @@
 #include "csrc/common/mma.cuh"
 #include "csrc/common/numeric.h"
 #include "csrc/moe/fused_moe.h"
-#include "csrc/moe/fused_moe_plan.h"
 #include "csrc/moe/moe_common.cuh"
 #include "csrc/moe/stream_gate_up_wgmma.h"
 #include "csrc/moe/wgmma_sm90.cuh"
@@ -55,8 +42,6 @@ namespace cg = cooperative_groups;
 
 // Launches of this kernel (FusedMoeWgmmaGateUpLaunches: the tests' proof of which kernel ran).
 std::atomic<int64_t> g_launches{0};
-// Launches with the fused down (FusedMoeFusedDownLaunches).
-std::atomic<int64_t> g_fused_down_launches{0};
 
 constexpr int kThreads = 128;       // one warpgroup
 constexpr int kUnitCols = 32;       // columns of I per unit: 32 gate + 32 up rows = the wgmma M of 64
@@ -75,89 +60,13 @@ struct Params {
   int col_blocks;   // I / 32
 };
 
-// The fused down's share of a CTA: w2 rows of its K groups (n x 128), 16-row blocks over the 4 warps, so a
-// thread holds 2n blocks' 2 x 8-byte pieces in registers (<= 64 with n <= 8).
-constexpr int kDownBlocksPerWarp = kMaxGroups * kGroupK / 16 / (kThreads / 32);
-static_assert(kUnitCols == kFusedDownCols, "a unit's columns are the fused down's block");
-
-__device__ __forceinline__ uint2 LoadStreamingU2(const uint8_t* p) {
-  uint2 v;
-  asm volatile("ld.global.nc.L1::no_allocate.v2.u32 {%0, %1}, [%2];\n" : "=r"(v.x), "=r"(v.y) : "l"(p));
-  return v;
-}
-
 __device__ __forceinline__ uint32_t PackE4M3x4(float a, float b, float c, float d, float mul) {
   const uint32_t lo = __nv_cvt_float2_to_fp8x2(make_float2(a * mul, b * mul), __NV_SATFINITE, __NV_E4M3);
   const uint32_t hi = __nv_cvt_float2_to_fp8x2(make_float2(c * mul, d * mul), __NV_SATFINITE, __NV_E4M3);
   return lo | (hi << 16);
 }
 
-// inter[t, col] of the unit from its f32 tile (gate rows 0-31, up rows 32-63, token columns, pitch 9): e4m3 of
-// silu(gate * ts) * (up * ts) / a2_scale, the reference's rounding.
-__device__ __forceinline__ __nv_fp8_storage_t InterE4M3(const float* tile, int col, int t, float ts, float out_mul) {
-  constexpr int kPitch = kMaxTokens + 1;
-  const float gv = __fmul_rn(tile[col * kPitch + t], ts), uv = __fmul_rn(tile[(kUnitCols + col) * kPitch + t], ts);
-  const float h = __fmul_rn(Silu(gv), uv);
-  return __nv_cvt_float_to_fp8(h * out_mul, __NV_SATFINITE, __NV_E4M3);
-}
-
-// The fused down of one CTA (T = 1; see the top): its 32 intermediate values, then per 16-row block of its share
-// of H one m16n8k16 over each half of the 32 columns, into partials[pair, cb, h] for every pair routed to `mine`.
-// mma.sync only needs A and B to agree on which column a register slot holds: step s's slots 2q, 2q + 1 hold
-// bytes 8q + 4s + {0, 1} and slots 2q + 8, 2q + 9 bytes 8q + 4s + {2, 3} -- the 8 bytes thread (g, q) loaded.
-__device__ __forceinline__ void FusedDown(const WgmmaGateUpArgs& a, const float* tile, float ts, float out_mul,
-                                          int mine, const int* ids_s, int cb, int h0, int n,
-                                          const uint2 (&w2r)[kDownBlocksPerWarp][2]) {
-  __shared__ __align__(8) uint8_t inter_s[kUnitCols];
-  const int tid = threadIdx.x, lane = tid % 32, g = lane / 4, q = lane % 4, warp = tid / 32;
-  if (tid < kUnitCols) inter_s[tid] = InterE4M3(tile, tid, 0, ts, out_mul);
-  __syncthreads();
-  // B: column g is token g; only token 0 exists
-  uint32_t b[2][2] = {{0u, 0u}, {0u, 0u}};
-  if (g == 0) {
-    const uint2 v = *reinterpret_cast<const uint2*>(inter_s + 8 * q);
-    b[0][0] = E4M3x2ToHalf2(v.x & 0xffffu), b[0][1] = E4M3x2ToHalf2(v.x >> 16);
-    b[1][0] = E4M3x2ToHalf2(v.y & 0xffffu), b[1][1] = E4M3x2ToHalf2(v.y >> 16);
-  }
-  uint64_t pairs = 0;  // the pairs routed to this expert (T * top_k <= 64)
-  for (int pair = 0; pair < a.tokens * a.top_k; ++pair) pairs |= static_cast<uint64_t>(ids_s[pair] == mine) << pair;
-  const int64_t H = a.hidden, cbs = a.inter_size / kUnitCols;
-#pragma unroll
-  for (int i = 0; i < kDownBlocksPerWarp; ++i) {
-    if (i >= 2 * n) continue;
-    float d[4] = {0.f, 0.f, 0.f, 0.f};
-#pragma unroll
-    for (int st = 0; st < 2; ++st) {
-      const uint32_t lo = st == 0 ? w2r[i][0].x : w2r[i][0].y, hi = st == 0 ? w2r[i][1].x : w2r[i][1].y;
-      const uint32_t af[4] = {E4M3x2ToHalf2(lo & 0xffffu), E4M3x2ToHalf2(hi & 0xffffu), E4M3x2ToHalf2(lo >> 16),
-                              E4M3x2ToHalf2(hi >> 16)};
-      Mma16816<__half>(d, af, b[st][0], b[st][1]);
-    }
-    if (q != 0) continue;  // column 0 (token 0): d[0] row g, d[2] row g + 8
-    const int64_t h = h0 + 16 * (warp + 4 * i) + g;
-    for (uint64_t m = pairs; m != 0; m &= m - 1) {
-      float* dst = a.partials + (static_cast<int64_t>(__ffsll(static_cast<long long>(m)) - 1) * cbs + cb) * H + h;
-      dst[0] = d[0];
-      dst[8] = d[2];
-    }
-  }
-}
-
-// The unfused epilogue: inter[pair, cb * 32 + col] for every pair (t, j) routed to this expert.
-__device__ __forceinline__ void EpilogueToInter(const WgmmaGateUpArgs& a, const float* tile, float ts, float out_mul,
-                                                int mine, const int* ids_s, int cb) {
-  const int64_t I = a.inter_size;
-  for (int i = threadIdx.x; i < kUnitCols * a.tokens; i += kThreads) {
-    const int col = i % kUnitCols, t = i / kUnitCols;
-    const __nv_fp8_storage_t v = InterE4M3(tile, col, t, ts, out_mul);
-    for (int j = 0; j < a.top_k; ++j) {
-      const int pair = t * a.top_k + j;
-      if (ids_s[pair] == mine) a.inter[static_cast<int64_t>(pair) * I + cb * kUnitCols + col] = v;
-    }
-  }
-}
-
-template <bool kXFp8, bool kFused>
+template <bool kXFp8>
 __global__ void __launch_bounds__(kThreads) GateUpWgmmaKernel(const __grid_constant__ Params p) {
   extern __shared__ uint8_t dyn[];
   __shared__ int ids_s[kMaxPairs];
@@ -204,21 +113,6 @@ __global__ void __launch_bounds__(kThreads) GateUpWgmmaKernel(const __grid_const
     }
     CpAsyncCommit();
   }
-  // The fused down's w2 pieces (see the top): block i of this warp is rows 16 (warp + 4 i) + {g, g + 8} of the CTA's
-  // share, bytes [8 q, 8 q + 8) of the unit's 32 columns. Loaded now so they stream with w13; used after the epilogue.
-  const int g = lane / 4, q = lane % 4, warp = tid / 32;
-  uint2 w2r[kFused ? kDownBlocksPerWarp : 1][2];
-  if constexpr (kFused) {
-    const uint8_t* w2 = a.w2 + (static_cast<int64_t>(e) * H + g0 * kGroupK + g) * I + cb * kUnitCols + 8 * q;
-#pragma unroll
-    for (int i = 0; i < kDownBlocksPerWarp; ++i) {
-      if (i < 2 * n) {
-        const uint8_t* row = w2 + static_cast<int64_t>(16 * (warp + 4 * i)) * I;
-        w2r[i][0] = LoadStreamingU2(row);
-        w2r[i][1] = LoadStreamingU2(row + 8 * I);
-      }
-    }
-  }
   // B: x of tokens 0..T-1 over this CTA's K groups, e4m3; rows T..7 zero.
   const float mul = kXFp8 ? 1.f : QuantMultiplier(*a.a13_scale);
   for (int i = tid; i < n * kMaxTokens * 8; i += kThreads) {
@@ -258,25 +152,7 @@ __global__ void __launch_bounds__(kThreads) GateUpWgmmaKernel(const __grid_const
   // The cluster's partial tiles, added in rank order on rank 0 (its A tiles are free once every CTA is past the
   // first barrier: each waited for its own wgmmas).
   float4* red = reinterpret_cast<float4*>(a_ptr);
-  if (kFused && p.cluster > 1) {
-    // every rank's tile to every other rank (slot = its rank), then the same rank-order sum in each
-    cg::cluster_group cluster = cg::this_cluster();
-    cluster.sync();
-    const float4 mine4 = make_float4(acc[0], acc[1], acc[2], acc[3]);
-    for (int r = 0; r < p.cluster; ++r) {
-      if (r != rank) *cluster.map_shared_rank(red + rank * kThreads + tid, r) = mine4;
-    }
-    cluster.sync();
-    for (int r = 0; r < p.cluster; ++r) {
-      const float4 o = r == rank ? mine4 : red[r * kThreads + tid];
-      if (r == 0) {
-        acc[0] = o.x, acc[1] = o.y, acc[2] = o.z, acc[3] = o.w;
-      } else {
-        acc[0] = __fadd_rn(acc[0], o.x), acc[1] = __fadd_rn(acc[1], o.y);
-        acc[2] = __fadd_rn(acc[2], o.z), acc[3] = __fadd_rn(acc[3], o.w);
-      }
-    }
-  } else if (p.cluster > 1) {
+  if (p.cluster > 1) {
     cg::cluster_group cluster = cg::this_cluster();
     cluster.sync();
     if (rank > 0) {
@@ -297,92 +173,26 @@ __global__ void __launch_bounds__(kThreads) GateUpWgmmaKernel(const __grid_const
   float* tile = reinterpret_cast<float*>(a_ptr);
   __syncthreads();
   {
+    const int w = tid / 32, g = lane / 4, q = lane % 4;
     constexpr int kPitch = kMaxTokens + 1;
-    tile[(16 * warp + g) * kPitch + 2 * q] = acc[0];
-    tile[(16 * warp + g) * kPitch + 2 * q + 1] = acc[1];
-    tile[(16 * warp + g + 8) * kPitch + 2 * q] = acc[2];
-    tile[(16 * warp + g + 8) * kPitch + 2 * q + 1] = acc[3];
+    tile[(16 * w + g) * kPitch + 2 * q] = acc[0];
+    tile[(16 * w + g) * kPitch + 2 * q + 1] = acc[1];
+    tile[(16 * w + g + 8) * kPitch + 2 * q] = acc[2];
+    tile[(16 * w + g + 8) * kPitch + 2 * q + 1] = acc[3];
   }
   __syncthreads();
   const float ts = __fmul_rn(*a.a13_scale, a.w13_scale[e]);
   const float out_mul = QuantMultiplier(*a.a2_scale);
-  if constexpr (kFused) {
-    FusedDown(a, tile, ts, out_mul, mine, ids_s, cb, g0 * kGroupK, n, w2r);
-  } else {
-    EpilogueToInter(a, tile, ts, out_mul, mine, ids_s, cb);
-  }
-}
-
-// The fused down's sum: a CTA per kSumCols columns of H. Each (pair, chunk of kSumChunk blocks, 4 columns) adds its
-// blocks in order (the loads issued together), then each (pair, column) adds its chunks in order, scales by
-// a2_scale x w2_scale[e] and weights by the top-k weight, then each column adds the slots in order (+ shared) --
-// the down kernel's reduce, with blocks of I where it had K splits. Pairs of other ranks' experts contribute 0.
-constexpr int kSumCols = 32;
-constexpr int kSumThreads = 256;
-constexpr int kSumChunk = 8;
-
-__host__ __device__ int SumChunks(int inter_size) { return (inter_size / kUnitCols + kSumChunk - 1) / kSumChunk; }
-int SumSmemBytes(int top_k, int inter_size) { return top_k * SumChunks(inter_size) * kSumCols * 4; }
-
-__global__ void __launch_bounds__(kSumThreads) OneTokenDownSumKernel(const __grid_constant__ WgmmaGateUpArgs a) {
-  extern __shared__ float4 part_s[];  // [pair][chunk][kSumCols / 4]
-  __shared__ float pair_ts[kMaxPairs], pair_w[kMaxPairs];
-  __shared__ bool local[kMaxPairs];
-  const int tid = threadIdx.x, P = a.top_k;
-  const int64_t H = a.hidden;
-  const int cbs = a.inter_size / kUnitCols, chunks = SumChunks(a.inter_size), h0 = blockIdx.x * kSumCols;
-  // inputs of the op, complete once the gate-up kernel (which waited for its predecessors) has started us
-  for (int i = tid; i < P; i += kSumThreads) {
-    const int e = a.ids[i] - a.expert_offset;
-    local[i] = a.ids[i] >= 0 && e >= 0 && e < a.experts;
-    pair_ts[i] = local[i] ? __fmul_rn(*a.a2_scale, a.w2_scale[e]) : 0.f;
-    pair_w[i] = a.weights[i];
-  }
-  __syncthreads();
-  PdlWait();  // the partials come from the gate-up kernel
-  PdlLaunchDependents();
-  constexpr int kQuads = kSumCols / 4;
-  for (int it = tid; it < P * chunks * kQuads; it += kSumThreads) {
-    const int pc = it / kQuads, pair = pc / chunks, ch = pc % chunks;
-    float4 v = make_float4(0.f, 0.f, 0.f, 0.f);
-    if (local[pair]) {
-      const int b0 = ch * kSumChunk, nb = min(kSumChunk, cbs - b0);
-      const float4* src = reinterpret_cast<const float4*>(a.partials + (static_cast<int64_t>(pair) * cbs + b0) * H + h0) +
-                          it % kQuads;
-      float4 x[kSumChunk];
-#pragma unroll
-      for (int b = 0; b < kSumChunk; ++b) {
-        if (b < nb) x[b] = __ldcg(src + b * H / 4);
-      }
-      v = x[0];
-#pragma unroll
-      for (int b = 1; b < kSumChunk; ++b) {
-        if (b < nb) {
-          v.x = __fadd_rn(v.x, x[b].x), v.y = __fadd_rn(v.y, x[b].y);
-          v.z = __fadd_rn(v.z, x[b].z), v.w = __fadd_rn(v.w, x[b].w);
-        }
-      }
+  for (int i = tid; i < kUnitCols * a.tokens; i += kThreads) {
+    constexpr int kPitch = kMaxTokens + 1;
+    const int col = i % kUnitCols, t = i / kUnitCols;
+    const float gv = __fmul_rn(tile[col * kPitch + t], ts), uv = __fmul_rn(tile[(kUnitCols + col) * kPitch + t], ts);
+    const float h = __fmul_rn(Silu(gv), uv);
+    const __nv_fp8_storage_t v = __nv_cvt_float_to_fp8(h * out_mul, __NV_SATFINITE, __NV_E4M3);
+    for (int j = 0; j < a.top_k; ++j) {
+      const int pair = t * a.top_k + j;
+      if (ids_s[pair] == mine) a.inter[static_cast<int64_t>(pair) * I + cb * kUnitCols + col] = v;
     }
-    part_s[it] = v;
-  }
-  __syncthreads();
-  float* part = reinterpret_cast<float*>(part_s);
-  for (int it = tid; it < P * kSumCols; it += kSumThreads) {
-    const int pair = it / kSumCols, c = it % kSumCols;
-    if (!local[pair]) continue;
-    float* row = part + static_cast<int64_t>(pair) * chunks * kSumCols + c;
-    float v = row[0];
-    for (int ch = 1; ch < chunks; ++ch) v = __fadd_rn(v, row[ch * kSumCols]);
-    row[0] = __fmul_rn(pair_w[pair], __fmul_rn(v, pair_ts[pair]));
-  }
-  __syncthreads();
-  if (tid < kSumCols) {
-    float y = 0.f;
-    for (int pair = 0; pair < P; ++pair) {
-      if (local[pair]) y = __fadd_rn(y, part[static_cast<int64_t>(pair) * chunks * kSumCols + tid]);
-    }
-    if (a.shared != nullptr) y = __fadd_rn(y, __bfloat162float(a.shared[h0 + tid]));
-    a.out[h0 + tid] = __float2bfloat16_rn(y);
   }
 }
 
@@ -390,11 +200,6 @@ __global__ void __launch_bounds__(kSumThreads) OneTokenDownSumKernel(const __gri
 int ClusterFor(int groups) { return (groups + kMaxGroups - 1) / kMaxGroups; }
 
 }  // namespace
-
-bool StreamFusedDownFits(int tokens, int top_k, int hidden, int inter_size) {
-  return tokens == 1 && StreamGateUpWgmmaFits(tokens, top_k, hidden, inter_size) && hidden % kSumCols == 0 &&
-         SumSmemBytes(top_k, inter_size) <= 32 * 1024;
-}
 
 bool StreamGateUpWgmmaFits(int tokens, int top_k, int hidden, int inter_size) {
   return tokens >= 1 && tokens <= kMaxTokens && tokens * top_k <= kMaxPairs && hidden % kGroupK == 0 &&
@@ -411,12 +216,7 @@ Status LaunchStreamGateUpWgmma(const WgmmaGateUpArgs& a, cudaStream_t stream) {
   const int per_cta = (groups + p.cluster - 1) / p.cluster;
   // operands + 1 KB for the 1024-byte alignment; the reduce (<= 7 x 2 KB) and epilogue tiles reuse A and B
   const int smem = per_cta * (kAGroupBytes + kBGroupBytes) + 1024;
-  const bool fused = a.partials != nullptr;
-  if (fused && !StreamFusedDownFits(a.tokens, a.top_k, a.hidden, a.inter_size)) {
-    return Status::Internal("hpc_xla: fused_moe: the fused down was asked for shapes it does not take");
-  }
-  auto* kernel = a.x_fp8 ? (fused ? &GateUpWgmmaKernel<true, true> : &GateUpWgmmaKernel<true, false>)
-                         : (fused ? &GateUpWgmmaKernel<false, true> : &GateUpWgmmaKernel<false, false>);
+  auto* kernel = a.x_fp8 ? &GateUpWgmmaKernel<true> : &GateUpWgmmaKernel<false>;
   // AllowSmem raises the limit once per kernel: give it the largest size any shape asks for
   constexpr int kMaxSmem = kMaxGroups * (kAGroupBytes + kBGroupBytes) + 1024;
   static_assert(kStreamGateUpWgmmaCtasPerSm * (kMaxSmem + 1024) <= 228 * 1024, "CTAs per SM (+1 KB reserved each)");
@@ -425,11 +225,6 @@ Status LaunchStreamGateUpWgmma(const WgmmaGateUpArgs& a, cudaStream_t stream) {
   HPC_RETURN_IF_ERROR(LaunchCluster("fused_moe stream gate-up (wgmma) launch", kernel, dim3(static_cast<unsigned>(ctas)),
                                     dim3(kThreads), smem, static_cast<unsigned>(p.cluster), stream, p));
   g_launches.fetch_add(1, std::memory_order_relaxed);
-  if (!fused) return Status::Ok();
-  HPC_RETURN_IF_ERROR(Launch("fused_moe stream down sum launch", &OneTokenDownSumKernel,
-                             dim3(static_cast<unsigned>(a.hidden / kSumCols)), dim3(kSumThreads),
-                             SumSmemBytes(a.top_k, a.inter_size), stream, a));
-  g_fused_down_launches.fetch_add(1, std::memory_order_relaxed);
   return Status::Ok();
 }
 
@@ -437,5 +232,4 @@ Status LaunchStreamGateUpWgmma(const WgmmaGateUpArgs& a, cudaStream_t stream) {
 
 namespace hpc {
 int64_t FusedMoeWgmmaGateUpLaunches() { return moe::g_launches.load(std::memory_order_relaxed); }
-int64_t FusedMoeFusedDownLaunches() { return moe::g_fused_down_launches.load(std::memory_order_relaxed); }
 }  // namespace hpc

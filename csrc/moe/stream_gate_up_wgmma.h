@@ -1,11 +1,8 @@
 // The stream path's gate-up stage on Hopper's fp8 tensor cores (wgmma), for fp8_tensor at T <= 8 tokens (the
 // decode regime). See stream_gate_up_wgmma.cu for the design; fused_moe_stream.cu picks it (UseWgmmaGateUp: by
-// default single-token calls whose grid fits one wave) and runs its own down kernel after it -- or, with the fused
-// down (single token, `partials` given), each CTA multiplies its 32 intermediate columns by the matching 32 columns
-// of w2 itself and a small kernel sums the partials: the layer's w2 streams with w13 instead of after it.
+// default single-token calls whose grid fits one wave) and runs its own down kernel after it unchanged.
 #pragma once
 
-#include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
 #include <cstdint>
@@ -23,21 +20,9 @@ struct WgmmaGateUpArgs {
   const float* a13_scale;    // [1]: x's static scale
   const float* a2_scale;     // [1]: the intermediate's static scale
   const int32_t* ids;        // [T, top_k] global expert ids
-  uint8_t* inter;            // [T * top_k, I] e4m3 out (not written with the fused down)
+  uint8_t* inter;            // [T * top_k, I] e4m3 out
   int tokens, top_k, experts, expert_offset, hidden, inter_size;
-  // The fused down (T = 1; nullptr partials: the caller's down kernel follows instead). partials[pair, I/32, H]:
-  // w2[e][:, 32-column block] . inter[pair, block] in f32; the sum kernel adds the blocks, scales by a2_scale x
-  // w2_scale[e] and the top-k weight, adds the slots in order (+ shared) and writes out.
-  float* partials;
-  const uint8_t* w2;         // [E, H, I] e4m3
-  const float* w2_scale;     // [E]
-  const float* weights;      // [T, top_k]
-  const __nv_bfloat16* shared;  // [T, H] or nullptr
-  __nv_bfloat16* out;        // [T, H]
 };
-
-// Whether the fused down takes these shapes (the partials' room: StreamFusedDownPartialBytes, fused_moe_plan.h).
-bool StreamFusedDownFits(int tokens, int top_k, int hidden, int inter_size);
 
 // Shapes it takes: T <= 8 (every token is a column of one n8 MMA), H a multiple of 128 up to 8192 (a cluster of at
 // most 8 CTAs, each <= 8 K groups of 128), I a multiple of 32 (units of 32 gate + 32 up rows).
@@ -49,8 +34,7 @@ int64_t StreamGateUpWgmmaCtas(int tokens, int top_k, int hidden, int inter_size)
 constexpr int kStreamGateUpWgmmaCtasPerSm = 3;
 
 // Writes inter[pair, :] = e4m3(silu(gate) * up / a2_scale) for every pair whose expert is local; the pairs of
-// other ranks' experts are not written (the down kernel skips them). With `partials`, it runs the fused down and
-// its sum kernel instead, and out is the layer's result.
+// other ranks' experts are not written (the down kernel skips them).
 Status LaunchStreamGateUpWgmma(const WgmmaGateUpArgs& a, cudaStream_t stream);
 
 }  // namespace hpc::moe
