@@ -144,9 +144,10 @@ def quantize_moe_weights(w, quant):
 _PAIR_CHUNK = 1024
 
 
-def _expert_rows(e, xq, x_scale, w13, w2, quant, w13_scale, w2_scale, a2_scale, inter, hidden, B):
+def _expert_rows(e, xq, x_scale, w13, w2, quant, w13_scale, w2_scale, a2_scale, inter, hidden, B, nudge=0.0):
     """Down rows [P, H] of expert e (w13 / w2: every expert's weights as stored) for P token rows xq [P, H] of x as
-    quantized; x_scale: their scales [P, H/128] (fp8_block128), the per-tensor scale (fp8_tensor) or None."""
+    quantized; x_scale: their scales [P, H/128] (fp8_block128), the per-tensor scale (fp8_tensor) or None; nudge:
+    fused_moe's inter_nudge."""
     w13, w2 = _f64(w13[e]), _f64(w2[e])
     if quant == "fp8_block128":
         gu = _block_scaled_product(xq, w13, x_scale, np.repeat(_f64(w13_scale)[e], B, axis=0), B)
@@ -155,7 +156,7 @@ def _expert_rows(e, xq, x_scale, w13, w2, quant, w13_scale, w2_scale, a2_scale, 
         if quant == "fp8_tensor":
             gu = gu * x_scale * float(_f64(w13_scale)[e])
     g, u = gu[:, :inter], gu[:, inter:]
-    h = g / (1.0 + np.exp(-g)) * u
+    h = g / (1.0 + np.exp(-g)) * u * (1.0 + nudge)
     if quant is None:
         import ml_dtypes
 
@@ -177,8 +178,14 @@ def _block_scaled_product(a, w, a_scale, w_scale, B):
 
 
 def fused_moe(x, w13, w2, topk_weights, topk_ids, *, quant=None, w13_scale=None, w2_scale=None, a13_scale=None,
-              a2_scale=None, x_scale=None, expert_offset=0, shared_output=None):
-    """float64 MoE layer with fused_moe's quantization steps emulated (see csrc/moe/fused_moe.h)."""
+              a2_scale=None, x_scale=None, expert_offset=0, shared_output=None, inter_nudge=0.0):
+    """float64 MoE layer with fused_moe's quantization steps emulated (see csrc/moe/fused_moe.h).
+
+    inter_nudge (tests only): silu(gate) * up times (1 + inter_nudge) before it is rounded to the intermediate's
+    type (bf16, or e4m3 with the static a2_scale). A kernel's float32 sums land ~1e-6-1e-5 from float64's, so an
+    intermediate within that of a rounding midpoint may round the other way there -- one e4m3 step is 6-12% of that
+    element, ~1-3% of its token's row at small I (session 46: two hypothesis draws, tiled path). The oracles at
+    +-inter_nudge round those few the other way; fp8_block128's dynamic scale moves with the nudge (no effect)."""
     x_is_fp8 = np.asarray(x).dtype.itemsize == 1
     x, w13, w2 = _f64(x), np.asarray(w13), np.asarray(w2)  # weights: only the hit experts', to float64 below
     tokens, hidden = x.shape
@@ -202,7 +209,7 @@ def fused_moe(x, w13, w2, topk_weights, topk_ids, *, quant=None, w13_scale=None,
             t_idx, j_idx = t_all[c:c + _PAIR_CHUNK], j_all[c:c + _PAIR_CHUNK]
             rows_scale = xs[t_idx] if quant == "fp8_block128" else xs  # (the x_scale argument is in xs)
             down = _expert_rows(e, xq[t_idx], rows_scale, w13, w2, quant, w13_scale, w2_scale, a2_scale, inter,
-                                hidden, B)
+                                hidden, B, inter_nudge)
             np.add.at(y, t_idx, weights[t_idx, j_idx][:, None] * down)  # a token may list an expert twice
     if shared_output is not None:
         y += _f64(shared_output)
