@@ -13,7 +13,7 @@ import sys
 
 import numpy as np
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 from cuda_graph import capture
 from test_fused_moe import (BF16, QUANT_CODE, make_problem, nearest_reference_out, reference_out, run_torch,
@@ -143,6 +143,11 @@ def test_cuda_vs_oracle_and_cpu(case, quant):
 
 
 @settings(max_examples=50, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+# session 46's draws whose intermediates sit on e4m3 midpoints (the tiled path rounds them the other way)
+@example(tokens=8, experts=8, top_k=6, quant="fp8_tensor", hidden=128, inter=128, offset=0, extra=4, shared=False,
+         x_fp8=False, one_expert=True, seed=7)
+@example(tokens=8, experts=8, top_k=3, quant="fp8_tensor", hidden=128, inter=128, offset=0, extra=4, shared=False,
+         x_fp8=False, one_expert=True, seed=8)
 @given(tokens=st.integers(1, 130) | st.integers(131, 700), experts=st.integers(1, 12), top_k=st.integers(1, 8),
        quant=st.sampled_from(QUANTS), hidden=st.sampled_from([128, 256, 512]), inter=st.sampled_from([128, 256]),
        offset=st.sampled_from([0, 3]), extra=st.sampled_from([0, 4]), shared=st.booleans(), x_fp8=st.booleans(),
