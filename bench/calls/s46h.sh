@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # session 46 call H (~4 min; ONLY worth it on an H200 -- the issues' targets are H200 numbers and no H200 has come
-# since session 39; carry .peer/pack (e61c = main's kernels, or `tools/stage_experiments.sh mN && tools/pack_staged.sh
+# since session 39; carry .peer/pack (m46b = main, or `tools/stage_experiments.sh mN && tools/pack_staged.sh
 # mN` and TREE=mN) and .peer/probe (nvcc tools/decode_ring_probe.cu into it, command in its header)).
 # Our side of the tables of record, no peers (FlashInfer's JIT and vLLM's Triton need calls of their own: s45a-style,
 # s41b): rope_norm's suite twice (#2's 8/1 row), the decode suite whole (#3's absolute targets: 8/1, 64/8, 32/8;
@@ -11,7 +11,7 @@
 # the copy ceiling (H100: 94%).
 . "$(dirname "$0")/prelude.sh"
 unpack_packs
-M=$X/${TREE:-e61c}
+M=$X/${TREE:-m46b}
 timeout 60 ./.peer/probe/decode_ring_probe | tee $OUT/decode_ring_probe.txt; t
 for round in 1 2; do
   ( cd $M && PYTHONPATH=$M timeout 150 python3 -m hpc_xla.bench rope_norm --out $OUT/rope_norm_$round.json \
