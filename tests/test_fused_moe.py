@@ -290,8 +290,7 @@ def _act_in_epilogue(tokens, top_k, experts, quant, experts_global, interleaved)
 def _plan(tokens, top_k, experts, hidden, inter, quant, act=False):
     """Python model of csrc/moe/fused_moe_plan.h (checked against the binary's byte count). M tile 128 is the
     grouped (CUTLASS) path: unpadded rows, no tile list (max_tiles None); M tile 8 the stream path (P <= 32
-    pairs and avg <= 2, not fp8_block128): only the per-pair intermediate (and at T = 1 fp8_tensor the one-token
-    layer's partials). act (grouped path): the activation in
+    pairs and avg <= 2, not fp8_block128): only the per-pair intermediate. act (grouped path): the activation in
     the gate-up epilogue, no room for the bf16 gate_up rows; no x_q either under the token gather."""
     avg = -(-tokens * top_k // max(experts, 1))
     pairs = tokens * top_k
@@ -302,10 +301,7 @@ def _plan(tokens, top_k, experts, hidden, inter, quant, act=False):
     up = lambda b: -(-b // 256) * 256  # noqa: E731
     fp8, block = quant is not None, quant == "fp8_block128"
     if bm == 8:
-        # single-token fp8_tensor: the one-token layer's f32 partials per (pair, W columns of I, H row), W = 128 or 64
-        w = next((w for w in (128, 64) if inter % w == 0 and hidden % 128 == 0 and hidden // 128 <= 8 * (256 // w)), 0)
-        partials = pairs * (inter // w) * hidden * 4 if tokens == 1 and quant == "fp8_tensor" and w else 0
-        return bm, None, up(64 * 4) + up(pairs * inter * (4 if block else (1 if fp8 else 2))) + up(partials)
+        return bm, None, up(64 * 4) + up(pairs * inter * (4 if block else (1 if fp8 else 2)))
     if bm == 128:
         args_per_expert, gemm_ws = 512, 1024 * 256  # kGroupedGemmArgsBytesPerExpert, kGroupedGemmWorkspaceBytes
         # the token gather (the default, top_k <= 32) quantizes x itself: no x_q rows

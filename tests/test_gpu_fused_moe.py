@@ -215,16 +215,14 @@ def _problem_for(case, quant):
                         x_fp8 and quant is not None, seed=tokens + 3 * experts, one_expert=one)
 
 
-@pytest.mark.parametrize("up,fused", [("1", "0"), ("0", "0"), ("0", "1")])
-def test_stream_path_vs_oracle_and_cpu(tmp_path, up, fused):
+@pytest.mark.parametrize("up", ["1", "0"])
+def test_stream_path_vs_oracle_and_cpu(tmp_path, up):
     """Every stream-path case x quant in one child process forced onto the stream path (the knob is read once per
     process), each against the float64 oracle and the CPU reference here. HPC_XLA_MOE_UP_WGMMA=1 runs fp8_tensor's
     gate-up on wgmma wherever the shape fits (T <= 8, H % 128 == 0, I % 32 == 0; clusters of 1-8 CTAs here), not only
-    where the default rule picks it; =0 on mma.sync. HPC_XLA_MOE_FUSED_DOWN=1 (the default) runs the single-token
-    fp8_tensor cases as the one-token layer (one_token_moe.h) where they fit, =0 never."""
+    where the default rule picks it; =0 on mma.sync."""
     dst = str(tmp_path / "stream.npz")
-    r = _run_child(_STREAM_CHILD, [dst], HPC_XLA_MOE_PATH="stream", HPC_XLA_MOE_UP_WGMMA=up,
-                   HPC_XLA_MOE_FUSED_DOWN=fused)
+    r = _run_child(_STREAM_CHILD, [dst], HPC_XLA_MOE_PATH="stream", HPC_XLA_MOE_UP_WGMMA=up)
     assert r.returncode == 0, r.stdout + r.stderr
     outs = np.load(dst)
     checked = 0
@@ -259,38 +257,6 @@ def test_one_token_repeated_and_remote_ids(ids):
     first, end = p["expert_offset"], p["expert_offset"] + p["w13"].shape[0]  # the local range [1, 11)
     if all(not first <= i < end for i in ids):
         assert np.array_equal(out.view(np.uint16), p["shared_output"].view(np.uint16))
-
-
-# (make_problem's args as _case_problem takes them): single-token fp8_tensor cases of the one-token layer -- Qwen3-30B's
-# H / I (units of 128 columns, clusters of 8), the Hy3-like TP8 shard's over 10 local of 31 experts (I = 192: units
-# of 64, clusters of 8 ranks x 4 K groups, remote pairs), top_k = 1 with fp8 x (H = 1024: clusters of 4)
-FUSED_DOWN_CASES = [(1, 16, 2048, 768, 8, "fp8_tensor", 0, 0, True, 71),
-                    (1, 10, 4096, 192, 8, "fp8_tensor", 1, 20, True, 72),
-                    (1, 8, 1024, 256, 1, "fp8_tensor", 0, 0, False, 73, True)]
-
-
-def test_one_token_fused_down_on_and_off(tmp_path):
-    """The one-token layer (each unit's CTAs multiply their intermediate columns by w2's, a sum kernel adds the
-    partials) runs on single-token fp8_tensor calls under HPC_XLA_MOE_FUSED_DOWN=2 (wherever it fits; the default
-    also asks for one wave), the wgmma gate-up + down kernel under =0 (launch counters); both sit within the
-    oracle's tolerance on every case."""
-    done = _run_cases(FUSED_DOWN_CASES, [({"HPC_XLA_MOE_FUSED_DOWN": "2"}, ""), ({"HPC_XLA_MOE_FUSED_DOWN": "0"}, "")],
-                      tmp_path)
-    for i, case in enumerate(FUSED_DOWN_CASES):
-        (fused, plain), (on, off) = _case_outputs(tmp_path, done, i)
-        assert on["FUSED"] == 1 and on["WGMMA"] == 0, on["line"]  # the one-token layer, not the wgmma gate-up
-        assert off["FUSED"] == 0 and off["WGMMA"] == 1, off["line"]
-        p = _case_problem(case)
-        _check_oracle_and_cpu(p, fused)
-        _check_oracle_and_cpu(p, plain)
-
-
-def test_one_token_fused_down_deterministic():
-    """The one-token layer adds its partials in a fixed order: bitwise equal run to run (Qwen3-30B's shapes)."""
-    p = _case_problem(FUSED_DOWN_CASES[0])
-    t = _cuda_inputs(p)
-    a, b = run_cuda(p, t=t), run_cuda(p, t=t)
-    assert np.array_equal(a.view(np.uint16), b.view(np.uint16))
 
 
 @pytest.mark.parametrize("quant", [None, "fp8_tensor"])
@@ -643,7 +609,7 @@ def test_grouped_deterministic(quant):
 
 # A child that runs make_problem's cases (tokens, experts, H, I, k, quant, offset, extra, shared, seed[, x_fp8]) in
 # turn under its environment's knobs, w13 interleaved when argv[2] says so: case i's output to argv[1] + "_i.npy" and
-# one line "CASE i TILE m ACT a EPILOGUES n GATHERS n WGMMA n CLUSTERS n FUSED n" (launch counters as this
+# one line "CASE i TILE m ACT a EPILOGUES n GATHERS n WGMMA n CLUSTERS n" (launch counters as this
 # case's own increments, so a case reads the same as in a fresh process).
 _PATH_CHILD = r"""
 import sys
@@ -652,8 +618,7 @@ sys.path.insert(0, "tests")
 from test_gpu_fused_moe import _case_problem, _tile_m, run_cuda
 from hpc_xla._ext import ext
 counters = [("EPILOGUES", ext().fused_moe_act_epilogue_launches), ("GATHERS", ext().fused_moe_gather_by_tokens_launches),
-            ("WGMMA", ext().fused_moe_wgmma_gate_up_launches), ("CLUSTERS", ext().fused_moe_gemm_cluster_launches),
-            ("FUSED", ext().fused_moe_fused_down_launches)]
+            ("WGMMA", ext().fused_moe_wgmma_gate_up_launches), ("CLUSTERS", ext().fused_moe_gemm_cluster_launches)]
 interleaved = len(sys.argv) > 2 and sys.argv[2] == "interleaved"
 for i, args in enumerate(%r):
     p = _case_problem(args)
@@ -986,10 +951,8 @@ def test_grouped_narrow_cluster_pairs_equal_one_cta(case, tile, layouts, request
 INTERLEAVED_PATH_CASES = [
     ({"HPC_XLA_MOE_PATH": "stream", "HPC_XLA_MOE_UP_WGMMA": "0"}, (3, 4, 256, 192, 2, "fp8_tensor", 1, 2, True, 61),
      STREAM_TILE),
-    ({"HPC_XLA_MOE_PATH": "stream", "HPC_XLA_MOE_UP_WGMMA": "1", "HPC_XLA_MOE_FUSED_DOWN": "0"},
-     (1, 4, 256, 192, 2, "fp8_tensor", 0, 0, False, 62), STREAM_TILE),
-    # the one-token layer (its default at T = 1): units of 128 columns span two 64-row blocks of the interleaved w13
-    ({"HPC_XLA_MOE_PATH": "stream"}, (1, 4, 256, 256, 2, "fp8_tensor", 0, 0, False, 70), STREAM_TILE),
+    ({"HPC_XLA_MOE_PATH": "stream", "HPC_XLA_MOE_UP_WGMMA": "1"}, (1, 4, 256, 192, 2, "fp8_tensor", 0, 0, False, 62),
+     STREAM_TILE),
     ({"HPC_XLA_MOE_PATH": "stream"}, (4, 4, 256, 192, 2, None, 0, 0, True, 63), STREAM_TILE),
     ({"HPC_XLA_MOE_PATH": "v1", "HPC_XLA_MOE_TILED_M": "16"}, (40, 4, 256, 192, 2, "fp8_tensor", 1, 2, False, 64), 16),
     ({"HPC_XLA_MOE_PATH": "v1", "HPC_XLA_MOE_TILED_M": "32"}, (96, 4, 256, 192, 2, None, 0, 0, True, 65), 32),

@@ -249,24 +249,6 @@ inline int AlignCtas(int64_t pairs) {
   return static_cast<int>(std::min<int64_t>((pairs + kAlignChunkMin - 1) / kAlignChunkMin, kAlignMaxCtas));
 }
 
-// The single-token fused layer (one_token_moe.h): fp8_tensor at T = 1, in units of W columns of I per CTA cluster
-// -- 128, or 64 where I is not a multiple of 128 (each rank holds K groups of 2W rows x 128 bytes in <= 64 KB of
-// shared memory, and a cluster has at most 8 ranks: W = 128 up to H = 2048, W = 64 up to H = 4096; 0: not taken).
-// Why W >= 64: each CTA reads W-byte pieces of w2's rows, and 32-byte pieces stream at half the rate of 128-byte
-// ones (tools/strided_read_probe.cu, s46e). Its f32 partials: per (pair, unit column block, H row).
-inline int OneTokenUnitCols(int64_t hidden, int64_t inter) {
-  for (const int w : {128, 64}) {
-    const int64_t groups_per_rank = 256 / w;  // 2W rows x 128 bytes x groups <= 64 KB
-    if (inter % w == 0 && hidden % 128 == 0 && hidden / 128 <= 8 * groups_per_rank) return w;
-  }
-  return 0;
-}
-inline int64_t OneTokenPartialBytes(int64_t tokens, int64_t top_k, int64_t hidden, int64_t inter, MoeQuant quant) {
-  const int w = OneTokenUnitCols(hidden, inter);
-  if (tokens != 1 || quant != MoeQuant::kFp8Tensor || w == 0) return 0;
-  return top_k * (inter / w) * hidden * 4;
-}
-
 struct MoePlan {
   int tile_m = 16;
   int up_splits = 1;  // tiled path: gate-up K splits (MoeUpSplits)
@@ -276,7 +258,6 @@ struct MoePlan {
   int64_t pairs = 0, max_tiles = 0, max_rows = 0;
   // both paths
   int64_t header = 0, sorted_pairs = 0, inter = 0, inter_scale = 0, total = 0;
-  int64_t fused_partials = 0, fused_partials_bytes = 0;  // stream path: the one-token layer's (0 bytes: none)
   int64_t x_q = 0, x_q_scale = 0;  // fp8 with bf16 x
   // tiled path
   int64_t tile_expert = 0, down = 0, up_partial = 0, up_arrivals = 0, up_units = 0;
@@ -308,8 +289,6 @@ inline MoePlan MakeMoePlan(int64_t tokens, int64_t top_k, int64_t experts, int64
   p.header = take(kMoeHeaderInts * 4);
   if (p.stream) {
     p.inter = take(p.pairs * inter * (block ? 4 : (fp8 ? 1 : 2)));
-    p.fused_partials_bytes = OneTokenPartialBytes(tokens, top_k, hidden, inter, quant);
-    p.fused_partials = take(p.fused_partials_bytes);
   } else if (p.grouped) {
     p.max_rows = p.pairs;
     p.expert_count = take(experts * 4);
@@ -356,8 +335,7 @@ inline MoePlan MakeMoePlan(int64_t tokens, int64_t top_k, int64_t experts, int64
 // (fused_moe_workspace_size; the per-call check asks only for MakeMoePlan(T).total). The per-call size is not
 // monotone in T: it drops where the path changes (Qwen3-30B fp8: T = 128 on the tiled path, f32 down rows per pair,
 // 10.9 MB; T = 129 on the grouped path, bf16 rows, 8.9 MB) and where the activation moves into the gate-up epilogue
-// (`act(T)`: the grouped CTA tile grows from 64 to 128 rows with T, the gate_up rows drop out), and from T = 1 to 2
-// (the one-token layer's partials). Within one class
+// (`act(T)`: the grouped CTA tile grows from 64 to 128 rows with T, the gate_up rows drop out). Within one class
 // (M tile, act) it grows with T, and the class only grows with T, so the maximum over T' <= tokens is the larger of
 // the size at `tokens` and the size at the last T' of each smaller class, found by bisection (a few dozen plans:
 // allocation time, not the per-call path).
@@ -366,8 +344,7 @@ int64_t MaxMoeWorkspaceBytes(int64_t tokens, int64_t top_k, int64_t experts, int
                              MoeQuant quant, ActFn&& act) {
   auto plan_total = [&](int64_t t) { return MakeMoePlan(t, top_k, experts, hidden, inter, quant, act(t)).total; };
   auto key = [&](int64_t t) { return 2 * TileM(t, top_k, experts, quant) + (act(t) ? 1 : 0); };
-  // T = 1 is a class of its own inside the stream path's: the one-token layer's partials (OneTokenPartialBytes)
-  int64_t best = std::max(plan_total(tokens), tokens >= 1 ? plan_total(1) : 0);
+  int64_t best = plan_total(tokens);
   const int top = key(tokens);
   for (const int v : {kStreamTileM, 16, 32, 64, kGroupedTileM}) {
     for (const int k : {2 * v, 2 * v + 1}) {

@@ -35,7 +35,6 @@
 #include "csrc/common/numeric.h"
 #include "csrc/moe/fused_moe_stream.h"
 #include "csrc/moe/moe_common.cuh"
-#include "csrc/moe/one_token_moe.h"
 #include "csrc/moe/stream_gate_up_wgmma.h"
 
 namespace hpc::moe {
@@ -56,7 +55,6 @@ struct StreamParams {
   const __nv_bfloat16* shared;
   __nv_bfloat16* out;
   void* inter;                // [P, I]: e4m3 (fp8_tensor) | bf16 (none) | f32 (fp8_block128)
-  float* fused_partials;      // the one-token layer's partials (MakeMoePlan; nullptr: none)
   int tokens, top_k, pairs, experts, expert_offset, hidden, inter_size;
   int up_splits;              // 1: a gate-up unit per warp; kUpWarps: the CTA's warps split H of each unit
   int down_splits;            // StreamDownSplits
@@ -194,6 +192,11 @@ __device__ __forceinline__ void MmaStep(float (&acc)[4], const Frag<kFp8>& row_l
   }
 }
 
+__device__ __forceinline__ uint32_t PackE4M3x4(float a, float b, float c, float d, float mul) {
+  const uint32_t lo = __nv_cvt_float2_to_fp8x2(make_float2(a * mul, b * mul), __NV_SATFINITE, __NV_E4M3);
+  const uint32_t hi = __nv_cvt_float2_to_fp8x2(make_float2(c * mul, d * mul), __NV_SATFINITE, __NV_E4M3);
+  return lo | (hi << 16);
+}
 
 // 16 elements of one step as floats (bf16: 2 vectors, f32: 4 vectors).
 template <int kLoads>
@@ -711,30 +714,6 @@ bool UseWgmmaGateUp(const StreamParams& p, int device) {
                               static_cast<int64_t>(kStreamGateUpWgmmaCtasPerSm) * MultiprocessorCount(device);
 }
 
-// The one-token layer (one_token_moe.h): fp8_tensor at T = 1 where its grid fits one wave and the plan left its
-// partials' room. HPC_XLA_MOE_FUSED_DOWN=0 keeps the two stream kernels, =2 takes it wherever it fits, one wave
-// or not (A/B).
-template <Col C>
-bool UseOneToken(const StreamParams& p, int device) {
-  static const int knob = EnvInt("HPC_XLA_MOE_FUSED_DOWN", -1);
-  return knob != 0 && p.fused_partials != nullptr && OneTokenMoeFits(p.tokens, p.top_k, p.hidden, p.inter_size) &&
-         (knob == 2 || OneTokenMoeOneWave(p.top_k, p.hidden, p.inter_size, C == Col::kFp8, device));
-}
-
-template <Col C>
-Status LaunchOneToken(const StreamParams& p, cudaStream_t stream) {
-  static_assert(C == Col::kFp8 || C == Col::kBf16ToFp8, "fp8_tensor columns");
-  OneTokenMoeArgs a = {};
-  a.x = p.x;
-  a.x_fp8 = C == Col::kFp8;
-  a.w13 = p.w13, a.w13_interleaved = p.w13_interleaved, a.w13_scale = p.w13_scale;
-  a.w2 = p.w2, a.w2_scale = p.w2_scale, a.a13_scale = p.a13_scale, a.a2_scale = p.a2_scale;
-  a.ids = p.ids, a.weights = p.weights, a.shared = p.shared, a.out = p.out, a.partials = p.fused_partials;
-  a.top_k = p.top_k, a.experts = p.experts, a.expert_offset = p.expert_offset;
-  a.hidden = p.hidden, a.inter_size = p.inter_size;
-  return LaunchOneTokenMoe(a, stream);
-}
-
 template <Col C>
 Status LaunchWgmmaGateUp(const StreamParams& p, cudaStream_t stream) {
   static_assert(C == Col::kFp8 || C == Col::kBf16ToFp8, "fp8_tensor columns");
@@ -757,7 +736,6 @@ template <MoeQuant Q, Col CUp, Col CDown>
 Status LaunchStream(const StreamParams& p, int device, cudaStream_t stream) {
   constexpr bool kFp8 = Q != MoeQuant::kNone;
   if constexpr (Q == MoeQuant::kFp8Tensor) {
-    if (UseOneToken<CUp>(p, device)) return LaunchOneToken<CUp>(p, stream);
     if (UseWgmmaGateUp(p, device)) {
       HPC_RETURN_IF_ERROR(LaunchWgmmaGateUp<CUp>(p, stream));
     } else {
@@ -792,9 +770,6 @@ Status RunStreamMoe(const FusedMoeArgs& a, const MoePlan& plan, cudaStream_t str
   sp.shared = a.shared_output.present() ? a.shared_output.ptr<const __nv_bfloat16>() : nullptr;
   sp.out = a.out.ptr<__nv_bfloat16>();
   sp.inter = a.workspace.ptr<uint8_t>() + plan.inter;
-  sp.fused_partials = plan.fused_partials_bytes > 0
-                          ? reinterpret_cast<float*>(a.workspace.ptr<uint8_t>() + plan.fused_partials)
-                          : nullptr;
   sp.tokens = static_cast<int>(a.x.shape[0]);
   sp.top_k = static_cast<int>(a.topk_ids.shape[1]);
   sp.pairs = static_cast<int>(plan.pairs);

@@ -3,7 +3,6 @@
 #pragma once
 
 #include <cuda_bf16.h>
-#include <cuda_fp8.h>
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -28,20 +27,6 @@ inline Status AllowSmem(const void* fn, int bytes) {
 // IEEE division) was never bitwise-equal to the GPU's expf either. g -> -inf: 1 + exp(-g) overflows and the
 // quotient is 0 (silu's limit).
 __device__ __forceinline__ float Silu(float g) { return __fdividef(g, 1.f + __expf(-g)); }
-
-// fp8_tensor's intermediate element from its gate-up sums: e4m3(silu(gate * ts) * (up * ts) * out_mul), ts the
-// product of x's and w13's scales, out_mul = 1 / a2_scale -- the reference's rounding steps.
-__device__ __forceinline__ __nv_fp8_storage_t ActE4M3(float gate, float up, float ts, float out_mul) {
-  const float h = __fmul_rn(Silu(__fmul_rn(gate, ts)), __fmul_rn(up, ts));
-  return __nv_cvt_float_to_fp8(h * out_mul, __NV_SATFINITE, __NV_E4M3);
-}
-
-// Four floats times mul -> four saturated e4m3 bytes (the first in the low byte): x quantized as the reference does.
-__device__ __forceinline__ uint32_t PackE4M3x4(float a, float b, float c, float d, float mul) {
-  const uint32_t lo = __nv_cvt_float2_to_fp8x2(make_float2(a * mul, b * mul), __NV_SATFINITE, __NV_E4M3);
-  const uint32_t hi = __nv_cvt_float2_to_fp8x2(make_float2(c * mul, d * mul), __NV_SATFINITE, __NV_E4M3);
-  return lo | (hi << 16);
-}
 
 __device__ __forceinline__ void LoadRow8(const float* src, float (&d)[8]) {
   const float4 lo = reinterpret_cast<const float4*>(src)[0], hi = reinterpret_cast<const float4*>(src)[1];

@@ -60,6 +60,12 @@ struct Params {
   int col_blocks;   // I / 32
 };
 
+__device__ __forceinline__ uint32_t PackE4M3x4(float a, float b, float c, float d, float mul) {
+  const uint32_t lo = __nv_cvt_float2_to_fp8x2(make_float2(a * mul, b * mul), __NV_SATFINITE, __NV_E4M3);
+  const uint32_t hi = __nv_cvt_float2_to_fp8x2(make_float2(c * mul, d * mul), __NV_SATFINITE, __NV_E4M3);
+  return lo | (hi << 16);
+}
+
 template <bool kXFp8>
 __global__ void __launch_bounds__(kThreads) GateUpWgmmaKernel(const __grid_constant__ Params p) {
   extern __shared__ uint8_t dyn[];
@@ -108,8 +114,27 @@ __global__ void __launch_bounds__(kThreads) GateUpWgmmaKernel(const __grid_const
     CpAsyncCommit();
   }
   // B: x of tokens 0..T-1 over this CTA's K groups, e4m3; rows T..7 zero.
-  StoreXTilesE4M3<kXFp8, kThreads>(b_ptr, kBGroupBytes, a.x, a.tokens, H, g0, n,
-                                   kXFp8 ? 1.f : QuantMultiplier(*a.a13_scale));
+  const float mul = kXFp8 ? 1.f : QuantMultiplier(*a.a13_scale);
+  for (int i = tid; i < n * kMaxTokens * 8; i += kThreads) {
+    const int s = i / (kMaxTokens * 8), t = (i / 8) % kMaxTokens, ch = i % 8;
+    uint4 v = make_uint4(0u, 0u, 0u, 0u);
+    if (t < a.tokens) {
+      const int64_t k = static_cast<int64_t>(g0 + s) * kGroupK + ch * 16;
+      if constexpr (kXFp8) {
+        v = *reinterpret_cast<const uint4*>(static_cast<const uint8_t*>(a.x) + t * H + k);
+      } else {
+        const uint4* src = reinterpret_cast<const uint4*>(static_cast<const __nv_bfloat16*>(a.x) + t * H + k);
+        const uint4 w0 = src[0], w1 = src[1];
+        const uint32_t w[8] = {w0.x, w0.y, w0.z, w0.w, w1.x, w1.y, w1.z, w1.w};
+        float f[16];
+#pragma unroll
+        for (int j = 0; j < 8; ++j) f[2 * j] = __uint_as_float(w[j] << 16), f[2 * j + 1] = __uint_as_float(w[j] & 0xffff0000u);
+        v.x = PackE4M3x4(f[0], f[1], f[2], f[3], mul), v.y = PackE4M3x4(f[4], f[5], f[6], f[7], mul);
+        v.z = PackE4M3x4(f[8], f[9], f[10], f[11], mul), v.w = PackE4M3x4(f[12], f[13], f[14], f[15], mul);
+      }
+    }
+    *reinterpret_cast<uint4*>(b_ptr + s * kBGroupBytes + Sw128(t, ch)) = v;
+  }
 
   // Per K group: wait for its copies (kMaxGroups commit groups were issued, empty ones past n, so group s has
   // landed when at most kMaxGroups - 1 - s are pending), then 4 wgmmas promoted into acc.
@@ -161,7 +186,9 @@ __global__ void __launch_bounds__(kThreads) GateUpWgmmaKernel(const __grid_const
   for (int i = tid; i < kUnitCols * a.tokens; i += kThreads) {
     constexpr int kPitch = kMaxTokens + 1;
     const int col = i % kUnitCols, t = i / kUnitCols;
-    const __nv_fp8_storage_t v = ActE4M3(tile[col * kPitch + t], tile[(kUnitCols + col) * kPitch + t], ts, out_mul);
+    const float gv = __fmul_rn(tile[col * kPitch + t], ts), uv = __fmul_rn(tile[(kUnitCols + col) * kPitch + t], ts);
+    const float h = __fmul_rn(Silu(gv), uv);
+    const __nv_fp8_storage_t v = __nv_cvt_float_to_fp8(h * out_mul, __NV_SATFINITE, __NV_E4M3);
     for (int j = 0; j < a.top_k; ++j) {
       const int pair = t * a.top_k + j;
       if (ids_s[pair] == mine) a.inter[static_cast<int64_t>(pair) * I + cb * kUnitCols + col] = v;

@@ -6,7 +6,6 @@
 #include <cstdint>
 
 #include "csrc/common/mma.cuh"
-#include "csrc/moe/moe_common.cuh"
 
 namespace hpc::moe {
 
@@ -117,35 +116,6 @@ __device__ __forceinline__ void WgmmaGroupE4M3N(float (&acc)[N / 2], uint32_t a_
   FenceRegsN(d);
 #pragma unroll
   for (int i = 0; i < N / 2; ++i) acc[i] = __fadd_rn(acc[i], d[i]);
-}
-
-// x as the wgmma B operand: tokens 0..tokens-1 (<= 8) over K groups [g0, g0 + n), e4m3, one 8-row x 128-byte swizzle
-// atom per group (`group_bytes` apart from b_ptr), rows tokens..7 zero. A bf16 x is quantized with `mul` (1 / its
-// static scale) as the reference does; an e4m3 x is copied. Every thread of the CTA calls it.
-template <bool kXFp8, int kThreads>
-__device__ __forceinline__ void StoreXTilesE4M3(uint8_t* b_ptr, int group_bytes, const void* x, int tokens, int64_t H,
-                                                int g0, int n, float mul) {
-  constexpr int kGroupK = 128, kRows = 8;
-  for (int i = threadIdx.x; i < n * kRows * 8; i += kThreads) {
-    const int s = i / (kRows * 8), t = (i / 8) % kRows, ch = i % 8;
-    uint4 v = make_uint4(0u, 0u, 0u, 0u);
-    if (t < tokens) {
-      const int64_t k = static_cast<int64_t>(g0 + s) * kGroupK + ch * 16;
-      if constexpr (kXFp8) {
-        v = *reinterpret_cast<const uint4*>(static_cast<const uint8_t*>(x) + t * H + k);
-      } else {
-        const uint4* src = reinterpret_cast<const uint4*>(static_cast<const __nv_bfloat16*>(x) + t * H + k);
-        const uint4 w0 = src[0], w1 = src[1];
-        const uint32_t w[8] = {w0.x, w0.y, w0.z, w0.w, w1.x, w1.y, w1.z, w1.w};
-        float f[16];
-#pragma unroll
-        for (int j = 0; j < 8; ++j) f[2 * j] = __uint_as_float(w[j] << 16), f[2 * j + 1] = __uint_as_float(w[j] & 0xffff0000u);
-        v.x = PackE4M3x4(f[0], f[1], f[2], f[3], mul), v.y = PackE4M3x4(f[4], f[5], f[6], f[7], mul);
-        v.z = PackE4M3x4(f[8], f[9], f[10], f[11], mul), v.w = PackE4M3x4(f[12], f[13], f[14], f[15], mul);
-      }
-    }
-    *reinterpret_cast<uint4*>(b_ptr + s * group_bytes + Sw128(t, ch)) = v;
-  }
 }
 
 }  // namespace hpc::moe
