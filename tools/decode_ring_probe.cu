@@ -171,14 +171,6 @@ __global__ void __launch_bounds__(kThreads) BulkRing(Params p) {
   if (acc == 0x12345678u) p.out[blockIdx.x] = acc;
 }
 
-// The copy ceiling's kernel: a grid-stride loop of 16-byte loads and stores.
-__global__ void CopyKernel(const uint4* src, uint4* dst, int64_t n) {
-  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
-       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
-    dst[i] = src[i];
-  }
-}
-
 struct Workload {
   const char* name;
   int tiles;
@@ -191,22 +183,8 @@ int main() {
   CHECK(cudaGetDeviceProperties(&prop, 0));
   std::printf("%s, %d SMs\n", prop.name, sms);
 
-  // copy ceiling: 2 GB device to device on the SMs, read + write bytes (see the header)
-  const int64_t copy_bytes = int64_t{2} << 30;
-  uint8_t *src = nullptr, *dst = nullptr;
-  CHECK(cudaMalloc(&src, copy_bytes));
-  CHECK(cudaMalloc(&dst, copy_bytes));
-  CHECK(cudaMemset(src, 3, copy_bytes));
-  const double copy_us = GraphMicrosPerCall(
-      [&](int, cudaStream_t s) {
-        CopyKernel<<<8 * sms, 256, 0, s>>>(reinterpret_cast<const uint4*>(src), reinterpret_cast<uint4*>(dst),
-                                           copy_bytes / 16);
-      },
-      4, 5);
-  const double ceiling = 2.0 * copy_bytes / copy_us * 1e-6;
+  const double ceiling = SmCopyCeilingTBs(sms);  // 2 GB device to device on the SMs (see the header)
   std::printf("copy ceiling %.2f TB/s (read + write)\n", ceiling);
-  CHECK(cudaFree(src));
-  CHECK(cudaFree(dst));
 
   const Workload workloads[] = {{"64x4K", 4096}, {"1x128K+31x4K", 4032}};
   const int max_tiles = 4096;

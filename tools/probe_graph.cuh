@@ -1,7 +1,7 @@
 // Shared by the dev probes (tools/stream_probe.cu, tools/ring_probe.cu, tools/launch_probe.cu,
-// tools/decode_ring_probe.cu): error checks, an mbarrier wait,
-// the time of one repetition of some launches inside a CUDA graph (the way the benchmarks time our ops), and the
-// streaming probes' setup.
+// tools/decode_ring_probe.cu, tools/strided_read_probe.cu): error checks, an mbarrier wait,
+// the time of one repetition of some launches inside a CUDA graph (the way the benchmarks time our ops), the
+// copy ceiling as the benchmarks measure it, and the streaming probes' setup.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -67,6 +67,33 @@ double GraphMicrosPerCall(F&& launch, int reps = 20, int replays = 9) {
   CHECK(cudaStreamDestroy(s));
   std::sort(t.begin(), t.end());
   return t[t.size() / 2];
+}
+
+// The copy ceiling's kernel: a grid-stride loop of 16-byte loads and stores.
+__global__ void CopyKernel(const uint4* src, uint4* dst, int64_t n) {
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    dst[i] = src[i];
+  }
+}
+
+// The copy ceiling in TB/s (read + write bytes / time): `bytes` device to device by an SM copy kernel, as torch's
+// copy_ in the benchmarks' ceiling (hpc_xla/bench/timing.py). Not a cudaMemcpy node: captured in a graph it may run
+// on the copy engines (2.44 TB/s on an H100 where the benchmark reads 3.01, s45c).
+inline double SmCopyCeilingTBs(int sms, int64_t bytes = int64_t{2} << 30) {
+  uint8_t *src = nullptr, *dst = nullptr;
+  CHECK(cudaMalloc(&src, bytes));
+  CHECK(cudaMalloc(&dst, bytes));
+  CHECK(cudaMemset(src, 3, bytes));
+  const double us = GraphMicrosPerCall(
+      [&](int, cudaStream_t s) {
+        CopyKernel<<<8 * sms, 256, 0, s>>>(reinterpret_cast<const uint4*>(src), reinterpret_cast<uint4*>(dst),
+                                           bytes / 16);
+      },
+      4, 5);
+  CHECK(cudaFree(src));
+  CHECK(cudaFree(dst));
+  return 2.0 * bytes / us * 1e-6;
 }
 
 // The streaming probes' setup: the SM count, and `bytes` of weights-like source (filled, so no page is lazily

@@ -4,25 +4,12 @@
 // kernel ran at 1.42 TB/s (ncu, H100, DRAM 42%) against 2.2+ for the same kernel without those reads. Before a
 // design with wider units, this measures the pattern alone: a [rows, 768] byte matrix (256 MB, past L2) read by CTAs
 // that each take one column block of `piece` bytes (32 / 64 / 128 / 256 / 768 = whole rows) over a run of rows,
-// 16-byte loads (ld.global.nc.L1::no_allocate) issued 8 deep per thread, in a CUDA graph of 20 launches; and the
-// same pattern with every CTA's rows in a different 256 MB set per launch (no L2 reuse across launches).
-// The copy ceiling (read + write bytes, an SM copy kernel) is printed as the reference.
-//   nvcc -std=c++17 -gencode arch=compute_90a,code=sm_90a -O3 -o strided_read_probe tools/strided_read_probe.cu
+// 16-byte loads (ld.global.nc.L1::no_allocate) issued 8 deep per thread, in a CUDA graph of 20 launches that
+// alternate between two 256 MB sets (no L2 reuse across launches). The copy ceiling (read + write bytes,
+// an SM copy kernel: probe_graph.cuh) is printed as the reference.
+//   nvcc -std=c++17 -Itools -gencode arch=compute_90a,code=sm_90a -O3 -o strided_read_probe tools/strided_read_probe.cu
 //   ./strided_read_probe
-#include <cstdint>
-#include <cstdio>
-#include <vector>
-
-#include <cuda_runtime.h>
-
-#define CHECK(x)                                                                       \
-  do {                                                                                 \
-    cudaError_t e_ = (x);                                                              \
-    if (e_ != cudaSuccess) {                                                           \
-      std::fprintf(stderr, "%s:%d %s\n", __FILE__, __LINE__, cudaGetErrorString(e_)); \
-      std::exit(1);                                                                    \
-    }                                                                                  \
-  } while (0)
+#include "probe_graph.cuh"
 
 constexpr int kRowBytes = 768;  // Qwen3-30B's I in e4m3
 constexpr int kThreads = 256;
@@ -61,44 +48,13 @@ __global__ void __launch_bounds__(kThreads) StridedRead(const uint8_t* base, int
   if (acc == 0x12345678u) *sink = acc;  // keeps the loads
 }
 
-__global__ void Copy(const uint4* src, uint4* dst, int64_t n) {
-  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n; i += gridDim.x * static_cast<int64_t>(blockDim.x)) {
-    dst[i] = src[i];
-  }
-}
-
-template <class F>
-float GraphUs(F launch, int reps, cudaStream_t s) {
-  cudaGraph_t g;
-  cudaGraphExec_t ge;
-  CHECK(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal));
-  for (int i = 0; i < reps; ++i) launch(i);
-  CHECK(cudaStreamEndCapture(s, &g));
-  CHECK(cudaGraphInstantiate(&ge, g, 0));
-  CHECK(cudaGraphLaunch(ge, s));
-  CHECK(cudaStreamSynchronize(s));
-  cudaEvent_t a, b;
-  CHECK(cudaEventCreate(&a));
-  CHECK(cudaEventCreate(&b));
-  float best = 1e30f;
-  for (int t = 0; t < 5; ++t) {
-    CHECK(cudaEventRecord(a, s));
-    CHECK(cudaGraphLaunch(ge, s));
-    CHECK(cudaEventRecord(b, s));
-    CHECK(cudaEventSynchronize(b));
-    float ms;
-    CHECK(cudaEventElapsedTime(&ms, a, b));
-    best = ms < best ? ms : best;
-  }
-  CHECK(cudaGraphExecDestroy(ge));
-  CHECK(cudaGraphDestroy(g));
-  return best * 1000.f / reps;
-}
-
 int main() {
+  int sms = 0;
+  CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
   cudaDeviceProp prop;
   CHECK(cudaGetDeviceProperties(&prop, 0));
-  std::printf("%s, %d SMs\n", prop.name, prop.multiProcessorCount);
+  std::printf("%s, %d SMs\n", prop.name, sms);
+  std::printf("copy ceiling %.2f TB/s (read + write)\n", SmCopyCeilingTBs(sms));
   constexpr int64_t kSetBytes = 256ll << 20;
   constexpr int kSets = 2;
   uint8_t* buf;
@@ -106,30 +62,21 @@ int main() {
   CHECK(cudaMalloc(&buf, kSets * kSetBytes));
   CHECK(cudaMalloc(&sink, 4));
   CHECK(cudaMemset(buf, 1, kSets * kSetBytes));
-  cudaStream_t s;
-  CHECK(cudaStreamCreate(&s));
-  const int reps = 20;
-  {
-    const int64_t n = kSetBytes / 16;
-    const float us = GraphUs([&](int i) { Copy<<<prop.multiProcessorCount * 8, 256, 0, s>>>(
-                                              reinterpret_cast<const uint4*>(buf + (i % 2) * kSetBytes),
-                                              reinterpret_cast<uint4*>(buf + ((i + 1) % 2) * kSetBytes), n); },
-                             reps, s);
-    std::printf("copy ceiling %.2f TB/s (read + write)\n", 2.0 * kSetBytes / us / 1e6);
-  }
   const int64_t rows = kSetBytes / kRowBytes;
   std::printf("piece  order  CTAs/SM  rows/CTA     us     TB/s\n");
   for (int piece : {32, 64, 128, 256, 768}) {
-    for (int order : {0, 1})
-    for (int rows_per_cta : {1024, 4096}) {
-      const int blocks = kRowBytes / piece;
-      const int64_t ctas = rows / rows_per_cta * blocks;
-      const int64_t bytes = rows / rows_per_cta * rows_per_cta * kRowBytes;
-      const float us = GraphUs([&](int i) { StridedRead<<<static_cast<unsigned>(ctas), kThreads, 0, s>>>(
-                                                buf + (i % kSets) * kSetBytes, piece, rows_per_cta, order, sink); },
-                               reps, s);
-      std::printf("%5d  %5d  %7lld  %8d  %7.1f  %6.2f\n", piece, order, static_cast<long long>(ctas / prop.multiProcessorCount),
-                  rows_per_cta, us, bytes / us / 1e6);
+    for (int order : {0, 1}) {
+      for (int rows_per_cta : {1024, 4096}) {
+        const int blocks = kRowBytes / piece;
+        const int64_t ctas = rows / rows_per_cta * blocks;
+        const int64_t bytes = rows / rows_per_cta * rows_per_cta * kRowBytes;
+        const double us = GraphMicrosPerCall([&](int i, cudaStream_t s) {
+          StridedRead<<<static_cast<unsigned>(ctas), kThreads, 0, s>>>(buf + (i % kSets) * kSetBytes, piece,
+                                                                        rows_per_cta, order, sink);
+        });
+        std::printf("%5d  %5d  %7lld  %8d  %7.1f  %6.2f\n", piece, order, static_cast<long long>(ctas / sms),
+                    rows_per_cta, us, bytes / us / 1e6);
+      }
     }
   }
   CHECK(cudaGetLastError());
