@@ -77,11 +77,11 @@ def reference_out(p, inter_nudge=0.0):
 ORACLE_NUDGE = 2e-4  # far below any missing rounding step (>= 2e-3 relative), far above float32 sums' distance
 
 
-def nearest_reference_out(p, out):
-    """Token by token, whichever of the oracle and its two nudged forms (reference.fused_moe's inter_nudge = +-
-    ORACLE_NUDGE) lies nearest `out`: an intermediate within float32's reach of a rounding midpoint may round either
-    way in a kernel, and either way is right."""
-    refs = [reference_out(p, n) for n in (0.0, ORACLE_NUDGE, -ORACLE_NUDGE)]
+def nearest_reference_out(p, out, plain=None):
+    """Token by token, whichever of the oracle (`plain`, if the caller has it) and its two nudged forms
+    (reference.fused_moe's inter_nudge = +-ORACLE_NUDGE) lies nearest `out`: an intermediate within float32's reach
+    of a rounding midpoint may round either way in a kernel, and either way is right."""
+    refs = [reference_out(p) if plain is None else plain] + [reference_out(p, n) for n in (ORACLE_NUDGE, -ORACLE_NUDGE)]
     a = np.asarray(out, np.float64)
     dist = np.stack([np.linalg.norm((a - r).reshape(r.shape[0], -1), axis=1) for r in refs])
     best = np.argmin(dist, axis=0)
