@@ -1,0 +1,27 @@
+#!/usr/bin/env bash
+# session 47 call H (~9 min, H200 ONLY -- exits at once on anything else; no H200 has come since session 39, and
+# #2 / #3 / #4's targets are H200 numbers). Carry .peer/pack (m46b = main), .peer/probe, .whl
+# (tools/fetch_peer_wheels.sh). The tables of record in ONE call (the session's device budget holds one start and
+# one full call): decode_ring_probe (is the H200's 69-73% of the copy ceiling the kernel or the pattern?), rope_norm
+# once (#2's 8/1 row), decode 8/1 bf16 q_len 1 with FlashInfer 0.5.3 in the same run (#3's target rows), MoE T=1
+# ours (#4; no peer: vLLM's Triton needs its own call, s41b).
+# Written BEFORE the run (session 47, from s38b-s40b and the H100 sessions since): probe skeleton at spin 800 85-95%
+# of the SM copy ceiling; rope_norm bf16 8/1 T=16384 75-78%; decode 8/1 bf16 q_len 1 with the plan kernel 64x4K
+# 41-44 us, 1x128K+31x4K 42-45 us (s38b 43.1 / 44.5; H100 sessions 42-45 moved q_len 1 by -0.5..-1.5), ours/FI
+# 0.93-1.0 on those two, q_len 1 faster than FI on every row; MoE Qwen3 fp8 T=1 18.0-18.5 (s40b 18.3).
+. "$(dirname "$0")/prelude.sh"
+if ! nvidia-smi --query-gpu=name --format=csv,noheader | grep -q H200; then echo "not an H200: nothing run"; exit 0; fi
+unpack_packs
+M=$X/${TREE:-m46b}
+python3 -m pip install -q --no-index --no-deps --target /tmp/site .whl/*.whl > $R/pip.log 2>&1; echo "pip rc=$?"
+timeout 60 ./.peer/probe/decode_ring_probe > $OUT/decode_ring_probe.txt 2>&1; echo "probe rc=$?"; t
+( cd $M && PYTHONPATH=$M timeout 120 python3 -m hpc_xla.bench rope_norm --heads 8/1/128 --out $OUT/rope_norm.json \
+    > $OUT/rope_table.txt 2>&1; echo "rope bench rc=$?" ); t
+( cd $M && PYTHONPATH=$M HPC_BENCH_PEERS=0 timeout 60 python3 -m hpc_xla.bench moe --shapes \
+    qwen3-30b-a3b/fp8_tensor,hy3-tp8/fp8_tensor --tokens 1 > $OUT/moe_t1.txt 2>&1; echo "moe bench rc=$?" ); t
+( cd $M && PYTHONPATH=$M:/tmp/site timeout 330 python3 -m hpc_xla.bench decode --heads 8/1/128 --kv bf16 --q-len 1 \
+    --out $OUT/dec_8_bf16_q1.json > $OUT/dec_8_bf16_q1.txt 2>&1; echo "decode+FI bench rc=$?" ); t
+grep -E "spin|ceiling|TB/s" $OUT/decode_ring_probe.txt | tail -12 | cut -c1-150
+grep -E "8/1" $OUT/rope_table.txt | cut -c1-190
+grep -a "│" $OUT/moe_t1.txt | cut -c1-110
+python3 $ROOT/bench/calls/decode_tables.py fi $OUT/dec_8_bf16_q1.json | tee $OUT/fi_table.txt
