@@ -1,7 +1,7 @@
 """Short tables of `python -m hpc_xla.bench decode --out` JSON files, shared by the device-call scripts:
 
   python3 decode_tables.py ab DIR PREFIX LABEL...   layer us per row, one column per DIR/PREFIX<LABEL>.json
-  python3 decode_tables.py fi JSON...               ours (layer us) vs FlashInfer per row, from runs with FI on the path
+  python3 decode_tables.py fi JSON...               ours (step us with the plan, and layer us) vs FlashInfer per row
 """
 import json
 import os
@@ -27,12 +27,15 @@ def ab(folder, prefix, labels):
 
 
 def fi(paths):
-    print("row".ljust(44) + "ours".rjust(8) + "FI".rjust(8) + "ours/FI".rjust(9))
+    # step = our plan + attention (the issue's measure, the bench's "us"); layer = attention with the plan built
+    # (every later layer of the step). FlashInfer plans on the host, so neither of its columns holds a planner.
+    print("row".ljust(44) + "step".rjust(8) + "layer".rjust(8) + "FI".rjust(8) + "step/FI".rjust(9) + "layer/FI".rjust(9))
     for path in paths:
         for r in json.load(open(path))["rows"]:
             peer = r.get("flashinfer_us")
-            print(row_key(r)[:44].ljust(44) + ("%.1f" % r["layer_us"]).rjust(8) + (("%.1f" % peer) if peer else "-").rjust(8)
-                  + (("%.3f" % (r["layer_us"] / peer)) if peer else "-").rjust(9))
+            ratio = lambda v: ("%.3f" % (v / peer)) if peer else "-"
+            print(row_key(r)[:44].ljust(44) + ("%.1f" % r["us"]).rjust(8) + ("%.1f" % r["layer_us"]).rjust(8)
+                  + (("%.1f" % peer) if peer else "-").rjust(8) + ratio(r["us"]).rjust(9) + ratio(r["layer_us"]).rjust(9))
 
 
 if __name__ == "__main__":
