@@ -93,10 +93,6 @@ int DecodeModelPieceTenths();
 // model below the cost layouts' makespan and Q outweighs a piece); HPC_XLA_DECODE_ALIGNED=0 never, =2 whenever it
 // fits, =3 whenever it fits at any rows a piece (A/B).
 int DecodeAlignedMode();
-// 1: the GPU plan kernel lets the attention kernel in right after its PdlWait; 0: after its first scan. Default: 1
-// where the planner chooses (the choice is long, the attention grid's start overlaps it), else 0 (session 43's
-// plain planner); HPC_XLA_DECODE_PLAN_TRIGGER=0|1 forces one (A/B).
-int DecodePlanEarlyTrigger(const DecodeConfig& config);
 
 
 void BuildPlanHost(const int32_t* seq_lens, int batch, const DecodeConfig& config, int max_ctas, int32_t* plan);

@@ -315,12 +315,6 @@ int DecodeAlignedMode() {
   return mode;
 }
 
-int DecodePlanEarlyTrigger(const DecodeConfig& config) {
-  static const int forced = EnvInt("HPC_XLA_DECODE_PLAN_TRIGGER", -1);
-  if (forced == 0 || forced == 1) return forced;
-  return DecodeAlternativePieceCostTiles(config) > 0 && DecodeModelPieceTenths() > 0 ? 1 : 0;
-}
-
 int DecodeMinCapacityTiles() {
   static const int tiles = [] {
     const int n = EnvInt("HPC_XLA_DECODE_MIN_TILES", 0);
