@@ -177,14 +177,8 @@ struct Workload {
 };
 
 int main() {
-  int sms = 0;
-  CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
-  cudaDeviceProp prop;
-  CHECK(cudaGetDeviceProperties(&prop, 0));
-  std::printf("%s, %d SMs\n", prop.name, sms);
-
-  const double ceiling = SmCopyCeilingTBs(sms);  // 2 GB device to device on the SMs (see the header)
-  std::printf("copy ceiling %.2f TB/s (read + write)\n", ceiling);
+  double ceiling = 0;
+  const int sms = PrintDeviceAndCopyCeiling(&ceiling);
 
   const Workload workloads[] = {{"64x4K", 4096}, {"1x128K+31x4K", 4032}};
   const int max_tiles = 4096;

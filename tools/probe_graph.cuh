@@ -96,6 +96,19 @@ inline double SmCopyCeilingTBs(int sms, int64_t bytes = int64_t{2} << 30) {
   return 2.0 * bytes / us * 1e-6;
 }
 
+// The device's name and SM count, and its SM copy ceiling (the memory probes' denominator), printed as the
+// first lines of their output; returns the SM count and sets *ceiling_tbs.
+inline int PrintDeviceAndCopyCeiling(double* ceiling_tbs) {
+  int sms = 0;
+  CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
+  cudaDeviceProp prop;
+  CHECK(cudaGetDeviceProperties(&prop, 0));
+  std::printf("%s, %d SMs\n", prop.name, sms);
+  *ceiling_tbs = SmCopyCeilingTBs(sms);  // 2 GB device to device on the SMs
+  std::printf("copy ceiling %.2f TB/s (read + write)\n", *ceiling_tbs);
+  return sms;
+}
+
 // The streaming probes' setup: the SM count, and `bytes` of weights-like source (filled, so no page is lazily
 // zero) that each launch reads a fresh slice of (cold L2), plus a small sink for results the compiler must keep.
 struct ProbeSetup {

@@ -49,12 +49,8 @@ __global__ void __launch_bounds__(kThreads) StridedRead(const uint8_t* base, int
 }
 
 int main() {
-  int sms = 0;
-  CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
-  cudaDeviceProp prop;
-  CHECK(cudaGetDeviceProperties(&prop, 0));
-  std::printf("%s, %d SMs\n", prop.name, sms);
-  std::printf("copy ceiling %.2f TB/s (read + write)\n", SmCopyCeilingTBs(sms));
+  double ceiling = 0;
+  const int sms = PrintDeviceAndCopyCeiling(&ceiling);
   constexpr int64_t kSetBytes = 256ll << 20;
   constexpr int kSets = 2;
   uint8_t* buf;
