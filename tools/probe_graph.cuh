@@ -97,15 +97,16 @@ inline double SmCopyCeilingTBs(int sms, int64_t bytes = int64_t{2} << 30) {
 }
 
 // The device's name and SM count, and its SM copy ceiling (the memory probes' denominator), printed as the
-// first lines of their output; returns the SM count and sets *ceiling_tbs.
-inline int PrintDeviceAndCopyCeiling(double* ceiling_tbs) {
+// first lines of their output; returns the SM count and sets *ceiling_tbs (when given).
+inline int PrintDeviceAndCopyCeiling(double* ceiling_tbs = nullptr) {
   int sms = 0;
   CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
   cudaDeviceProp prop;
   CHECK(cudaGetDeviceProperties(&prop, 0));
   std::printf("%s, %d SMs\n", prop.name, sms);
-  *ceiling_tbs = SmCopyCeilingTBs(sms);  // 2 GB device to device on the SMs
-  std::printf("copy ceiling %.2f TB/s (read + write)\n", *ceiling_tbs);
+  const double ceiling = SmCopyCeilingTBs(sms);  // 2 GB device to device on the SMs
+  std::printf("copy ceiling %.2f TB/s (read + write)\n", ceiling);
+  if (ceiling_tbs != nullptr) *ceiling_tbs = ceiling;
   return sms;
 }
 

@@ -49,8 +49,7 @@ __global__ void __launch_bounds__(kThreads) StridedRead(const uint8_t* base, int
 }
 
 int main() {
-  double ceiling = 0;
-  const int sms = PrintDeviceAndCopyCeiling(&ceiling);
+  const int sms = PrintDeviceAndCopyCeiling();  // the ceiling is printed for the reader, not used below
   constexpr int64_t kSetBytes = 256ll << 20;
   constexpr int kSets = 2;
   uint8_t* buf;
