@@ -93,6 +93,10 @@ int DecodeModelPieceTenths();
 // model below the cost layouts' makespan and Q outweighs a piece); HPC_XLA_DECODE_ALIGNED=0 never, =2 whenever it
 // fits, =3 whenever it fits at any rows a piece (A/B).
 int DecodeAlignedMode();
+// Where the GPU plan kernel lets the attention kernel in (PDL): 0 (default) after its first scan; 1 right after its
+// PdlWait (HPC_XLA_DECODE_PLAN_TRIGGER=1, kept for A/B). Session 48 (H100, 2 rounds): 0 was 1.4-4.6 us faster per
+// step at q_len 2, where the planner chooses between layouts, and even at q_len 1; layer time the same.
+int DecodePlanEarlyTrigger();
 
 
 void BuildPlanHost(const int32_t* seq_lens, int batch, const DecodeConfig& config, int max_ctas, int32_t* plan);

@@ -62,19 +62,18 @@ Status PrepareKernel(const KernelChoice& k, int* ctas_per_sm) {
   return ResidentCtasPerSm(k.fn, attention::kDecodeThreads, k.smem, "decode_attention: occupancy", ctas_per_sm);
 }
 
-// The exclusive prefix sum of weight(b) over b < batch, in chunks of the block's width: emit(b, sum before b) for
-// each b, and the total left in `running` (shared) for every thread on return.
-template <class Scan, class Weight, class Emit>
-__device__ void ChunkedExclusiveSum(typename Scan::TempStorage& scan, int64_t& running, int batch, Weight weight,
-                                    Emit emit) {
+// The exclusive prefix sum of weight(b) over b < batch (as T), in chunks of the block's width: emit(b, sum before
+// b) for each b, and the total left in `running` (shared) for every thread on return.
+template <class T, class Scan, class Weight, class Emit>
+__device__ void ChunkedExclusiveSum(typename Scan::TempStorage& scan, T& running, int batch, Weight weight, Emit emit) {
   if (threadIdx.x == 0) running = 0;
   __syncthreads();
   for (int base = 0; base < batch; base += blockDim.x) {
     const int b = base + threadIdx.x;
-    const int64_t w = b < batch ? static_cast<int64_t>(weight(b)) : 0;
-    int64_t excl, chunk_total;
+    const T w = b < batch ? static_cast<T>(weight(b)) : T(0);
+    T excl, chunk_total;
     Scan(scan).ExclusiveSum(w, excl, chunk_total);
-    const int64_t before = running;
+    const T before = running;
     if (b < batch) emit(b, before + excl);
     __syncthreads();
     if (threadIdx.x == 0) running = before + chunk_total;
@@ -82,20 +81,44 @@ __device__ void ChunkedExclusiveSum(typename Scan::TempStorage& scan, int64_t& r
   }
 }
 
+__device__ __forceinline__ int64_t WarpMax(int64_t v) {
+#pragma unroll
+  for (int o = 16; o > 0; o /= 2) {
+    const int64_t other = __shfl_xor_sync(0xffffffffu, v, o);
+    v = other > v ? other : v;
+  }
+  return v;
+}
+
 constexpr int kPlanSmemPrefix = attention::kPlanChoiceMaxBatch;  // smaller batches search a shared-memory prefix
 
 // alt_cost > 0 (and model_tenths > 0): lay the batch out with piece_cost and with alt_cost and keep the one whose
 // modeled makespan is smaller (decode_plan.h, CostLayout), as BuildPlanHost does.
 // aligned_mode (DecodeAlignedMode) > 0: the aligned layout is a third candidate (decode_plan.h).
+// early_trigger (HPC_XLA_DECODE_PLAN_TRIGGER=1): the attention kernel is let in right after PdlWait (59b) rather
+// than after the first scan (the default: session 48 measured it 1.4-4.6 us faster per step at q_len 2 on an H100).
+//
+// Why it is written this way (session 47: the plan measured 3.8-3.9 us at q_len 1 and 7.8-10.1 at q_len 2 on an
+// H100, 2.7-2.9 before the choice; the attention grid waits for all of it): the sums are int32 where the values are
+// (the cost prefix, the aligned CTAs), the packed int64 scan only where two prefixes travel together; each layout's
+// total, capacity and CTA count are computed once (CostLayout) and its divisions are 32-bit (DivNonNeg); the two
+// layouts' CTA starts and modeled times run side by side in the block's two halves. Session 48 (H100): 3.0-3.3 us at
+// q_len 1, 6.4-8.0 at q_len 2.
 __global__ void __launch_bounds__(1024) DecodePlanKernel(const int32_t* seq_lens, int batch, DecodeConfig cfg,
                                                           int max_ctas, int min_tiles, int piece_cost, int alt_cost,
-                                                          int model_tenths, int aligned_mode, int32_t* plan) {
+                                                          int model_tenths, int aligned_mode, int early_trigger,
+                                                          int32_t* plan) {
   using namespace attention;
-  // 64-bit sums: the cost (or, while choosing, the tile) prefix in the low half, the units with work in the high
-  // one. Warp scans: the raking scan's storage would not fit beside the arrays below.
-  using BlockScan = cub::BlockScan<int64_t, 1024, cub::BLOCK_SCAN_WARP_SCANS>;
-  __shared__ typename BlockScan::TempStorage scan;
-  __shared__ int64_t running;
+  // While choosing, one 64-bit sum carries the tile prefix (low half) and the units with work (high half): warp
+  // scans, as its raking storage would not fit beside the arrays below. Otherwise 32-bit sums.
+  using Scan64 = cub::BlockScan<int64_t, 1024, cub::BLOCK_SCAN_WARP_SCANS>;
+  using Scan32 = cub::BlockScan<int32_t, 1024>;  // raking, as session 43's plan kernel
+  __shared__ union {
+    typename Scan64::TempStorage s64;
+    typename Scan32::TempStorage s32;
+  } scan;
+  __shared__ int64_t running64;
+  __shared__ int32_t running32;
   __shared__ unsigned long long makespan[2];
   __shared__ unsigned long long aligned_q;  // the aligned layout's chunk; ~0: none fits
   // The CTA starts below binary-search the prefix: from shared memory when it fits (a search through global
@@ -106,35 +129,47 @@ __global__ void __launch_bounds__(1024) DecodePlanKernel(const int32_t* seq_lens
   __shared__ int16_t units_smem[kPlanSmemPrefix];
   __shared__ int32_t starts_smem[2][kPlanChoiceMaxCtas + 1][2];
   PdlWait();
-  // The attention kernel may be scheduled now (it waits for this whole kernel in its PdlWait): its start overlaps
-  // the planning.
-  PdlLaunchDependents();
+  // The attention kernel may be scheduled now (it waits for this whole kernel in its PdlWait)
+  if (early_trigger) PdlLaunchDependents();
   int32_t* prefix = PlanPrefix(plan);
   const bool in_smem = batch < kPlanSmemPrefix;
   const bool choose = in_smem && alt_cost > 0 && model_tenths > 0 && max_ctas <= kPlanChoiceMaxCtas;
-  ChunkedExclusiveSum<BlockScan>(
-      scan, running, batch,
-      [&](int b) -> int64_t {
-        const int len = max(seq_lens[b], 0);
-        const int n = TilesOf(len);
-        return choose ? (static_cast<int64_t>(n > 0) << 32) | n : UnitCost(len, piece_cost);
-      },
-      [&](int b, int64_t at) {
-        const int32_t low = static_cast<int32_t>(at & 0xffffffffll);
-        if (!choose) prefix[b] = low;
-        if (in_smem) prefix_smem[b] = low;
-        if (choose) units_smem[b] = static_cast<int16_t>(at >> 32);
-      });
+  int32_t head_total;  // per head: tiles while choosing, else cost
+  if (choose) {
+    ChunkedExclusiveSum<int64_t, Scan64>(
+        scan.s64, running64, batch,
+        [&](int b) -> int64_t {
+          const int n = TilesOf(max(seq_lens[b], 0));
+          return (static_cast<int64_t>(n > 0) << 32) | n;
+        },
+        [&](int b, int64_t at) {
+          prefix_smem[b] = static_cast<int32_t>(at & 0xffffffffll);
+          units_smem[b] = static_cast<int16_t>(at >> 32);
+        });
+    head_total = static_cast<int32_t>(running64 & 0xffffffffll);
+    if (threadIdx.x == 0) {
+      prefix_smem[batch] = head_total;
+      units_smem[batch] = static_cast<int16_t>(running64 >> 32);
+    }
+  } else {
+    ChunkedExclusiveSum<int32_t, Scan32>(
+        scan.s32, running32, batch, [&](int b) { return UnitCost(max(seq_lens[b], 0), piece_cost); },
+        [&](int b, int32_t at) {
+          prefix[b] = at;
+          if (in_smem) prefix_smem[b] = at;
+        });
+    head_total = running32;
+    if (threadIdx.x == 0) {
+      prefix[batch] = head_total;
+      if (in_smem) prefix_smem[batch] = head_total;
+    }
+  }
   if (threadIdx.x == 0) {
-    const int32_t low = static_cast<int32_t>(running & 0xffffffffll);
-    if (!choose) prefix[batch] = low;
-    if (in_smem) prefix_smem[batch] = low;
-    if (choose) units_smem[batch] = static_cast<int16_t>(running >> 32);
     makespan[0] = makespan[1] = 0;
     aligned_q = ~0ull;
   }
   __syncthreads();
-  const int32_t head_total = static_cast<int32_t>(running & 0xffffffffll);
+  if (!early_trigger) PdlLaunchDependents();
   int32_t* start = PlanStart(plan, batch);
   bool aligned = false;  // the layout chosen: the aligned one, or one of a piece cost
   int32_t head_cost = 0;
@@ -144,29 +179,43 @@ __global__ void __launch_bounds__(1024) DecodePlanKernel(const int32_t* seq_lens
     const auto tiles = [&](int b) -> int64_t { return prefix_smem[b]; };
     const auto units = [&](int b) -> int64_t { return units_smem[b]; };
     using Layout = CostLayout<decltype(tiles), decltype(units)>;
-    const Layout layouts[2] = {{tiles, units, batch, cfg.num_kv_heads, piece_cost, max_ctas, min_tiles},
-                               {tiles, units, batch, cfg.num_kv_heads, alt_cost, max_ctas, min_tiles}};
-    // every CTA start of both layouts, one search each (CTA i's time reads starts i and i + 1)
-    for (int i = threadIdx.x; i <= max_ctas; i += blockDim.x) {
-#pragma unroll
-      for (int k = 0; k < 2; ++k) layouts[k].Start(i, &starts_smem[k][i][0], &starts_smem[k][i][1]);
-    }
-    __syncthreads();
-#pragma unroll
-    for (int k = 0; k < 2; ++k) {
-      const int n = layouts[k].NumCtas();
-      int64_t most = 0;
-      for (int i = threadIdx.x; i < n; i += blockDim.x) {
-        const int64_t t = layouts[k].ModeledTenths(starts_smem[k][i][0], starts_smem[k][i][1], starts_smem[k][i + 1][0],
-                                                   starts_smem[k][i + 1][1], model_tenths);
-        most = t > most ? t : most;
-      }
-#pragma unroll
-      for (int o = 16; o > 0; o /= 2) {
-        const int64_t other = __shfl_xor_sync(0xffffffffu, most, o);
-        most = other > most ? other : most;
-      }
+    const auto layout_of = [&](int k) {
+      return Layout{tiles, units, batch, cfg.num_kv_heads, k == 0 ? piece_cost : alt_cost, max_ctas, min_tiles};
+    };
+    // Every CTA start of both layouts, one search each, then each CTA's modeled time (it reads starts i and i + 1).
+    // Where both layouts' starts fit the block's halves (max_ctas < 512: every Hopper grid of the 16-row kernels),
+    // half k takes layout k, so the two searches run side by side instead of one after the other.
+    const int half = static_cast<int>(blockDim.x) / 2;
+    if (max_ctas < half) {
+      const int k = static_cast<int>(threadIdx.x) / half, i = static_cast<int>(threadIdx.x) % half;
+      const Layout layout = layout_of(k);
+      if (i <= max_ctas) layout.Start(i, &starts_smem[k][i][0], &starts_smem[k][i][1]);
+      __syncthreads();
+      const int64_t t = i < layout.NumCtas() ? layout.ModeledTenths(starts_smem[k][i][0], starts_smem[k][i][1],
+                                                                     starts_smem[k][i + 1][0], starts_smem[k][i + 1][1],
+                                                                     model_tenths)
+                                             : 0;
+      const int64_t most = WarpMax(t);  // (a warp lies in one half: half is a multiple of 32)
       if (threadIdx.x % 32 == 0) atomicMax(&makespan[k], static_cast<unsigned long long>(most));
+    } else {
+#pragma unroll
+      for (int k = 0; k < 2; ++k) {
+        const Layout layout = layout_of(k);
+        for (int i = threadIdx.x; i <= max_ctas; i += blockDim.x) layout.Start(i, &starts_smem[k][i][0], &starts_smem[k][i][1]);
+      }
+      __syncthreads();
+#pragma unroll
+      for (int k = 0; k < 2; ++k) {
+        const Layout layout = layout_of(k);
+        int64_t most = 0;
+        for (int i = threadIdx.x; i < layout.NumCtas(); i += blockDim.x) {
+          const int64_t t = layout.ModeledTenths(starts_smem[k][i][0], starts_smem[k][i][1], starts_smem[k][i + 1][0],
+                                                 starts_smem[k][i + 1][1], model_tenths);
+          most = t > most ? t : most;
+        }
+        most = WarpMax(most);
+        if (threadIdx.x % 32 == 0) atomicMax(&makespan[k], static_cast<unsigned long long>(most));
+      }
     }
     if (aligned_mode > 0 && head_total > 0) {
       // the aligned layout's chunk: candidate low + w in warp w, the smallest that fits wins
@@ -187,24 +236,26 @@ __global__ void __launch_bounds__(1024) DecodePlanKernel(const int32_t* seq_lens
     aligned = aligned_q != ~0ull &&
               (aligned_mode >= 2 || AlignedChosen(q, model_tenths, static_cast<int64_t>(makespan[k])));
     if (aligned) {
-      // CTAs per head before each sequence (a scan as above), kept where the starts were: flat, >= batch + 1 ints
+      // CTAs per head before each sequence (a scan as above: at most max_ctas in all, AlignedFits), kept where the
+      // starts were: flat, >= batch + 1 ints
       static_assert(2 * (kPlanChoiceMaxCtas + 1) * 2 >= kPlanSmemPrefix, "ctas_before fits where the starts were");
       int32_t* ctas_before = &starts_smem[0][0][0];
-      ChunkedExclusiveSum<BlockScan>(
-          scan, running, batch, [&](int b) { return AlignedCtas(prefix_smem[b + 1] - prefix_smem[b], q); },
-          [&](int b, int64_t at) {
-            ctas_before[b] = static_cast<int32_t>(at);
+      ChunkedExclusiveSum<int32_t, Scan32>(
+          scan.s32, running32, batch, [&](int b) { return AlignedCtas(prefix_smem[b + 1] - prefix_smem[b], q); },
+          [&](int b, int32_t at) {
+            ctas_before[b] = at;
             prefix[b] = static_cast<int32_t>(at * q);
           });
+      const int32_t per_head = running32;
       if (threadIdx.x == 0) {
-        ctas_before[batch] = static_cast<int32_t>(running);
-        prefix[batch] = static_cast<int32_t>(running * q);
+        ctas_before[batch] = per_head;
+        prefix[batch] = static_cast<int32_t>(per_head * q);
       }
       __syncthreads();
       piece_cost = 0;
-      head_cost = static_cast<int32_t>(running * q);
+      head_cost = static_cast<int32_t>(per_head * q);
       capacity = q;
-      num_ctas = static_cast<int>(running * cfg.num_kv_heads);
+      num_ctas = per_head * cfg.num_kv_heads;
       const int64_t total = static_cast<int64_t>(head_cost) * cfg.num_kv_heads;
       for (int i = threadIdx.x; i <= max_ctas; i += blockDim.x) {
         LocateIn([&](int b) -> int64_t { return ctas_before[b] * q; }, batch, cfg.num_kv_heads, 0,
@@ -223,7 +274,7 @@ __global__ void __launch_bounds__(1024) DecodePlanKernel(const int32_t* seq_lens
   if (!aligned) {
     head_cost = choose ? head_total + piece_cost * units_smem[batch] : head_total;
     capacity = CapacityOf(static_cast<int64_t>(head_cost) * cfg.num_kv_heads, max_ctas, min_tiles + piece_cost);
-    num_ctas = static_cast<int>((static_cast<int64_t>(head_cost) * cfg.num_kv_heads + capacity - 1) / capacity);
+    num_ctas = static_cast<int>(DivNonNeg(static_cast<int64_t>(head_cost) * cfg.num_kv_heads + capacity - 1, capacity));
   }
   const int64_t total = static_cast<int64_t>(head_cost) * cfg.num_kv_heads;
   if (!choose) {
@@ -306,7 +357,7 @@ Status DecodePlanCuda(const DecodePlanArgs& a, cudaStream_t stream) {
   return Launch("decode_plan kernel launch", DecodePlanKernel, dim3(1), dim3(1024), 0, stream,
                 a.seq_lens.ptr<const int32_t>(), static_cast<int>(a.seq_lens.shape[0]), a.config, a.max_ctas,
                 DecodeMinCapacityTiles(), DecodePieceCostTiles(a.config), DecodeAlternativePieceCostTiles(a.config),
-                DecodeModelPieceTenths(), DecodeAlignedMode(), a.plan.ptr<int32_t>());
+                DecodeModelPieceTenths(), DecodeAlignedMode(), DecodePlanEarlyTrigger(), a.plan.ptr<int32_t>());
 }
 
 static_assert(attention::kMaxPieces == attention::kMaxCtas, "the combine kernel must hold a piece per CTA");

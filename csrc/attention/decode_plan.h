@@ -100,6 +100,17 @@ HPC_PLAN_HD const int32_t* PlanPrefix(const int32_t* plan) { return plan + kPlan
 HPC_PLAN_HD int32_t* PlanStart(int32_t* plan, int batch) { return plan + kPlanHeaderInts + batch + 1; }
 HPC_PLAN_HD const int32_t* PlanStart(const int32_t* plan, int batch) { return plan + kPlanHeaderInts + batch + 1; }
 
+// a / b for a >= 0, b > 0. On the GPU a 64-bit division is a called subroutine with ~100s of cycles of dependent
+// latency, and the planner kernel divides on its critical path (every CTA start, every sequence of every aligned
+// candidate: session 47 measured its plan at 8-10 us at q_len 2), while its operands fit 32 bits in any plan a
+// Hopper grid holds: that case divides in 32 bits. The quotient is the same either way.
+HPC_PLAN_HD int64_t DivNonNeg(int64_t a, int64_t b) {
+#ifdef __CUDA_ARCH__
+  if (((a | b) >> 32) == 0) return static_cast<uint32_t>(a) / static_cast<uint32_t>(b);
+#endif
+  return a / b;
+}
+
 HPC_PLAN_HD int TilesOf(int64_t seq_len) { return seq_len > 0 ? static_cast<int>((seq_len + kTileTokens - 1) / kTileTokens) : 0; }
 HPC_PLAN_HD int UnitCost(int64_t seq_len, int piece_cost) {
   const int n = TilesOf(seq_len);
@@ -107,7 +118,7 @@ HPC_PLAN_HD int UnitCost(int64_t seq_len, int piece_cost) {
 }
 
 // A unit's CTAs in the aligned layout of chunk q, and its positions there: whole CTAs.
-HPC_PLAN_HD int64_t AlignedCtas(int tiles, int64_t q) { return tiles > 0 ? (tiles + q - 1) / q : 0; }
+HPC_PLAN_HD int64_t AlignedCtas(int tiles, int64_t q) { return tiles > 0 ? DivNonNeg(tiles + q - 1, q) : 0; }
 HPC_PLAN_HD int64_t AlignedSpan(int tiles, int64_t q) { return AlignedCtas(tiles, q) * q; }
 
 // The aligned layout's first candidate chunk (tiles per CTA: ceil(head_tiles x num_kv_heads / max_ctas), the tiles
@@ -115,7 +126,7 @@ HPC_PLAN_HD int64_t AlignedSpan(int tiles, int64_t q) { return AlignedCtas(tiles
 // whether chunk q fits (its CTAs, ctas_per_head x num_kv_heads, within max_ctas and its positions in int32), and
 // whether it is chosen over the cost layout of modeled makespan `best` (tenths of a tile, CostLayout).
 HPC_PLAN_HD int64_t AlignedLowChunk(int64_t head_tiles, int num_kv_heads, int max_ctas, int min_tiles) {
-  const int64_t even = (head_tiles * num_kv_heads + max_ctas - 1) / max_ctas;
+  const int64_t even = DivNonNeg(head_tiles * num_kv_heads + max_ctas - 1, max_ctas);
   return even > min_tiles ? even : min_tiles;
 }
 HPC_PLAN_HD bool AlignedFits(int64_t ctas_per_head, int64_t q, int num_kv_heads, int max_ctas) {
@@ -132,7 +143,7 @@ HPC_PLAN_HD bool AlignedChosen(int64_t q, int model_tenths, int64_t best) {
 }
 
 HPC_PLAN_HD int64_t CapacityOf(int64_t total_cost, int max_ctas, int min_capacity) {
-  const int64_t even = (total_cost + max_ctas - 1) / max_ctas;
+  const int64_t even = DivNonNeg(total_cost + max_ctas - 1, max_ctas);
   return even > min_capacity ? even : min_capacity;
 }
 
@@ -147,7 +158,7 @@ HPC_PLAN_HD void LocateIn(const Prefix& prefix, int batch, int num_kv_heads, int
     *tile = 0;
     return;
   }
-  const int h = static_cast<int>(pos / head_cost);
+  const int h = static_cast<int>(DivNonNeg(pos, head_cost));
   const int64_t r = pos - h * head_cost;
   // largest b with prefix[b] <= r (then prefix[b + 1] > r, so unit b has cost)
   int lo = 0, hi = batch;
@@ -172,18 +183,23 @@ struct CostLayout {
   const Tiles& tiles;
   const Units& units;
   int batch, num_kv_heads, piece_cost, max_ctas, min_tiles;
+  // Set once here: every CTA start reads them (the GPU planner recomputed them, two divisions each, per start).
+  int64_t total, capacity;
+  int num_ctas;
+  HPC_PLAN_HD CostLayout(const Tiles& tiles_, const Units& units_, int batch_, int num_kv_heads_, int piece_cost_,
+                         int max_ctas_, int min_tiles_)
+      : tiles(tiles_), units(units_), batch(batch_), num_kv_heads(num_kv_heads_), piece_cost(piece_cost_),
+        max_ctas(max_ctas_), min_tiles(min_tiles_), total(Prefix(batch_) * num_kv_heads_),
+        capacity(CapacityOf(total, max_ctas_, min_tiles_ + piece_cost_)),
+        num_ctas(static_cast<int>(DivNonNeg(total + capacity - 1, capacity))) {}
   HPC_PLAN_HD int64_t Prefix(int b) const { return tiles(b) + static_cast<int64_t>(piece_cost) * units(b); }
-  HPC_PLAN_HD int64_t Total() const { return Prefix(batch) * num_kv_heads; }
-  HPC_PLAN_HD int64_t Capacity() const { return CapacityOf(Total(), max_ctas, min_tiles + piece_cost); }
-  HPC_PLAN_HD int NumCtas() const {
-    const int64_t cap = Capacity();
-    return static_cast<int>((Total() + cap - 1) / cap);
-  }
+  HPC_PLAN_HD int64_t Total() const { return total; }
+  HPC_PLAN_HD int64_t Capacity() const { return capacity; }
+  HPC_PLAN_HD int NumCtas() const { return num_ctas; }
   // Where CTA i starts (i <= NumCtas(); NumCtas() is the end), as the attention kernel will read it.
   HPC_PLAN_HD void Start(int i, int* unit, int* tile) const {
-    const int n = NumCtas();
-    LocateIn([this](int b) { return Prefix(b); }, batch, num_kv_heads, piece_cost,
-             i <= n ? i * Capacity() : Total(), unit, tile);
+    LocateIn([this](int b) { return Prefix(b); }, batch, num_kv_heads, piece_cost, i <= num_ctas ? i * capacity : total,
+             unit, tile);
   }
   // tiles before (unit, tile) over all heads, and units with work before `unit`
   HPC_PLAN_HD int64_t TilesBefore(int unit, int tile) const {

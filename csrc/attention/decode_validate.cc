@@ -315,6 +315,11 @@ int DecodeAlignedMode() {
   return mode;
 }
 
+int DecodePlanEarlyTrigger() {
+  static const int trigger = EnvInt("HPC_XLA_DECODE_PLAN_TRIGGER", 0) == 1 ? 1 : 0;
+  return trigger;
+}
+
 int DecodeMinCapacityTiles() {
   static const int tiles = [] {
     const int n = EnvInt("HPC_XLA_DECODE_MIN_TILES", 0);
