@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# session 48 call B (~5 min, any Hopper; carry .peer/pack with e65 = main since session 48 when run with
-# HPC_XLA_DECODE_PLAN_TRIGGER=0, its landed default): where the q_len 2 plan's time goes after experiment 65.
+# session 48 call B (~5 min, any Hopper; carry .peer/pack with m48 = main since experiment 65 landed
+# (tools/stage_experiments.sh m48 && tools/pack_staged.sh m48): where the q_len 2 plan's time goes after experiment 65.
 # (1) the 8/1 bf16 suite (q_len 1 and 2), one round each: default | ALIGNED=0 (no aligned candidate) |
 #     PIECE_COST=4 (no choice: session 43's plain planner) -- s47p's decomposition again, on the new kernel.
 # (2) ncu of DecodePlanKernel alone (1x128K+31x4K, q_len 1 and 2): duration, and per-SASS stall samples.
@@ -9,13 +9,13 @@
 # at q_len 1 ~1.5-2 us (the rest of the 3 us is launch and PDL flush), q_len 2 ~5.
 . "$(dirname "$0")/prelude.sh"
 unpack_packs
-E=$X/e65
+E=$X/m48
 env AB_WIDTH=150 AB_TIMEOUT=120 OUT=/tmp/abl tools/ab_bench.sh 1 "decode --heads 8/1/128 --kv bf16" \
-  e65:HPC_XLA_DECODE_PLAN_TRIGGER=0 e65:HPC_XLA_DECODE_PLAN_TRIGGER=0,HPC_XLA_DECODE_ALIGNED=0 \
-  e65:HPC_XLA_DECODE_PLAN_TRIGGER=0,HPC_XLA_DECODE_PIECE_COST=4 > $R/b_ab.txt 2>&1; t
+  m48 m48:HPC_XLA_DECODE_ALIGNED=0 \
+  m48:HPC_XLA_DECODE_PIECE_COST=4 > $R/b_ab.txt 2>&1; t
 cp $R/b_ab.txt $OUT/
 for q in 1 2; do
-  (cd $E && PYTHONPATH=$E HPC_XLA_DECODE_PLAN_TRIGGER=0 timeout 150 ncu --clock-control none -k regex:DecodePlanKernel \
+  (cd $E && PYTHONPATH=$E timeout 150 ncu --clock-control none -k regex:DecodePlanKernel \
     --launch-skip 2 --launch-count 1 --set full --warp-sampling-interval 0 --import-source no -f -o $R/ncu_q$q \
     python3 $ROOT/tools/profile_targets.py decode --heads 8,1,128 --workload 1x128K+31x4K --q-len $q --reps 4 \
     > $R/ncu_q$q.log 2>&1; echo "ncu q$q rc=$?")
