@@ -274,7 +274,7 @@ __global__ void __launch_bounds__(1024) DecodePlanKernel(const int32_t* seq_lens
   if (!aligned) {
     head_cost = choose ? head_total + piece_cost * units_smem[batch] : head_total;
     capacity = CapacityOf(static_cast<int64_t>(head_cost) * cfg.num_kv_heads, max_ctas, min_tiles + piece_cost);
-    num_ctas = static_cast<int>(DivNonNeg(static_cast<int64_t>(head_cost) * cfg.num_kv_heads + capacity - 1, capacity));
+    num_ctas = CtasAt(static_cast<int64_t>(head_cost) * cfg.num_kv_heads, capacity);
   }
   const int64_t total = static_cast<int64_t>(head_cost) * cfg.num_kv_heads;
   if (!choose) {

@@ -146,6 +146,10 @@ HPC_PLAN_HD int64_t CapacityOf(int64_t total_cost, int max_ctas, int min_capacit
   const int64_t even = DivNonNeg(total_cost + max_ctas - 1, max_ctas);
   return even > min_capacity ? even : min_capacity;
 }
+// The CTAs a layout of total_cost at `capacity` a CTA takes (the plan's num_ctas: host and GPU planners alike).
+HPC_PLAN_HD int CtasAt(int64_t total_cost, int64_t capacity) {
+  return static_cast<int>(DivNonNeg(total_cost + capacity - 1, capacity));
+}
 
 // The (unit, tile) of the first tile whose cost position is >= pos. Units are head-major: unit = h * batch + b.
 // `prefix(b)`: the cost prefix (an array, or CostLayout's, from a tile and a unit prefix).
@@ -191,7 +195,7 @@ struct CostLayout {
       : tiles(tiles_), units(units_), batch(batch_), num_kv_heads(num_kv_heads_), piece_cost(piece_cost_),
         max_ctas(max_ctas_), min_tiles(min_tiles_), total(Prefix(batch_) * num_kv_heads_),
         capacity(CapacityOf(total, max_ctas_, min_tiles_ + piece_cost_)),
-        num_ctas(static_cast<int>(DivNonNeg(total + capacity - 1, capacity))) {}
+        num_ctas(CtasAt(total, capacity)) {}
   HPC_PLAN_HD int64_t Prefix(int b) const { return tiles(b) + static_cast<int64_t>(piece_cost) * units(b); }
   HPC_PLAN_HD int64_t Total() const { return total; }
   HPC_PLAN_HD int64_t Capacity() const { return capacity; }

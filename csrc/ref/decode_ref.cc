@@ -216,7 +216,7 @@ void BuildPlanHost(const int32_t* seq_lens, int batch, const DecodeConfig& cfg, 
   }
   const int64_t total = static_cast<int64_t>(prefix[batch]) * cfg.num_kv_heads;
   const int64_t capacity = aligned_q > 0 ? aligned_q : CapacityOf(total, max_ctas, min_tiles + piece_cost);
-  const int num_ctas = static_cast<int>((total + capacity - 1) / capacity);
+  const int num_ctas = CtasAt(total, capacity);
   int32_t* start = PlanStart(plan, batch);
   for (int i = 0; i <= max_ctas; ++i) {
     int unit, tile;
