@@ -354,7 +354,6 @@ Status DecodePlanCuda(const DecodePlanArgs& a, cudaStream_t stream) {
   HPC_RETURN_IF_ERROR(ValidateDecodePlan(a));
   if (a.seq_lens.device != DeviceKind::kCuda) return Status::Internal("decode_plan: CUDA path called with CPU tensors");
   HPC_RETURN_IF_ERROR(CheckHopper(a.seq_lens.device_id));
-  HPC_RETURN_IF_ERROR(PreferMaxSharedCarveout(reinterpret_cast<const void*>(&DecodePlanKernel), "decode_plan: carveout"));
   return Launch("decode_plan kernel launch", DecodePlanKernel, dim3(1), dim3(1024), 0, stream,
                 a.seq_lens.ptr<const int32_t>(), static_cast<int>(a.seq_lens.shape[0]), a.config, a.max_ctas,
                 DecodeMinCapacityTiles(), DecodePieceCostTiles(a.config), DecodeAlternativePieceCostTiles(a.config),
@@ -452,7 +451,6 @@ Status DecodeAttentionCuda(const DecodeAttentionArgs& a, cudaStream_t stream) {
   const int combine_rows = p.dynamic && p.rows <= attention::kWarpMergeMaxRows ? 1 : p.rows;
   const bool wide = p.rows > attention::kCombineThreads / 32;
   auto* combine = wide ? &attention::DecodeCombineKernel<2> : &attention::DecodeCombineKernel<1>;
-  HPC_RETURN_IF_ERROR(PreferMaxSharedCarveout(reinterpret_cast<const void*>(combine), "decode_attention: carveout"));
   return Launch("decode_attention combine launch", combine, dim3(combine_grid, combine_rows),
                 dim3(attention::kCombineThreads), 0, stream, p);
 }

@@ -74,11 +74,6 @@ int MultiprocessorCount(int device) {
   return f ? f->sms : 0;
 }
 
-bool MatchedCarveoutEnabled() {
-  static const bool enabled = EnvFlag("HPC_XLA_CARVEOUT", true);
-  return enabled;
-}
-
 bool DeviceChecksEnabled() {
   static const bool enabled = EnvFlag("HPC_XLA_CHECK", false);
   return enabled;

@@ -24,8 +24,4 @@ int EnvInt(const char* name, int fallback);
 // HPC_XLA_PDL=0 turns off Programmatic Dependent Launch (on by default).
 bool PdlEnabled();
 
-// HPC_XLA_CARVEOUT=0 leaves the shared-memory / L1 split of the small kernels that run beside or between big-smem
-// ones to the driver (PreferMaxSharedCarveout); on by default.
-bool MatchedCarveoutEnabled();
-
 }  // namespace hpc

@@ -16,11 +16,8 @@
 
 namespace hpc::moe {
 
-// Raises a kernel's dynamic shared-memory limit once per kernel (never on the hot path after the first call), and
-// gives the streaming kernels the same (largest) carveout, so that a kernel's CTAs can land on an SM beside the PDL
-// predecessor's last CTAs there (PreferMaxSharedCarveout; session 46's MoE T=1 timeline: the down's CTAs arrived late).
+// Raises a kernel's dynamic shared-memory limit once per kernel (never on the hot path after the first call).
 inline Status AllowSmem(const void* fn, int bytes) {
-  HPC_RETURN_IF_ERROR(PreferMaxSharedCarveout(fn, "fused_moe: carveout"));
   return AllowDynamicSmem(fn, bytes, "fused_moe: shared memory attribute");
 }
 
