@@ -46,10 +46,9 @@ in_background "e67 moe stream/one-token" a_67m.log 300 $F $T tests/test_gpu_fuse
 wait; t
 collect a_
 env AB_WIDTH=150 AB_TIMEOUT=120 OUT=/tmp/abl tools/ab_bench.sh 2 "decode --heads 8/1/128 --kv bf16" \
-  ${BASE:-m48} e66c e67 > $R/a_ab.txt 2>&1; t
+  ${BASE:-m48} e66c e67 > $OUT/a_ab.txt 2>&1; t
 env AB_WIDTH=150 AB_TIMEOUT=60 OUT=/tmp/abl tools/ab_bench.sh 2 \
-  "moe --shapes qwen3-30b-a3b/fp8_tensor,hy3-tp8/fp8_tensor --tokens 1" e67:HPC_XLA_CARVEOUT=0 e67 > $R/a_moe.txt 2>&1; t
-cp $R/a_ab.txt $R/a_moe.txt $OUT/
+  "moe --shapes qwen3-30b-a3b/fp8_tensor,hy3-tp8/fp8_tensor --tokens 1" e67:HPC_XLA_CARVEOUT=0 e67 > $OUT/a_moe.txt 2>&1; t
 # ncu only while the call has time left (600 s a call)
 [ $(( $(date +%s) - S )) -lt 440 ] && (cd $E && PYTHONPATH=$E timeout 70 ncu --clock-control none -k regex:DecodePlanKernel --launch-skip 2 --launch-count 1 \
   --set full --warp-sampling-interval 0 --import-source no -f -o $R/ncu_q2 python3 $ROOT/tools/profile_targets.py \
