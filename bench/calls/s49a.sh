@@ -63,5 +63,5 @@ hdr = rows[1]; ie = hdr.index("Instructions Executed")
 print("e66c plan kernel warp instructions (q_len 2):", sum(int(r[ie] or 0) for r in rows[2:] if len(r) > ie))
 PY2
 t
-grep -a "│\|==" $R/a_ab.txt | cut -c1-110
-grep -a "│\|==" $R/a_moe.txt | cut -c1-130
+grep -a "│\|==" $OUT/a_ab.txt | cut -c1-110
+grep -a "│\|==" $OUT/a_moe.txt | cut -c1-130
