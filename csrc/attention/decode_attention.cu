@@ -2,8 +2,8 @@
 // sizes the persistent grid with the occupancy API, builds the plan on the GPU, and launches attention +
 // combine (PDL-chained).
 #include <cuda_runtime.h>
+#include <cub/block/block_scan.cuh>
 
-#include <algorithm>
 #include <string>
 #include <vector>
 
@@ -62,44 +62,23 @@ Status PrepareKernel(const KernelChoice& k, int* ctas_per_sm) {
   return ResidentCtasPerSm(k.fn, attention::kDecodeThreads, k.smem, "decode_attention: occupancy", ctas_per_sm);
 }
 
-// x summed over this lane and the lanes below it.
-__device__ __forceinline__ int WarpInclusiveSum(int x) {
-  const int lane = static_cast<int>(threadIdx.x % 32);
-#pragma unroll
-  for (int o = 1; o < 32; o *= 2) {
-    const int y = __shfl_up_sync(0xffffffffu, x, o);
-    if (lane >= o) x += y;
-  }
-  return x;
-}
-
-// The exclusive prefix sums of two int32 weights, (x, y) = weight(b), over b < batch, in chunks of the block's width
-// (a multiple of 32): emit(b, x before b, y before b) for each b. Returns both totals to every thread, every emit
-// done (the trailing barrier). `totals` holds the warps' sums, a buffer per chunk parity so that one barrier a chunk
-// suffices. Written here rather than taken from cub::BlockScan for the plan kernel's latency (session 48, ncu of
-// it on an H100): cub's warp-scans block scan of the packed 64-bit pair had every thread read and add all 32 warp
-// sums, ~300 instructions in each of the 32 warps, the largest part of the kernel's ~31k at q_len 2; here each
-// warp scans the warp sums with shuffles.
-template <class Weight, class Emit>
-__device__ int2 BlockExclusiveSums(int2 (&totals)[2][32], int batch, Weight weight, Emit emit) {
-  const int lane = static_cast<int>(threadIdx.x % 32), warp = static_cast<int>(threadIdx.x / 32);
-  const int warps = static_cast<int>(blockDim.x / 32);
-  int2 running = make_int2(0, 0);
-  for (int base = 0, buf = 0; base < batch; base += static_cast<int>(blockDim.x), buf ^= 1) {
-    const int b = base + static_cast<int>(threadIdx.x);
-    const int2 w = b < batch ? weight(b) : make_int2(0, 0);
-    const int x = WarpInclusiveSum(w.x), y = WarpInclusiveSum(w.y);
-    if (lane == 31) totals[buf][warp] = make_int2(x, y);
-    __syncthreads();
-    const int2 t = lane < warps ? totals[buf][lane] : make_int2(0, 0);
-    const int tx = WarpInclusiveSum(t.x), ty = WarpInclusiveSum(t.y);
-    const int before_x = __shfl_sync(0xffffffffu, tx - t.x, warp), before_y = __shfl_sync(0xffffffffu, ty - t.y, warp);
-    if (b < batch) emit(b, running.x + before_x + x - w.x, running.y + before_y + y - w.y);
-    running.x += __shfl_sync(0xffffffffu, tx, 31);
-    running.y += __shfl_sync(0xffffffffu, ty, 31);
-  }
+// The exclusive prefix sum of weight(b) over b < batch (as T), in chunks of the block's width: emit(b, sum before
+// b) for each b, and the total left in `running` (shared) for every thread on return.
+template <class T, class Scan, class Weight, class Emit>
+__device__ void ChunkedExclusiveSum(typename Scan::TempStorage& scan, T& running, int batch, Weight weight, Emit emit) {
+  if (threadIdx.x == 0) running = 0;
   __syncthreads();
-  return running;
+  for (int base = 0; base < batch; base += blockDim.x) {
+    const int b = base + threadIdx.x;
+    const T w = b < batch ? static_cast<T>(weight(b)) : T(0);
+    T excl, chunk_total;
+    Scan(scan).ExclusiveSum(w, excl, chunk_total);
+    const T before = running;
+    if (b < batch) emit(b, before + excl);
+    __syncthreads();
+    if (threadIdx.x == 0) running = before + chunk_total;
+    __syncthreads();
+  }
 }
 
 __device__ __forceinline__ int64_t WarpMax(int64_t v) {
@@ -112,21 +91,6 @@ __device__ __forceinline__ int64_t WarpMax(int64_t v) {
 }
 
 constexpr int kPlanSmemPrefix = attention::kPlanChoiceMaxBatch;  // smaller batches search a shared-memory prefix
-constexpr int kPlanThreads = 1024;  // the plan kernel's one block where it chooses a layout
-
-// Whether the plan kernel chooses between layouts (it needs kPlanThreads threads then: a warp per aligned candidate,
-// the two layouts' searches in the block's halves); the launcher sizes the block by it.
-__host__ __device__ bool PlanChooses(int batch, int max_ctas, int alt_cost, int model_tenths) {
-  return batch < kPlanSmemPrefix && alt_cost > 0 && model_tenths > 0 && max_ctas <= attention::kPlanChoiceMaxCtas;
-}
-
-// The plain plan's block: a thread per sequence of a chunk and per CTA start, in whole warps. Warps past both have
-// nothing to do but still run every scan step and barrier, and the plan is instruction-bound (session 48, ncu).
-int PlanThreads(int batch, int max_ctas, int alt_cost, int model_tenths) {
-  if (PlanChooses(batch, max_ctas, alt_cost, model_tenths)) return kPlanThreads;
-  const int needed = std::max(std::max(batch, max_ctas + 1), 32);
-  return std::min((needed + 31) / 32 * 32, kPlanThreads);
-}
 
 // alt_cost > 0 (and model_tenths > 0): lay the batch out with piece_cost and with alt_cost and keep the one whose
 // modeled makespan is smaller (decode_plan.h, CostLayout), as BuildPlanHost does.
@@ -135,21 +99,28 @@ int PlanThreads(int batch, int max_ctas, int alt_cost, int model_tenths) {
 // than after the first scan (the default: session 48 measured it 1.4-4.6 us faster per step at q_len 2 on an H100).
 //
 // Why it is written this way (session 47: the plan measured 3.8-3.9 us at q_len 1 and 7.8-10.1 at q_len 2 on an
-// H100, 2.7-2.9 before the choice; the attention grid waits for all of it): each layout's total, capacity and CTA
-// count are computed once (CostLayout) and its divisions are 32-bit (DivNonNeg); the two layouts' CTA starts and
-// modeled times run side by side in the block's two halves. Session 48 (H100): 3.0-3.3 us at q_len 1, 6.4-8.0 at
-// q_len 2, and ncu counted ~31k warp instructions at q_len 2 (~1000 in each warp, 2 a cycle): the prefix sums are
-// warp-shuffle scans (BlockExclusiveSums) and the warps' results meet in shared arrays, not atomics.
-__global__ void __launch_bounds__(kPlanThreads)
-    DecodePlanKernel(const int32_t* seq_lens, int batch, DecodeConfig cfg, int max_ctas, int min_tiles, int piece_cost,
-                     int alt_cost, int model_tenths, int aligned_mode, int early_trigger, int32_t* plan) {
+// H100, 2.7-2.9 before the choice; the attention grid waits for all of it): the sums are int32 where the values are
+// (the cost prefix, the aligned CTAs), the packed int64 scan only where two prefixes travel together; each layout's
+// total, capacity and CTA count are computed once (CostLayout) and its divisions are 32-bit (DivNonNeg); the two
+// layouts' CTA starts and modeled times run side by side in the block's two halves. Session 48 (H100): 3.0-3.3 us at
+// q_len 1, 6.4-8.0 at q_len 2.
+__global__ void __launch_bounds__(1024) DecodePlanKernel(const int32_t* seq_lens, int batch, DecodeConfig cfg,
+                                                          int max_ctas, int min_tiles, int piece_cost, int alt_cost,
+                                                          int model_tenths, int aligned_mode, int early_trigger,
+                                                          int32_t* plan) {
   using namespace attention;
-  static_assert(kPlanThreads == 32 * 32, "a warp per aligned candidate; every warp's sums in one warp's lanes");
-  __shared__ int2 sum_totals[2][32];  // BlockExclusiveSums
-  // Each warp's largest modeled CTA time per candidate layout and whether its aligned candidate chunk fits, reduced
-  // by every warp after a barrier (64-bit shared atomics are compare-and-swap loops, 32 warps on one word).
-  __shared__ int64_t warp_most[2][32];
-  __shared__ int32_t warp_fits[32];
+  // While choosing, one 64-bit sum carries the tile prefix (low half) and the units with work (high half): warp
+  // scans, as its raking storage would not fit beside the arrays below. Otherwise 32-bit sums.
+  using Scan64 = cub::BlockScan<int64_t, 1024, cub::BLOCK_SCAN_WARP_SCANS>;
+  using Scan32 = cub::BlockScan<int32_t, 1024>;  // raking, as session 43's plan kernel
+  __shared__ union {
+    typename Scan64::TempStorage s64;
+    typename Scan32::TempStorage s32;
+  } scan;
+  __shared__ int64_t running64;
+  __shared__ int32_t running32;
+  __shared__ unsigned long long makespan[2];
+  __shared__ unsigned long long aligned_q;  // the aligned layout's chunk; ~0: none fits
   // The CTA starts below binary-search the prefix: from shared memory when it fits (a search through global
   // memory is a chain of dependent L2 round trips, and the attention kernel waits for this whole kernel). While
   // a piece cost is chosen, prefix_smem holds the tile prefix, units_smem the prefix of units with work (< 2^15:
@@ -162,39 +133,41 @@ __global__ void __launch_bounds__(kPlanThreads)
   if (early_trigger) PdlLaunchDependents();
   int32_t* prefix = PlanPrefix(plan);
   const bool in_smem = batch < kPlanSmemPrefix;
-  const bool choose = PlanChooses(batch, max_ctas, alt_cost, model_tenths) && blockDim.x == kPlanThreads;
+  const bool choose = in_smem && alt_cost > 0 && model_tenths > 0 && max_ctas <= kPlanChoiceMaxCtas;
   int32_t head_total;  // per head: tiles while choosing, else cost
-  if (choose) {  // the tile prefix and the prefix of units with work
-    const int2 sums = BlockExclusiveSums(
-        sum_totals, batch,
-        [&](int b) {
+  if (choose) {
+    ChunkedExclusiveSum<int64_t, Scan64>(
+        scan.s64, running64, batch,
+        [&](int b) -> int64_t {
           const int n = TilesOf(max(seq_lens[b], 0));
-          return make_int2(n, n > 0 ? 1 : 0);
+          return (static_cast<int64_t>(n > 0) << 32) | n;
         },
-        [&](int b, int tiles_before, int units_before) {
-          prefix_smem[b] = tiles_before;
-          units_smem[b] = static_cast<int16_t>(units_before);
+        [&](int b, int64_t at) {
+          prefix_smem[b] = static_cast<int32_t>(at & 0xffffffffll);
+          units_smem[b] = static_cast<int16_t>(at >> 32);
         });
-    head_total = sums.x;
+    head_total = static_cast<int32_t>(running64 & 0xffffffffll);
     if (threadIdx.x == 0) {
-      prefix_smem[batch] = sums.x;
-      units_smem[batch] = static_cast<int16_t>(sums.y);
+      prefix_smem[batch] = head_total;
+      units_smem[batch] = static_cast<int16_t>(running64 >> 32);
     }
   } else {
-    head_total = BlockExclusiveSums(
-                     sum_totals, batch, [&](int b) { return make_int2(UnitCost(max(seq_lens[b], 0), piece_cost), 0); },
-                     [&](int b, int at, int) {
-                       prefix[b] = at;
-                       if (in_smem) prefix_smem[b] = at;
-                     })
-                     .x;
+    ChunkedExclusiveSum<int32_t, Scan32>(
+        scan.s32, running32, batch, [&](int b) { return UnitCost(max(seq_lens[b], 0), piece_cost); },
+        [&](int b, int32_t at) {
+          prefix[b] = at;
+          if (in_smem) prefix_smem[b] = at;
+        });
+    head_total = running32;
     if (threadIdx.x == 0) {
       prefix[batch] = head_total;
       if (in_smem) prefix_smem[batch] = head_total;
     }
   }
-  if (threadIdx.x < 64) warp_most[threadIdx.x / 32][threadIdx.x % 32] = 0;
-  if (threadIdx.x < 32) warp_fits[threadIdx.x] = 0;
+  if (threadIdx.x == 0) {
+    makespan[0] = makespan[1] = 0;
+    aligned_q = ~0ull;
+  }
   __syncthreads();
   if (!early_trigger) PdlLaunchDependents();
   int32_t* start = PlanStart(plan, batch);
@@ -223,7 +196,7 @@ __global__ void __launch_bounds__(kPlanThreads)
                                                                      model_tenths)
                                              : 0;
       const int64_t most = WarpMax(t);  // (a warp lies in one half: half is a multiple of 32)
-      if (threadIdx.x % 32 == 0) warp_most[k][threadIdx.x / 32] = most;
+      if (threadIdx.x % 32 == 0) atomicMax(&makespan[k], static_cast<unsigned long long>(most));
     } else {
 #pragma unroll
       for (int k = 0; k < 2; ++k) {
@@ -241,43 +214,39 @@ __global__ void __launch_bounds__(kPlanThreads)
           most = t > most ? t : most;
         }
         most = WarpMax(most);
-        if (threadIdx.x % 32 == 0) warp_most[k][threadIdx.x / 32] = most;
+        if (threadIdx.x % 32 == 0) atomicMax(&makespan[k], static_cast<unsigned long long>(most));
       }
     }
     if (aligned_mode > 0 && head_total > 0) {
       // the aligned layout's chunk: candidate low + w in warp w, the smallest that fits wins
-      static_assert(kAlignedCandidates * 32 == kPlanThreads, "one candidate chunk per warp");
+      static_assert(kAlignedCandidates * 32 == 1024, "one candidate chunk per warp");
       const int64_t q = AlignedLowChunk(head_total, cfg.num_kv_heads, max_ctas, min_tiles) + threadIdx.x / 32;
       int64_t ctas = 0;
       for (int b = threadIdx.x % 32; b < batch; b += 32) ctas += AlignedCtas(prefix_smem[b + 1] - prefix_smem[b], q);
 #pragma unroll
       for (int o = 16; o > 0; o /= 2) ctas += __shfl_xor_sync(0xffffffffu, ctas, o);
-      if (threadIdx.x % 32 == 0 && AlignedFits(ctas, q, cfg.num_kv_heads, max_ctas)) warp_fits[threadIdx.x / 32] = 1;
+      if (threadIdx.x % 32 == 0 && AlignedFits(ctas, q, cfg.num_kv_heads, max_ctas)) {
+        atomicMin(&aligned_q, static_cast<unsigned long long>(q));
+      }
     }
     __syncthreads();
-    const int lane = static_cast<int>(threadIdx.x % 32);
-    const int64_t makespan0 = WarpMax(warp_most[0][lane]), makespan1 = WarpMax(warp_most[1][lane]);
-    const int k = makespan1 < makespan0 ? 1 : 0;  // (the base cost on a tie)
-    const int64_t best = k == 1 ? makespan1 : makespan0;
+    const int k = makespan[1] < makespan[0] ? 1 : 0;  // (the base cost on a tie)
     piece_cost = k == 1 ? alt_cost : piece_cost;
-    // the smallest candidate chunk that fits: warp w tried AlignedLowChunk + w
-    const unsigned fits = __ballot_sync(0xffffffffu, warp_fits[lane] != 0);
-    const int64_t q = fits != 0 ? AlignedLowChunk(head_total, cfg.num_kv_heads, max_ctas, min_tiles) + __ffs(fits) - 1 : 0;
-    aligned = fits != 0 && (aligned_mode >= 2 || AlignedChosen(q, model_tenths, best));
+    const int64_t q = static_cast<int64_t>(aligned_q);
+    aligned = aligned_q != ~0ull &&
+              (aligned_mode >= 2 || AlignedChosen(q, model_tenths, static_cast<int64_t>(makespan[k])));
     if (aligned) {
       // CTAs per head before each sequence (a scan as above: at most max_ctas in all, AlignedFits), kept where the
       // starts were: flat, >= batch + 1 ints
       static_assert(2 * (kPlanChoiceMaxCtas + 1) * 2 >= kPlanSmemPrefix, "ctas_before fits where the starts were");
       int32_t* ctas_before = &starts_smem[0][0][0];
-      const int32_t per_head =
-          BlockExclusiveSums(
-              sum_totals, batch,
-              [&](int b) { return make_int2(static_cast<int>(AlignedCtas(prefix_smem[b + 1] - prefix_smem[b], q)), 0); },
-              [&](int b, int at, int) {
-                ctas_before[b] = at;
-                prefix[b] = static_cast<int32_t>(at * q);
-              })
-              .x;
+      ChunkedExclusiveSum<int32_t, Scan32>(
+          scan.s32, running32, batch, [&](int b) { return AlignedCtas(prefix_smem[b + 1] - prefix_smem[b], q); },
+          [&](int b, int32_t at) {
+            ctas_before[b] = at;
+            prefix[b] = static_cast<int32_t>(at * q);
+          });
+      const int32_t per_head = running32;
       if (threadIdx.x == 0) {
         ctas_before[batch] = per_head;
         prefix[batch] = static_cast<int32_t>(per_head * q);
@@ -385,12 +354,10 @@ Status DecodePlanCuda(const DecodePlanArgs& a, cudaStream_t stream) {
   HPC_RETURN_IF_ERROR(ValidateDecodePlan(a));
   if (a.seq_lens.device != DeviceKind::kCuda) return Status::Internal("decode_plan: CUDA path called with CPU tensors");
   HPC_RETURN_IF_ERROR(CheckHopper(a.seq_lens.device_id));
-  const int batch = static_cast<int>(a.seq_lens.shape[0]);
-  const int alt_cost = DecodeAlternativePieceCostTiles(a.config), model_tenths = DecodeModelPieceTenths();
-  return Launch("decode_plan kernel launch", DecodePlanKernel, dim3(1),
-                dim3(PlanThreads(batch, a.max_ctas, alt_cost, model_tenths)), 0, stream, a.seq_lens.ptr<const int32_t>(),
-                batch, a.config, a.max_ctas, DecodeMinCapacityTiles(), DecodePieceCostTiles(a.config), alt_cost,
-                model_tenths, DecodeAlignedMode(), DecodePlanEarlyTrigger(), a.plan.ptr<int32_t>());
+  return Launch("decode_plan kernel launch", DecodePlanKernel, dim3(1), dim3(1024), 0, stream,
+                a.seq_lens.ptr<const int32_t>(), static_cast<int>(a.seq_lens.shape[0]), a.config, a.max_ctas,
+                DecodeMinCapacityTiles(), DecodePieceCostTiles(a.config), DecodeAlternativePieceCostTiles(a.config),
+                DecodeModelPieceTenths(), DecodeAlignedMode(), DecodePlanEarlyTrigger(), a.plan.ptr<int32_t>());
 }
 
 static_assert(attention::kMaxPieces == attention::kMaxCtas, "the combine kernel must hold a piece per CTA");
