@@ -41,8 +41,8 @@ def _captured_step(t, plan, kw):
 
 @pytest.mark.parametrize("lens", [[0], [5, 70000, 0, 3], list(range(0, 9000, 7)), [131072] + [4096] * 31,
                                   [4000, 65, 0] * 1365])  # (4095 sequences: the largest batch with a choice)
-# (> 1024: no choice; < 512: the two layouts searched in the block's halves, a warp's ends from its next lane --
-# 31, 32, 33 and 511 put max_ctas at a warp's edges; 512: the halves path's end)
+# (> 1024: no choice; < 512: the two layouts searched side by side in the block's halves -- 31, 32, 33 and 511 put
+# max_ctas at a warp's edges; 512: the halves path's end)
 @pytest.mark.parametrize("max_ctas", [None, 7, 31, 32, 33, 511, 512, 1024, 1025])
 @pytest.mark.parametrize("q_len", [1, 2])  # (2: 16 rows a piece, where the planner chooses its piece cost)
 def test_device_plan_equals_host_plan(lens, max_ctas, q_len):

@@ -186,19 +186,16 @@ template <class Tiles, class Units>
 struct CostLayout {
   const Tiles& tiles;
   const Units& units;
-  int batch, num_kv_heads, piece_cost, max_ctas, min_tiles;
+  int batch, num_kv_heads, piece_cost;
   // Set once here: every CTA start reads them (the GPU planner recomputed them, two divisions each, per start).
   int64_t total, capacity;
   int num_ctas;
   HPC_PLAN_HD CostLayout(const Tiles& tiles_, const Units& units_, int batch_, int num_kv_heads_, int piece_cost_,
-                         int max_ctas_, int min_tiles_)
+                         int max_ctas, int min_tiles)
       : tiles(tiles_), units(units_), batch(batch_), num_kv_heads(num_kv_heads_), piece_cost(piece_cost_),
-        max_ctas(max_ctas_), min_tiles(min_tiles_), total(Prefix(batch_) * num_kv_heads_),
-        capacity(CapacityOf(total, max_ctas_, min_tiles_ + piece_cost_)),
+        total(Prefix(batch_) * num_kv_heads_), capacity(CapacityOf(total, max_ctas, min_tiles + piece_cost_)),
         num_ctas(CtasAt(total, capacity)) {}
   HPC_PLAN_HD int64_t Prefix(int b) const { return tiles(b) + static_cast<int64_t>(piece_cost) * units(b); }
-  HPC_PLAN_HD int64_t Total() const { return total; }
-  HPC_PLAN_HD int64_t Capacity() const { return capacity; }
   HPC_PLAN_HD int NumCtas() const { return num_ctas; }
   // Where CTA i starts (i <= NumCtas(); NumCtas() is the end), as the attention kernel will read it.
   HPC_PLAN_HD void Start(int i, int* unit, int* tile) const {
