@@ -16,6 +16,7 @@
 # forced; device==host on e66 too; e66p's decode GPU file and plan memcheck / racecheck. Then the 2-round 8/1 bf16
 # A/B m48 | e66 | e66d | e66p (e66c was measured in s49n), and ncu of e66d's plan
 # kernel at q_len 2 while the call has time left (session 48: ~31k warp instructions on main).
+# Short form (device minutes scarce): AB_VERSIONS="m48 e66d e66p" drops e66 from the A/B (~1 min less).
 . "$(dirname "$0")/prelude.sh"
 unpack_packs
 E=$X/e66d
@@ -34,7 +35,7 @@ in_background "e66p plan racecheck" a_prc.log 300 $P $CS --tool racecheck $T tes
 wait; t
 collect a_
 env AB_WIDTH=150 AB_TIMEOUT=120 OUT=/tmp/abl tools/ab_bench.sh 2 "decode --heads 8/1/128 --kv bf16" \
-  m48 e66 e66d e66p > $OUT/a_ab.txt 2>&1; t
+  ${AB_VERSIONS:-m48 e66 e66d e66p} > $OUT/a_ab.txt 2>&1; t
 # ncu only while the call has time left (600 s a call)
 if [ $(( $(date +%s) - S )) -lt 480 ]; then
   (cd $E && PYTHONPATH=$E timeout 70 ncu --clock-control none -k regex:DecodePlanKernel --launch-skip 2 --launch-count 1 \
