@@ -16,7 +16,7 @@
 # forced; device==host on e66 too; e66p's decode GPU file and plan memcheck / racecheck. Then the 2-round 8/1 bf16
 # A/B m48 | e66 | e66d | e66p (e66c was measured in s49n), and ncu of e66d's plan
 # kernel at q_len 2 while the call has time left (session 48: ~31k warp instructions on main).
-# Short form (device minutes scarce): AB_VERSIONS="m48 e66d e66p" drops e66 from the A/B (~1 min less).
+# Short form (device minutes scarce): AB_VERSIONS="m48 e66d e66p" drops e66 from the A/B (~1 min less), NCU=0 the ncu.
 . "$(dirname "$0")/prelude.sh"
 unpack_packs
 E=$X/e66d
@@ -37,7 +37,7 @@ collect a_
 env AB_WIDTH=150 AB_TIMEOUT=120 OUT=/tmp/abl tools/ab_bench.sh 2 "decode --heads 8/1/128 --kv bf16" \
   ${AB_VERSIONS:-m48 e66 e66d e66p} > $OUT/a_ab.txt 2>&1; t
 # ncu only while the call has time left (600 s a call)
-if [ $(( $(date +%s) - S )) -lt 480 ]; then
+if [ "${NCU:-1}" = 1 ] && [ $(( $(date +%s) - S )) -lt 480 ]; then
   (cd $E && PYTHONPATH=$E timeout 70 ncu --clock-control none -k regex:DecodePlanKernel --launch-skip 2 --launch-count 1 \
     --set full --warp-sampling-interval 0 --import-source no -f -o $R/ncu_q2 python3 $ROOT/tools/profile_targets.py \
     decode --heads 8,1,128 --workload 1x128K+31x4K --q-len 2 --reps 4 > $R/ncu_q2.log 2>&1; echo "ncu q2 rc=$?")
