@@ -4,6 +4,7 @@
 #include <cuda_runtime.h>
 #include <cub/block/block_scan.cuh>
 
+#include <algorithm>
 #include <string>
 #include <vector>
 
@@ -81,6 +82,46 @@ __device__ void ChunkedExclusiveSum(typename Scan::TempStorage& scan, T& running
   }
 }
 
+// x summed over this lane and the lanes below it.
+__device__ __forceinline__ int WarpInclusiveSum(int x) {
+  const int lane = static_cast<int>(threadIdx.x % 32);
+#pragma unroll
+  for (int o = 1; o < 32; o *= 2) {
+    const int y = __shfl_up_sync(0xffffffffu, x, o);
+    if (lane >= o) x += y;
+  }
+  return x;
+}
+
+// The exclusive prefix sums of two int32 weights, (x, y) = weight(b), over b < batch, in chunks of the block's width
+// (a multiple of 32): emit(b, x before b, y before b) for each b. Returns both totals to every thread, every emit
+// done (the trailing barrier). `totals` holds the warps' sums, a buffer per chunk parity so that one barrier a chunk
+// suffices. Written here rather than taken from cub::BlockScan for the plan kernel's latency (session 48, ncu of
+// it on an H100): cub's warp-scans block scan of the packed 64-bit pair had every thread read and add all 32 warp
+// sums, ~300 instructions in each of the 32 warps, the largest part of the kernel's ~31k at q_len 2; here each
+// warp scans the warp sums with shuffles.
+template <class Weight, class Emit>
+__device__ int2 BlockExclusiveSums(int2 (&totals)[2][32], int batch, Weight weight, Emit emit) {
+  const int lane = static_cast<int>(threadIdx.x % 32), warp = static_cast<int>(threadIdx.x / 32);
+  const int warps = static_cast<int>(blockDim.x / 32);
+  int2 running = make_int2(0, 0);
+  for (int base = 0, buf = 0; base < batch; base += static_cast<int>(blockDim.x), buf ^= 1) {
+    const int b = base + static_cast<int>(threadIdx.x);
+    const int2 w = b < batch ? weight(b) : make_int2(0, 0);
+    const int x = WarpInclusiveSum(w.x), y = WarpInclusiveSum(w.y);
+    if (lane == 31) totals[buf][warp] = make_int2(x, y);
+    __syncthreads();
+    const int2 t = lane < warps ? totals[buf][lane] : make_int2(0, 0);
+    const int tx = WarpInclusiveSum(t.x), ty = WarpInclusiveSum(t.y);
+    const int before_x = __shfl_sync(0xffffffffu, tx - t.x, warp), before_y = __shfl_sync(0xffffffffu, ty - t.y, warp);
+    if (b < batch) emit(b, running.x + before_x + x - w.x, running.y + before_y + y - w.y);
+    running.x += __shfl_sync(0xffffffffu, tx, 31);
+    running.y += __shfl_sync(0xffffffffu, ty, 31);
+  }
+  __syncthreads();
+  return running;
+}
+
 __device__ __forceinline__ int64_t WarpMax(int64_t v) {
 #pragma unroll
   for (int o = 16; o > 0; o /= 2) {
@@ -90,7 +131,23 @@ __device__ __forceinline__ int64_t WarpMax(int64_t v) {
   return v;
 }
 
+
 constexpr int kPlanSmemPrefix = attention::kPlanChoiceMaxBatch;  // smaller batches search a shared-memory prefix
+constexpr int kPlanThreads = 1024;  // the plan kernel's one block where it chooses a layout
+
+// Whether the plan kernel chooses between layouts (it needs kPlanThreads threads then: a warp per aligned candidate,
+// the two layouts' searches in the block's halves); the launcher sizes the block by it.
+__host__ __device__ bool PlanChooses(int batch, int max_ctas, int alt_cost, int model_tenths) {
+  return batch < kPlanSmemPrefix && alt_cost > 0 && model_tenths > 0 && max_ctas <= attention::kPlanChoiceMaxCtas;
+}
+
+// The plain plan's block: a thread per sequence of a chunk and per CTA start, in whole warps. Warps past both have
+// nothing to do but still run every scan step and barrier, and the plan is instruction-bound (session 48, ncu).
+int PlanThreads(int batch, int max_ctas, int alt_cost, int model_tenths) {
+  if (PlanChooses(batch, max_ctas, alt_cost, model_tenths)) return kPlanThreads;
+  const int needed = std::max(std::max(batch, max_ctas + 1), 32);
+  return std::min((needed + 31) / 32 * 32, kPlanThreads);
+}
 
 // alt_cost > 0 (and model_tenths > 0): lay the batch out with piece_cost and with alt_cost and keep the one whose
 // modeled makespan is smaller (decode_plan.h, CostLayout), as BuildPlanHost does.
@@ -104,7 +161,7 @@ constexpr int kPlanSmemPrefix = attention::kPlanChoiceMaxBatch;  // smaller batc
 // total, capacity and CTA count are computed once (CostLayout) and its divisions are 32-bit (DivNonNeg); the two
 // layouts' CTA starts and modeled times run side by side in the block's two halves. Session 48 (H100): 3.0-3.3 us at
 // q_len 1, 6.4-8.0 at q_len 2.
-__global__ void __launch_bounds__(1024) DecodePlanKernel(const int32_t* seq_lens, int batch, DecodeConfig cfg,
+__global__ void __launch_bounds__(kPlanThreads) DecodePlanKernel(const int32_t* seq_lens, int batch, DecodeConfig cfg,
                                                           int max_ctas, int min_tiles, int piece_cost, int alt_cost,
                                                           int model_tenths, int aligned_mode, int early_trigger,
                                                           int32_t* plan) {
@@ -119,6 +176,7 @@ __global__ void __launch_bounds__(1024) DecodePlanKernel(const int32_t* seq_lens
   } scan;
   __shared__ int64_t running64;
   __shared__ int32_t running32;
+  __shared__ int2 sum_totals[2][32];  // BlockExclusiveSums (the plain path)
   __shared__ unsigned long long makespan[2];
   __shared__ unsigned long long aligned_q;  // the aligned layout's chunk; ~0: none fits
   // The CTA starts below binary-search the prefix: from shared memory when it fits (a search through global
@@ -133,7 +191,7 @@ __global__ void __launch_bounds__(1024) DecodePlanKernel(const int32_t* seq_lens
   if (early_trigger) PdlLaunchDependents();
   int32_t* prefix = PlanPrefix(plan);
   const bool in_smem = batch < kPlanSmemPrefix;
-  const bool choose = in_smem && alt_cost > 0 && model_tenths > 0 && max_ctas <= kPlanChoiceMaxCtas;
+  const bool choose = PlanChooses(batch, max_ctas, alt_cost, model_tenths) && blockDim.x == kPlanThreads;
   int32_t head_total;  // per head: tiles while choosing, else cost
   if (choose) {
     ChunkedExclusiveSum<int64_t, Scan64>(
@@ -152,13 +210,14 @@ __global__ void __launch_bounds__(1024) DecodePlanKernel(const int32_t* seq_lens
       units_smem[batch] = static_cast<int16_t>(running64 >> 32);
     }
   } else {
-    ChunkedExclusiveSum<int32_t, Scan32>(
-        scan.s32, running32, batch, [&](int b) { return UnitCost(max(seq_lens[b], 0), piece_cost); },
-        [&](int b, int32_t at) {
-          prefix[b] = at;
-          if (in_smem) prefix_smem[b] = at;
-        });
-    head_total = running32;
+    // (the block is sized to this path's work, PlanThreads: not cub's fixed 1024-thread scan)
+    head_total = BlockExclusiveSums(
+                     sum_totals, batch, [&](int b) { return make_int2(UnitCost(max(seq_lens[b], 0), piece_cost), 0); },
+                     [&](int b, int at, int) {
+                       prefix[b] = at;
+                       if (in_smem) prefix_smem[b] = at;
+                     })
+                     .x;
     if (threadIdx.x == 0) {
       prefix[batch] = head_total;
       if (in_smem) prefix_smem[batch] = head_total;
@@ -354,10 +413,12 @@ Status DecodePlanCuda(const DecodePlanArgs& a, cudaStream_t stream) {
   HPC_RETURN_IF_ERROR(ValidateDecodePlan(a));
   if (a.seq_lens.device != DeviceKind::kCuda) return Status::Internal("decode_plan: CUDA path called with CPU tensors");
   HPC_RETURN_IF_ERROR(CheckHopper(a.seq_lens.device_id));
-  return Launch("decode_plan kernel launch", DecodePlanKernel, dim3(1), dim3(1024), 0, stream,
-                a.seq_lens.ptr<const int32_t>(), static_cast<int>(a.seq_lens.shape[0]), a.config, a.max_ctas,
-                DecodeMinCapacityTiles(), DecodePieceCostTiles(a.config), DecodeAlternativePieceCostTiles(a.config),
-                DecodeModelPieceTenths(), DecodeAlignedMode(), DecodePlanEarlyTrigger(), a.plan.ptr<int32_t>());
+  const int batch = static_cast<int>(a.seq_lens.shape[0]);
+  const int alt_cost = DecodeAlternativePieceCostTiles(a.config), model_tenths = DecodeModelPieceTenths();
+  return Launch("decode_plan kernel launch", DecodePlanKernel, dim3(1),
+                dim3(PlanThreads(batch, a.max_ctas, alt_cost, model_tenths)), 0, stream, a.seq_lens.ptr<const int32_t>(),
+                batch, a.config, a.max_ctas, DecodeMinCapacityTiles(), DecodePieceCostTiles(a.config), alt_cost,
+                model_tenths, DecodeAlignedMode(), DecodePlanEarlyTrigger(), a.plan.ptr<int32_t>());
 }
 
 static_assert(attention::kMaxPieces == attention::kMaxCtas, "the combine kernel must hold a piece per CTA");
