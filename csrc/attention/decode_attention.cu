@@ -96,10 +96,11 @@ __device__ __forceinline__ int WarpInclusiveSum(int x) {
 // The exclusive prefix sums of two int32 weights, (x, y) = weight(b), over b < batch, in chunks of the block's width
 // (a multiple of 32): emit(b, x before b, y before b) for each b. Returns both totals to every thread, every emit
 // done (the trailing barrier). `totals` holds the warps' sums, a buffer per chunk parity so that one barrier a chunk
-// suffices. Written here rather than taken from cub::BlockScan for the plan kernel's latency (session 48, ncu of
-// it on an H100): cub's warp-scans block scan of the packed 64-bit pair had every thread read and add all 32 warp
-// sums, ~300 instructions in each of the 32 warps, the largest part of the kernel's ~31k at q_len 2; here each
-// warp scans the warp sums with shuffles.
+// suffices. Written here rather than taken from cub::BlockScan because cub's block scans are sized at compile time
+// (1024 threads) and the plain plan's block is sized to its work (PlanThreads), and for latency: the plan kernel is
+// instruction-bound (session 48, ncu on an H100), and here each warp scans the warp sums with shuffles where cub's
+// warp-scans variant had every thread read and add all 32. Session 50 (H100, experiment 66p): the plain plan 2.3-2.6
+// us, was 2.9-3.3. (The choosing path keeps cub's 64-bit scan: experiment 66d moved it here and did not clearly win.)
 template <class Weight, class Emit>
 __device__ int2 BlockExclusiveSums(int2 (&totals)[2][32], int batch, Weight weight, Emit emit) {
   const int lane = static_cast<int>(threadIdx.x % 32), warp = static_cast<int>(threadIdx.x / 32);
@@ -131,7 +132,6 @@ __device__ __forceinline__ int64_t WarpMax(int64_t v) {
   return v;
 }
 
-
 constexpr int kPlanSmemPrefix = attention::kPlanChoiceMaxBatch;  // smaller batches search a shared-memory prefix
 constexpr int kPlanThreads = 1024;  // the plan kernel's one block where it chooses a layout
 
@@ -160,7 +160,8 @@ int PlanThreads(int batch, int max_ctas, int alt_cost, int model_tenths) {
 // (the cost prefix, the aligned CTAs), the packed int64 scan only where two prefixes travel together; each layout's
 // total, capacity and CTA count are computed once (CostLayout) and its divisions are 32-bit (DivNonNeg); the two
 // layouts' CTA starts and modeled times run side by side in the block's two halves. Session 48 (H100): 3.0-3.3 us at
-// q_len 1, 6.4-8.0 at q_len 2.
+// q_len 1, 6.4-8.0 at q_len 2; session 50 (the plain path's BlockExclusiveSums in a PlanThreads block): 2.3-2.6 at
+// q_len 1.
 __global__ void __launch_bounds__(kPlanThreads) DecodePlanKernel(const int32_t* seq_lens, int batch, DecodeConfig cfg,
                                                           int max_ctas, int min_tiles, int piece_cost, int alt_cost,
                                                           int model_tenths, int aligned_mode, int early_trigger,
