@@ -5,8 +5,6 @@
 #include <cub/block/block_scan.cuh>
 
 #include <algorithm>
-#include <cstdio>
-#include <cstdlib>
 #include <string>
 #include <vector>
 
@@ -95,30 +93,31 @@ __device__ __forceinline__ int WarpInclusiveSum(int x) {
   return x;
 }
 
-// The exclusive prefix sum of an int32 weight(b) over b < batch, in chunks of the block's width (a multiple of 32):
-// emit(b, sum before b) for each b. Returns the total to every thread, every emit done (the trailing barrier).
-// `totals` holds the warps' sums, a buffer per chunk parity so that one barrier a chunk suffices. Written here
-// rather than taken from cub::BlockScan because cub's block scans are sized at compile time (1024 threads) and the
-// plain plan's block is sized to its work (PlanThreads), and for latency: the plan kernel is instruction-bound
-// (session 48, ncu on an H100), and here each warp scans the warp sums with shuffles where cub's warp-scans variant
-// had every thread read and add all 32. Session 50 (H100, experiment 66p): the plain plan 2.3-2.6 us, was 2.9-3.3.
-// (The choosing path keeps cub's 64-bit scan: experiment 66d moved it here and did not clearly win.)
+// The exclusive prefix sums of two int32 weights, (x, y) = weight(b), over b < batch, in chunks of the block's width
+// (a multiple of 32): emit(b, x before b, y before b) for each b. Returns both totals to every thread, every emit
+// done (the trailing barrier). `totals` holds the warps' sums, a buffer per chunk parity so that one barrier a chunk
+// suffices. Written here rather than taken from cub::BlockScan because cub's block scans are sized at compile time
+// (1024 threads) and the plain plan's block is sized to its work (PlanThreads), and for latency: the plan kernel is
+// instruction-bound (session 48, ncu on an H100), and here each warp scans the warp sums with shuffles where cub's
+// warp-scans variant had every thread read and add all 32. Session 50 (H100, experiment 66p): the plain plan 2.3-2.6
+// us, was 2.9-3.3. (The choosing path keeps cub's 64-bit scan: experiment 66d moved it here and did not clearly win.)
 template <class Weight, class Emit>
-__device__ int BlockExclusiveSum(int (&totals)[2][32], int batch, Weight weight, Emit emit) {
+__device__ int2 BlockExclusiveSums(int2 (&totals)[2][32], int batch, Weight weight, Emit emit) {
   const int lane = static_cast<int>(threadIdx.x % 32), warp = static_cast<int>(threadIdx.x / 32);
   const int warps = static_cast<int>(blockDim.x / 32);
-  int running = 0;
+  int2 running = make_int2(0, 0);
   for (int base = 0, buf = 0; base < batch; base += static_cast<int>(blockDim.x), buf ^= 1) {
     const int b = base + static_cast<int>(threadIdx.x);
-    const int w = b < batch ? weight(b) : 0;
-    const int x = WarpInclusiveSum(w);
-    if (lane == 31) totals[buf][warp] = x;
+    const int2 w = b < batch ? weight(b) : make_int2(0, 0);
+    const int x = WarpInclusiveSum(w.x), y = WarpInclusiveSum(w.y);
+    if (lane == 31) totals[buf][warp] = make_int2(x, y);
     __syncthreads();
-    const int t = lane < warps ? totals[buf][lane] : 0;
-    const int tx = WarpInclusiveSum(t);
-    const int before = __shfl_sync(0xffffffffu, tx - t, warp);
-    if (b < batch) emit(b, running + before + x - w);
-    running += __shfl_sync(0xffffffffu, tx, 31);
+    const int2 t = lane < warps ? totals[buf][lane] : make_int2(0, 0);
+    const int tx = WarpInclusiveSum(t.x), ty = WarpInclusiveSum(t.y);
+    const int before_x = __shfl_sync(0xffffffffu, tx - t.x, warp), before_y = __shfl_sync(0xffffffffu, ty - t.y, warp);
+    if (b < batch) emit(b, running.x + before_x + x - w.x, running.y + before_y + y - w.y);
+    running.x += __shfl_sync(0xffffffffu, tx, 31);
+    running.y += __shfl_sync(0xffffffffu, ty, 31);
   }
   __syncthreads();
   return running;
@@ -161,10 +160,8 @@ int PlanThreads(int batch, int max_ctas, int alt_cost, int model_tenths) {
 // (the cost prefix, the aligned CTAs), the packed int64 scan only where two prefixes travel together; each layout's
 // total, capacity and CTA count are computed once (CostLayout) and its divisions are 32-bit (DivNonNeg); the two
 // layouts' CTA starts and modeled times run side by side in the block's two halves. Session 48 (H100): 3.0-3.3 us at
-// q_len 1, 6.4-8.0 at q_len 2; session 50 (the plain path's BlockExclusiveSum in a PlanThreads block): 2.3-2.6 at
+// q_len 1, 6.4-8.0 at q_len 2; session 50 (the plain path's BlockExclusiveSums in a PlanThreads block): 2.3-2.6 at
 // q_len 1.
-__device__ unsigned long long g_plan_profile_count;  // EXPERIMENT 68t
-
 __global__ void __launch_bounds__(kPlanThreads) DecodePlanKernel(const int32_t* seq_lens, int batch, DecodeConfig cfg,
                                                           int max_ctas, int min_tiles, int piece_cost, int alt_cost,
                                                           int model_tenths, int aligned_mode, int early_trigger,
@@ -180,7 +177,7 @@ __global__ void __launch_bounds__(kPlanThreads) DecodePlanKernel(const int32_t* 
   } scan;
   __shared__ int64_t running64;
   __shared__ int32_t running32;
-  __shared__ int sum_totals[2][32];  // BlockExclusiveSum (the plain path)
+  __shared__ int2 sum_totals[2][32];  // BlockExclusiveSums (the plain path)
   __shared__ unsigned long long makespan[2];
   __shared__ unsigned long long aligned_q;  // the aligned layout's chunk; ~0: none fits
   // The CTA starts below binary-search the prefix: from shared memory when it fits (a search through global
@@ -190,15 +187,7 @@ __global__ void __launch_bounds__(kPlanThreads) DecodePlanKernel(const int32_t* 
   __shared__ int32_t prefix_smem[kPlanSmemPrefix];
   __shared__ int16_t units_smem[kPlanSmemPrefix];
   __shared__ int32_t starts_smem[2][kPlanChoiceMaxCtas + 1][2];
-  // EXPERIMENT 68t: phase timing (early_trigger bit 1 = HPC_XLA_DECODE_PLAN_PROFILE=1)
-  long long marks[8] = {};
-  unsigned long long g0 = 0;
-  const bool profile = (early_trigger & 2) != 0;
-  early_trigger &= 1;
-  if (profile && threadIdx.x == 0) { marks[0] = clock64(); asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(g0)); }
-#define PLAN_MARK(k) do { if (profile) { __syncthreads(); if (threadIdx.x == 0) marks[k] = clock64(); } } while (0)
   PdlWait();
-  PLAN_MARK(1);
   // The attention kernel may be scheduled now (it waits for this whole kernel in its PdlWait)
   if (early_trigger) PdlLaunchDependents();
   int32_t* prefix = PlanPrefix(plan);
@@ -223,12 +212,13 @@ __global__ void __launch_bounds__(kPlanThreads) DecodePlanKernel(const int32_t* 
     }
   } else {
     // (the block is sized to this path's work, PlanThreads: not cub's fixed 1024-thread scan)
-    head_total = BlockExclusiveSum(
-        sum_totals, batch, [&](int b) { return UnitCost(max(seq_lens[b], 0), piece_cost); },
-        [&](int b, int at) {
-          prefix[b] = at;
-          if (in_smem) prefix_smem[b] = at;
-        });
+    head_total = BlockExclusiveSums(
+                     sum_totals, batch, [&](int b) { return make_int2(UnitCost(max(seq_lens[b], 0), piece_cost), 0); },
+                     [&](int b, int at, int) {
+                       prefix[b] = at;
+                       if (in_smem) prefix_smem[b] = at;
+                     })
+                     .x;
     if (threadIdx.x == 0) {
       prefix[batch] = head_total;
       if (in_smem) prefix_smem[batch] = head_total;
@@ -240,7 +230,6 @@ __global__ void __launch_bounds__(kPlanThreads) DecodePlanKernel(const int32_t* 
   }
   __syncthreads();
   if (!early_trigger) PdlLaunchDependents();
-  PLAN_MARK(2);
   int32_t* start = PlanStart(plan, batch);
   bool aligned = false;  // the layout chosen: the aligned one, or one of a piece cost
   int32_t head_cost = 0;
@@ -262,14 +251,12 @@ __global__ void __launch_bounds__(kPlanThreads) DecodePlanKernel(const int32_t* 
       const Layout layout = layout_of(k);
       if (i <= max_ctas) layout.Start(i, &starts_smem[k][i][0], &starts_smem[k][i][1]);
       __syncthreads();
-      PLAN_MARK(3);
       const int64_t t = i < layout.NumCtas() ? layout.ModeledTenths(starts_smem[k][i][0], starts_smem[k][i][1],
                                                                      starts_smem[k][i + 1][0], starts_smem[k][i + 1][1],
                                                                      model_tenths)
                                              : 0;
       const int64_t most = WarpMax(t);  // (a warp lies in one half: half is a multiple of 32)
       if (threadIdx.x % 32 == 0) atomicMax(&makespan[k], static_cast<unsigned long long>(most));
-      PLAN_MARK(4);
     } else {
 #pragma unroll
       for (int k = 0; k < 2; ++k) {
@@ -303,7 +290,6 @@ __global__ void __launch_bounds__(kPlanThreads) DecodePlanKernel(const int32_t* 
       }
     }
     __syncthreads();
-    PLAN_MARK(5);
     const int k = makespan[1] < makespan[0] ? 1 : 0;  // (the base cost on a tie)
     piece_cost = k == 1 ? alt_cost : piece_cost;
     const int64_t q = static_cast<int64_t>(aligned_q);
@@ -345,7 +331,6 @@ __global__ void __launch_bounds__(kPlanThreads) DecodePlanKernel(const int32_t* 
       }
     }
   }
-  PLAN_MARK(6);
   if (!aligned) {
     head_cost = choose ? head_total + piece_cost * units_smem[batch] : head_total;
     capacity = CapacityOf(static_cast<int64_t>(head_cost) * cfg.num_kv_heads, max_ctas, min_tiles + piece_cost);
@@ -369,20 +354,6 @@ __global__ void __launch_bounds__(kPlanThreads) DecodePlanKernel(const int32_t* 
                                              head_cost, aligned ? 1 : 0, 0};
     for (int i = 0; i < kPlanHeaderInts; ++i) plan[i] = header[i];
   }
-  PLAN_MARK(7);
-  if (profile && threadIdx.x == 0) {
-    unsigned long long g1;
-    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(g1));
-    const unsigned long long n = atomicAdd(&g_plan_profile_count, 1ull);
-    if (n % 8 == 5) {
-      printf("PLANT batch=%d q_len=%d choose=%d aligned=%d head_total=%d ctas=%d wait=%lld scan=%lld starts=%lld model=%lld cand=%lld layout=%lld rest=%lld ns=%llu\n",
-             batch, cfg.q_len, choose ? 1 : 0, aligned ? 1 : 0, head_total, num_ctas, marks[1] - marks[0], marks[2] - marks[1],
-             marks[3] ? marks[3] - marks[2] : 0ll, marks[4] ? marks[4] - marks[3] : 0ll,
-             marks[5] ? marks[5] - (marks[4] ? marks[4] : marks[2]) : 0ll, marks[6] - (marks[5] ? marks[5] : marks[2]),
-             marks[7] - marks[6], g1 - g0);
-    }
-  }
-#undef PLAN_MARK
 }
 
 // HPC_XLA_CHECK=1: copy the plan header and the lengths/block ids the kernel will use, validate on the host.
@@ -439,12 +410,6 @@ Status DecodeMaxCtas(const DecodeConfig& cfg, int device, int* max_ctas) {
   return Status::Ok();
 }
 
-// EXPERIMENT 68t: HPC_XLA_DECODE_PLAN_PROFILE=1 prints the plan kernel's phase times (cycles) for every 8th plan
-bool PlanProfile() {
-  static const bool on = [] { const char* v = std::getenv("HPC_XLA_DECODE_PLAN_PROFILE"); return v && v[0] == '1'; }();
-  return on;
-}
-
 Status DecodePlanCuda(const DecodePlanArgs& a, cudaStream_t stream) {
   HPC_RETURN_IF_ERROR(ValidateDecodePlan(a));
   if (a.seq_lens.device != DeviceKind::kCuda) return Status::Internal("decode_plan: CUDA path called with CPU tensors");
@@ -454,7 +419,7 @@ Status DecodePlanCuda(const DecodePlanArgs& a, cudaStream_t stream) {
   return Launch("decode_plan kernel launch", DecodePlanKernel, dim3(1),
                 dim3(PlanThreads(batch, a.max_ctas, alt_cost, model_tenths)), 0, stream, a.seq_lens.ptr<const int32_t>(),
                 batch, a.config, a.max_ctas, DecodeMinCapacityTiles(), DecodePieceCostTiles(a.config), alt_cost,
-                model_tenths, DecodeAlignedMode(), DecodePlanEarlyTrigger() | (PlanProfile() ? 2 : 0), a.plan.ptr<int32_t>());
+                model_tenths, DecodeAlignedMode(), DecodePlanEarlyTrigger(), a.plan.ptr<int32_t>());
 }
 
 static_assert(attention::kMaxPieces == attention::kMaxCtas, "the combine kernel must hold a piece per CTA");
