@@ -100,8 +100,7 @@ __device__ __forceinline__ int WarpInclusiveSum(int x) {
 // plain plan's block is sized to its work (PlanThreads), and for latency: the plan kernel is instruction-bound
 // (session 48, ncu on an H100), and here each warp scans the warp sums with shuffles where cub's warp-scans variant
 // had every thread read and add all 32. Session 50 (H100, experiment 66p): the plain plan 2.3-2.6 us, was 2.9-3.3.
-// Also the aligned layout's CTA prefix (experiment 68b). (The choosing path's first scan keeps cub's 64-bit scan:
-// experiment 66d moved it here and did not clearly win.)
+// (The choosing path keeps cub's 64-bit scan: experiment 66d moved it here and did not clearly win.)
 template <class Weight, class Emit>
 __device__ int BlockExclusiveSum(int (&totals)[2][32], int batch, Weight weight, Emit emit) {
   const int lane = static_cast<int>(threadIdx.x % 32), warp = static_cast<int>(threadIdx.x / 32);
@@ -168,11 +167,16 @@ __global__ void __launch_bounds__(kPlanThreads) DecodePlanKernel(const int32_t* 
                                                           int32_t* plan) {
   using namespace attention;
   // While choosing, one 64-bit sum carries the tile prefix (low half) and the units with work (high half): warp
-  // scans, as its raking storage would not fit beside the arrays below. The 32-bit sums: BlockExclusiveSum.
+  // scans, as its raking storage would not fit beside the arrays below. Otherwise 32-bit sums.
   using Scan64 = cub::BlockScan<int64_t, 1024, cub::BLOCK_SCAN_WARP_SCANS>;
-  __shared__ typename Scan64::TempStorage scan64;
+  using Scan32 = cub::BlockScan<int32_t, 1024>;  // raking, as session 43's plan kernel
+  __shared__ union {
+    typename Scan64::TempStorage s64;
+    typename Scan32::TempStorage s32;
+  } scan;
   __shared__ int64_t running64;
-  __shared__ int sum_totals[2][32];  // BlockExclusiveSum's warp sums
+  __shared__ int32_t running32;
+  __shared__ int sum_totals[2][32];  // BlockExclusiveSum (the plain path)
   __shared__ unsigned long long makespan[2];
   __shared__ unsigned long long aligned_q;  // the aligned layout's chunk; ~0: none fits
   // The CTA starts below binary-search the prefix: from shared memory when it fits (a search through global
@@ -191,7 +195,7 @@ __global__ void __launch_bounds__(kPlanThreads) DecodePlanKernel(const int32_t* 
   int32_t head_total;  // per head: tiles while choosing, else cost
   if (choose) {
     ChunkedExclusiveSum<int64_t, Scan64>(
-        scan64, running64, batch,
+        scan.s64, running64, batch,
         [&](int b) -> int64_t {
           const int n = TilesOf(max(seq_lens[b], 0));
           return (static_cast<int64_t>(n > 0) << 32) | n;
@@ -312,12 +316,13 @@ __global__ void __launch_bounds__(kPlanThreads) DecodePlanKernel(const int32_t* 
       // starts were: flat, >= batch + 1 ints
       static_assert(2 * (kPlanChoiceMaxCtas + 1) * 2 >= kPlanSmemPrefix, "ctas_before fits where the starts were");
       int32_t* ctas_before = &starts_smem[0][0][0];
-      const int32_t per_head = BlockExclusiveSum(
-          sum_totals, batch, [&](int b) { return static_cast<int>(AlignedCtas(prefix_smem[b + 1] - prefix_smem[b], q)); },
-          [&](int b, int at) {
+      ChunkedExclusiveSum<int32_t, Scan32>(
+          scan.s32, running32, batch, [&](int b) { return AlignedCtas(prefix_smem[b + 1] - prefix_smem[b], q); },
+          [&](int b, int32_t at) {
             ctas_before[b] = at;
             prefix[b] = static_cast<int32_t>(at * q);
           });
+      const int32_t per_head = running32;
       if (threadIdx.x == 0) {
         ctas_before[batch] = per_head;
         prefix[batch] = static_cast<int32_t>(per_head * q);
