@@ -93,30 +93,31 @@ __device__ __forceinline__ int WarpInclusiveSum(int x) {
   return x;
 }
 
-// The exclusive prefix sum of an int32 weight(b) over b < batch, in chunks of the block's width (a multiple of 32):
-// emit(b, sum before b) for each b. Returns the total to every thread, every emit done (the trailing barrier).
-// `totals` holds the warps' sums, a buffer per chunk parity so that one barrier a chunk suffices. Written here
-// rather than taken from cub::BlockScan because cub's block scans are sized at compile time (1024 threads) and the
-// plain plan's block is sized to its work (PlanThreads), and for latency: the plan kernel is instruction-bound
-// (session 48, ncu on an H100), and here each warp scans the warp sums with shuffles where cub's warp-scans variant
-// had every thread read and add all 32. Session 50 (H100, experiment 66p): the plain plan 2.3-2.6 us, was 2.9-3.3.
-// (The choosing path keeps cub's 64-bit scan: experiment 66d moved it here and did not clearly win.)
+// The exclusive prefix sums of two int32 weights, (x, y) = weight(b), over b < batch, in chunks of the block's width
+// (a multiple of 32): emit(b, x before b, y before b) for each b. Returns both totals to every thread, every emit
+// done (the trailing barrier). `totals` holds the warps' sums, a buffer per chunk parity so that one barrier a chunk
+// suffices. Written here rather than taken from cub::BlockScan because cub's block scans are sized at compile time
+// (1024 threads) and the plain plan's block is sized to its work (PlanThreads), and for latency: the plan kernel is
+// instruction-bound (session 48, ncu on an H100), and here each warp scans the warp sums with shuffles where cub's
+// warp-scans variant had every thread read and add all 32. Session 50 (H100, experiment 66p): the plain plan 2.3-2.6
+// us, was 2.9-3.3. (The choosing path keeps cub's 64-bit scan: experiment 66d moved it here and did not clearly win.)
 template <class Weight, class Emit>
-__device__ int BlockExclusiveSum(int (&totals)[2][32], int batch, Weight weight, Emit emit) {
+__device__ int2 BlockExclusiveSums(int2 (&totals)[2][32], int batch, Weight weight, Emit emit) {
   const int lane = static_cast<int>(threadIdx.x % 32), warp = static_cast<int>(threadIdx.x / 32);
   const int warps = static_cast<int>(blockDim.x / 32);
-  int running = 0;
+  int2 running = make_int2(0, 0);
   for (int base = 0, buf = 0; base < batch; base += static_cast<int>(blockDim.x), buf ^= 1) {
     const int b = base + static_cast<int>(threadIdx.x);
-    const int w = b < batch ? weight(b) : 0;
-    const int x = WarpInclusiveSum(w);
-    if (lane == 31) totals[buf][warp] = x;
+    const int2 w = b < batch ? weight(b) : make_int2(0, 0);
+    const int x = WarpInclusiveSum(w.x), y = WarpInclusiveSum(w.y);
+    if (lane == 31) totals[buf][warp] = make_int2(x, y);
     __syncthreads();
-    const int t = lane < warps ? totals[buf][lane] : 0;
-    const int tx = WarpInclusiveSum(t);
-    const int before = __shfl_sync(0xffffffffu, tx - t, warp);
-    if (b < batch) emit(b, running + before + x - w);
-    running += __shfl_sync(0xffffffffu, tx, 31);
+    const int2 t = lane < warps ? totals[buf][lane] : make_int2(0, 0);
+    const int tx = WarpInclusiveSum(t.x), ty = WarpInclusiveSum(t.y);
+    const int before_x = __shfl_sync(0xffffffffu, tx - t.x, warp), before_y = __shfl_sync(0xffffffffu, ty - t.y, warp);
+    if (b < batch) emit(b, running.x + before_x + x - w.x, running.y + before_y + y - w.y);
+    running.x += __shfl_sync(0xffffffffu, tx, 31);
+    running.y += __shfl_sync(0xffffffffu, ty, 31);
   }
   __syncthreads();
   return running;
@@ -159,7 +160,7 @@ int PlanThreads(int batch, int max_ctas, int alt_cost, int model_tenths) {
 // (the cost prefix, the aligned CTAs), the packed int64 scan only where two prefixes travel together; each layout's
 // total, capacity and CTA count are computed once (CostLayout) and its divisions are 32-bit (DivNonNeg); the two
 // layouts' CTA starts and modeled times run side by side in the block's two halves. Session 48 (H100): 3.0-3.3 us at
-// q_len 1, 6.4-8.0 at q_len 2; session 50 (the plain path's BlockExclusiveSum in a PlanThreads block): 2.3-2.6 at
+// q_len 1, 6.4-8.0 at q_len 2; session 50 (the plain path's BlockExclusiveSums in a PlanThreads block): 2.3-2.6 at
 // q_len 1.
 __global__ void __launch_bounds__(kPlanThreads) DecodePlanKernel(const int32_t* seq_lens, int batch, DecodeConfig cfg,
                                                           int max_ctas, int min_tiles, int piece_cost, int alt_cost,
@@ -176,7 +177,7 @@ __global__ void __launch_bounds__(kPlanThreads) DecodePlanKernel(const int32_t* 
   } scan;
   __shared__ int64_t running64;
   __shared__ int32_t running32;
-  __shared__ int sum_totals[2][32];  // BlockExclusiveSum (the plain path)
+  __shared__ int2 sum_totals[2][32];  // BlockExclusiveSums (the plain path)
   __shared__ unsigned long long makespan[2];
   __shared__ unsigned long long aligned_q;  // the aligned layout's chunk; ~0: none fits
   // The CTA starts below binary-search the prefix: from shared memory when it fits (a search through global
@@ -211,12 +212,13 @@ __global__ void __launch_bounds__(kPlanThreads) DecodePlanKernel(const int32_t* 
     }
   } else {
     // (the block is sized to this path's work, PlanThreads: not cub's fixed 1024-thread scan)
-    head_total = BlockExclusiveSum(
-        sum_totals, batch, [&](int b) { return UnitCost(max(seq_lens[b], 0), piece_cost); },
-        [&](int b, int at) {
-          prefix[b] = at;
-          if (in_smem) prefix_smem[b] = at;
-        });
+    head_total = BlockExclusiveSums(
+                     sum_totals, batch, [&](int b) { return make_int2(UnitCost(max(seq_lens[b], 0), piece_cost), 0); },
+                     [&](int b, int at, int) {
+                       prefix[b] = at;
+                       if (in_smem) prefix_smem[b] = at;
+                     })
+                     .x;
     if (threadIdx.x == 0) {
       prefix[batch] = head_total;
       if (in_smem) prefix_smem[batch] = head_total;
@@ -240,8 +242,41 @@ __global__ void __launch_bounds__(kPlanThreads) DecodePlanKernel(const int32_t* 
     const auto layout_of = [&](int k) {
       return Layout{tiles, units, batch, cfg.num_kv_heads, k == 0 ? piece_cost : alt_cost, max_ctas, min_tiles};
     };
-    // The aligned layout's chunk first: it needs the tile prefix alone, and where it is chosen a bound from the
-    // totals usually shows it before either cost layout's CTA starts are searched (experiment 68).
+    // Every CTA start of both layouts, one search each, then each CTA's modeled time (it reads starts i and i + 1).
+    // Where both layouts' starts fit the block's halves (max_ctas < 512: every Hopper grid of the 16-row kernels),
+    // half k takes layout k, so the two searches run side by side instead of one after the other.
+    const int half = static_cast<int>(blockDim.x) / 2;
+    if (max_ctas < half) {
+      const int k = static_cast<int>(threadIdx.x) / half, i = static_cast<int>(threadIdx.x) % half;
+      const Layout layout = layout_of(k);
+      if (i <= max_ctas) layout.Start(i, &starts_smem[k][i][0], &starts_smem[k][i][1]);
+      __syncthreads();
+      const int64_t t = i < layout.NumCtas() ? layout.ModeledTenths(starts_smem[k][i][0], starts_smem[k][i][1],
+                                                                     starts_smem[k][i + 1][0], starts_smem[k][i + 1][1],
+                                                                     model_tenths)
+                                             : 0;
+      const int64_t most = WarpMax(t);  // (a warp lies in one half: half is a multiple of 32)
+      if (threadIdx.x % 32 == 0) atomicMax(&makespan[k], static_cast<unsigned long long>(most));
+    } else {
+#pragma unroll
+      for (int k = 0; k < 2; ++k) {
+        const Layout layout = layout_of(k);
+        for (int i = threadIdx.x; i <= max_ctas; i += blockDim.x) layout.Start(i, &starts_smem[k][i][0], &starts_smem[k][i][1]);
+      }
+      __syncthreads();
+#pragma unroll
+      for (int k = 0; k < 2; ++k) {
+        const Layout layout = layout_of(k);
+        int64_t most = 0;
+        for (int i = threadIdx.x; i < layout.NumCtas(); i += blockDim.x) {
+          const int64_t t = layout.ModeledTenths(starts_smem[k][i][0], starts_smem[k][i][1], starts_smem[k][i + 1][0],
+                                                 starts_smem[k][i + 1][1], model_tenths);
+          most = t > most ? t : most;
+        }
+        most = WarpMax(most);
+        if (threadIdx.x % 32 == 0) atomicMax(&makespan[k], static_cast<unsigned long long>(most));
+      }
+    }
     if (aligned_mode > 0 && head_total > 0) {
       // the aligned layout's chunk: candidate low + w in warp w, the smallest that fits wins
       static_assert(kAlignedCandidates * 32 == 1024, "one candidate chunk per warp");
@@ -255,62 +290,11 @@ __global__ void __launch_bounds__(kPlanThreads) DecodePlanKernel(const int32_t* 
       }
     }
     __syncthreads();
-    const int64_t q = static_cast<int64_t>(aligned_q);
-    // Every CTA of a cost layout models at least the layout's mean, (10 x the tiles + model_tenths x the units with
-    // work) / its CTAs: an aligned chunk below both layouts' means is chosen (AlignedChosen) whatever their starts.
-    // (At 264 CTAs, q_len 2 at 8/1: 4 of the benchmark's 5 aligned batches; 2x32K+30x4K and the unaligned ones
-    // search both layouts as before.)
-    const auto mean_floor = [&](int k) -> int64_t {
-      const Layout layout = layout_of(k);
-      const int64_t work = (10 * static_cast<int64_t>(head_total) + static_cast<int64_t>(model_tenths) * units_smem[batch]) *
-                           cfg.num_kv_heads;
-      return DivNonNeg(work + layout.NumCtas() - 1, layout.NumCtas());
-    };
-    int k = 0;  // the cost layout chosen (the base cost on a tie)
-    if (aligned_q != ~0ull &&
-        (aligned_mode >= 2 || (10 * q >= model_tenths && 10 * q < mean_floor(0) && 10 * q < mean_floor(1)))) {
-      aligned = true;
-    } else {
-      // Every CTA start of both layouts, one search each, then each CTA's modeled time (it reads starts i and i + 1).
-      // Where both layouts' starts fit the block's halves (max_ctas < 512: every Hopper grid of the 16-row kernels),
-      // half k takes layout k, so the two searches run side by side instead of one after the other.
-      const int half = static_cast<int>(blockDim.x) / 2;
-      if (max_ctas < half) {
-        const int k = static_cast<int>(threadIdx.x) / half, i = static_cast<int>(threadIdx.x) % half;
-        const Layout layout = layout_of(k);
-        if (i <= max_ctas) layout.Start(i, &starts_smem[k][i][0], &starts_smem[k][i][1]);
-        __syncthreads();
-        const int64_t t = i < layout.NumCtas() ? layout.ModeledTenths(starts_smem[k][i][0], starts_smem[k][i][1],
-                                                                       starts_smem[k][i + 1][0], starts_smem[k][i + 1][1],
-                                                                       model_tenths)
-                                               : 0;
-        const int64_t most = WarpMax(t);  // (a warp lies in one half: half is a multiple of 32)
-        if (threadIdx.x % 32 == 0) atomicMax(&makespan[k], static_cast<unsigned long long>(most));
-      } else {
-#pragma unroll
-        for (int k = 0; k < 2; ++k) {
-          const Layout layout = layout_of(k);
-          for (int i = threadIdx.x; i <= max_ctas; i += blockDim.x) layout.Start(i, &starts_smem[k][i][0], &starts_smem[k][i][1]);
-        }
-        __syncthreads();
-#pragma unroll
-        for (int k = 0; k < 2; ++k) {
-          const Layout layout = layout_of(k);
-          int64_t most = 0;
-          for (int i = threadIdx.x; i < layout.NumCtas(); i += blockDim.x) {
-            const int64_t t = layout.ModeledTenths(starts_smem[k][i][0], starts_smem[k][i][1], starts_smem[k][i + 1][0],
-                                                   starts_smem[k][i + 1][1], model_tenths);
-            most = t > most ? t : most;
-          }
-          most = WarpMax(most);
-          if (threadIdx.x % 32 == 0) atomicMax(&makespan[k], static_cast<unsigned long long>(most));
-        }
-      }
-      __syncthreads();
-      k = makespan[1] < makespan[0] ? 1 : 0;
-      aligned = aligned_q != ~0ull && AlignedChosen(q, model_tenths, static_cast<int64_t>(makespan[k]));
-    }
+    const int k = makespan[1] < makespan[0] ? 1 : 0;  // (the base cost on a tie)
     piece_cost = k == 1 ? alt_cost : piece_cost;
+    const int64_t q = static_cast<int64_t>(aligned_q);
+    aligned = aligned_q != ~0ull &&
+              (aligned_mode >= 2 || AlignedChosen(q, model_tenths, static_cast<int64_t>(makespan[k])));
     if (aligned) {
       // CTAs per head before each sequence (a scan as above: at most max_ctas in all, AlignedFits), kept where the
       // starts were: flat, >= batch + 1 ints
