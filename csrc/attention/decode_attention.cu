@@ -93,31 +93,30 @@ __device__ __forceinline__ int WarpInclusiveSum(int x) {
   return x;
 }
 
-// The exclusive prefix sums of two int32 weights, (x, y) = weight(b), over b < batch, in chunks of the block's width
-// (a multiple of 32): emit(b, x before b, y before b) for each b. Returns both totals to every thread, every emit
-// done (the trailing barrier). `totals` holds the warps' sums, a buffer per chunk parity so that one barrier a chunk
-// suffices. Written here rather than taken from cub::BlockScan because cub's block scans are sized at compile time
-// (1024 threads) and the plain plan's block is sized to its work (PlanThreads), and for latency: the plan kernel is
-// instruction-bound (session 48, ncu on an H100), and here each warp scans the warp sums with shuffles where cub's
-// warp-scans variant had every thread read and add all 32. Session 50 (H100, experiment 66p): the plain plan 2.3-2.6
-// us, was 2.9-3.3. (The choosing path keeps cub's 64-bit scan: experiment 66d moved it here and did not clearly win.)
+// The exclusive prefix sum of an int32 weight(b) over b < batch, in chunks of the block's width (a multiple of 32):
+// emit(b, sum before b) for each b. Returns the total to every thread, every emit done (the trailing barrier).
+// `totals` holds the warps' sums, a buffer per chunk parity so that one barrier a chunk suffices. Written here
+// rather than taken from cub::BlockScan because cub's block scans are sized at compile time (1024 threads) and the
+// plain plan's block is sized to its work (PlanThreads), and for latency: the plan kernel is instruction-bound
+// (session 48, ncu on an H100), and here each warp scans the warp sums with shuffles where cub's warp-scans variant
+// had every thread read and add all 32. Session 50 (H100, experiment 66p): the plain plan 2.3-2.6 us, was 2.9-3.3.
+// (The choosing path keeps cub's 64-bit scan: experiment 66d moved it here and did not clearly win.)
 template <class Weight, class Emit>
-__device__ int2 BlockExclusiveSums(int2 (&totals)[2][32], int batch, Weight weight, Emit emit) {
+__device__ int BlockExclusiveSum(int (&totals)[2][32], int batch, Weight weight, Emit emit) {
   const int lane = static_cast<int>(threadIdx.x % 32), warp = static_cast<int>(threadIdx.x / 32);
   const int warps = static_cast<int>(blockDim.x / 32);
-  int2 running = make_int2(0, 0);
+  int running = 0;
   for (int base = 0, buf = 0; base < batch; base += static_cast<int>(blockDim.x), buf ^= 1) {
     const int b = base + static_cast<int>(threadIdx.x);
-    const int2 w = b < batch ? weight(b) : make_int2(0, 0);
-    const int x = WarpInclusiveSum(w.x), y = WarpInclusiveSum(w.y);
-    if (lane == 31) totals[buf][warp] = make_int2(x, y);
+    const int w = b < batch ? weight(b) : 0;
+    const int x = WarpInclusiveSum(w);
+    if (lane == 31) totals[buf][warp] = x;
     __syncthreads();
-    const int2 t = lane < warps ? totals[buf][lane] : make_int2(0, 0);
-    const int tx = WarpInclusiveSum(t.x), ty = WarpInclusiveSum(t.y);
-    const int before_x = __shfl_sync(0xffffffffu, tx - t.x, warp), before_y = __shfl_sync(0xffffffffu, ty - t.y, warp);
-    if (b < batch) emit(b, running.x + before_x + x - w.x, running.y + before_y + y - w.y);
-    running.x += __shfl_sync(0xffffffffu, tx, 31);
-    running.y += __shfl_sync(0xffffffffu, ty, 31);
+    const int t = lane < warps ? totals[buf][lane] : 0;
+    const int tx = WarpInclusiveSum(t);
+    const int before = __shfl_sync(0xffffffffu, tx - t, warp);
+    if (b < batch) emit(b, running + before + x - w);
+    running += __shfl_sync(0xffffffffu, tx, 31);
   }
   __syncthreads();
   return running;
@@ -160,7 +159,7 @@ int PlanThreads(int batch, int max_ctas, int alt_cost, int model_tenths) {
 // (the cost prefix, the aligned CTAs), the packed int64 scan only where two prefixes travel together; each layout's
 // total, capacity and CTA count are computed once (CostLayout) and its divisions are 32-bit (DivNonNeg); the two
 // layouts' CTA starts and modeled times run side by side in the block's two halves. Session 48 (H100): 3.0-3.3 us at
-// q_len 1, 6.4-8.0 at q_len 2; session 50 (the plain path's BlockExclusiveSums in a PlanThreads block): 2.3-2.6 at
+// q_len 1, 6.4-8.0 at q_len 2; session 50 (the plain path's BlockExclusiveSum in a PlanThreads block): 2.3-2.6 at
 // q_len 1.
 __global__ void __launch_bounds__(kPlanThreads) DecodePlanKernel(const int32_t* seq_lens, int batch, DecodeConfig cfg,
                                                           int max_ctas, int min_tiles, int piece_cost, int alt_cost,
@@ -177,7 +176,7 @@ __global__ void __launch_bounds__(kPlanThreads) DecodePlanKernel(const int32_t* 
   } scan;
   __shared__ int64_t running64;
   __shared__ int32_t running32;
-  __shared__ int2 sum_totals[2][32];  // BlockExclusiveSums (the plain path)
+  __shared__ int sum_totals[2][32];  // BlockExclusiveSum (the plain path)
   __shared__ unsigned long long makespan[2];
   __shared__ unsigned long long aligned_q;  // the aligned layout's chunk; ~0: none fits
   // The CTA starts below binary-search the prefix: from shared memory when it fits (a search through global
@@ -212,13 +211,12 @@ __global__ void __launch_bounds__(kPlanThreads) DecodePlanKernel(const int32_t* 
     }
   } else {
     // (the block is sized to this path's work, PlanThreads: not cub's fixed 1024-thread scan)
-    head_total = BlockExclusiveSums(
-                     sum_totals, batch, [&](int b) { return make_int2(UnitCost(max(seq_lens[b], 0), piece_cost), 0); },
-                     [&](int b, int at, int) {
-                       prefix[b] = at;
-                       if (in_smem) prefix_smem[b] = at;
-                     })
-                     .x;
+    head_total = BlockExclusiveSum(
+        sum_totals, batch, [&](int b) { return UnitCost(max(seq_lens[b], 0), piece_cost); },
+        [&](int b, int at) {
+          prefix[b] = at;
+          if (in_smem) prefix_smem[b] = at;
+        });
     if (threadIdx.x == 0) {
       prefix[batch] = head_total;
       if (in_smem) prefix_smem[batch] = head_total;
