@@ -157,10 +157,7 @@ int PlanThreads(int batch, int max_ctas, int alt_cost, int model_tenths) {
 // layouts' CTA starts and modeled times run side by side in the block's two halves. Session 48 (H100): 3.0-3.3 us at
 // q_len 1, 6.4-8.0 at q_len 2; session 50 (the plain path's BlockExclusiveSum in a PlanThreads block): 2.3-2.6 at
 // q_len 1.
-// Two kernels, kChoose = PlanChooses (the launcher picks one and sizes its block by PlanThreads): each holds only its
-// own path's code (experiment 68p).
-template <bool kChoose>
-__global__ void __launch_bounds__(kPlanThreads, 1) DecodePlanKernel(const int32_t* seq_lens, int batch, DecodeConfig cfg,
+__global__ void __launch_bounds__(kPlanThreads) DecodePlanKernel(const int32_t* seq_lens, int batch, DecodeConfig cfg,
                                                           int max_ctas, int min_tiles, int piece_cost, int alt_cost,
                                                           int model_tenths, int aligned_mode, int early_trigger,
                                                           int32_t* plan) {
@@ -181,9 +178,10 @@ __global__ void __launch_bounds__(kPlanThreads, 1) DecodePlanKernel(const int32_
   if (early_trigger) PdlLaunchDependents();
   int32_t* prefix = PlanPrefix(plan);
   const bool in_smem = batch < kPlanSmemPrefix;
-  constexpr bool choose = kChoose;
+  const bool choose =
+      PlanChooses(batch, max_ctas, alt_cost, model_tenths) && blockDim.x == ChoosingPlanThreads(max_ctas);
   int32_t head_total;  // per head: tiles while choosing, else cost
-  if constexpr (choose) {
+  if (choose) {
     // the tile prefix (x) and the prefix of units with work (y) in one pass
     const int2 totals = BlockExclusiveSum(
         sum_totals2, batch,
@@ -224,7 +222,7 @@ __global__ void __launch_bounds__(kPlanThreads, 1) DecodePlanKernel(const int32_
   int32_t head_cost = 0;
   int64_t capacity = 1;
   int num_ctas = 0;
-  if constexpr (choose) {
+  if (choose) {
     const auto tiles = [&](int b) -> int64_t { return prefix_smem[b]; };
     const auto units = [&](int b) -> int64_t { return units_smem[b]; };
     using Layout = CostLayout<decltype(tiles), decltype(units)>;
@@ -329,7 +327,7 @@ __global__ void __launch_bounds__(kPlanThreads, 1) DecodePlanKernel(const int32_
     num_ctas = CtasAt(static_cast<int64_t>(head_cost) * cfg.num_kv_heads, capacity);
   }
   const int64_t total = static_cast<int64_t>(head_cost) * cfg.num_kv_heads;
-  if constexpr (!choose) {
+  if (!choose) {
     const int32_t* search = in_smem ? prefix_smem : prefix;
     for (int i = threadIdx.x; i <= max_ctas; i += blockDim.x) {
       int unit, tile;
@@ -408,8 +406,7 @@ Status DecodePlanCuda(const DecodePlanArgs& a, cudaStream_t stream) {
   HPC_RETURN_IF_ERROR(CheckHopper(a.seq_lens.device_id));
   const int batch = static_cast<int>(a.seq_lens.shape[0]);
   const int alt_cost = DecodeAlternativePieceCostTiles(a.config), model_tenths = DecodeModelPieceTenths();
-  auto* kernel = PlanChooses(batch, a.max_ctas, alt_cost, model_tenths) ? &DecodePlanKernel<true> : &DecodePlanKernel<false>;
-  return Launch("decode_plan kernel launch", kernel, dim3(1),
+  return Launch("decode_plan kernel launch", DecodePlanKernel, dim3(1),
                 dim3(PlanThreads(batch, a.max_ctas, alt_cost, model_tenths)), 0, stream, a.seq_lens.ptr<const int32_t>(),
                 batch, a.config, a.max_ctas, DecodeMinCapacityTiles(), DecodePieceCostTiles(a.config), alt_cost,
                 model_tenths, DecodeAlignedMode(), DecodePlanEarlyTrigger(), a.plan.ptr<int32_t>());
