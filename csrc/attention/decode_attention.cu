@@ -2,7 +2,6 @@
 // sizes the persistent grid with the occupancy API, builds the plan on the GPU, and launches attention +
 // combine (PDL-chained).
 #include <cuda_runtime.h>
-#include <cub/block/block_scan.cuh>
 
 #include <algorithm>
 #include <string>
@@ -63,26 +62,7 @@ Status PrepareKernel(const KernelChoice& k, int* ctas_per_sm) {
   return ResidentCtasPerSm(k.fn, attention::kDecodeThreads, k.smem, "decode_attention: occupancy", ctas_per_sm);
 }
 
-// The exclusive prefix sum of weight(b) over b < batch (as T), in chunks of the block's width: emit(b, sum before
-// b) for each b, and the total left in `running` (shared) for every thread on return.
-template <class T, class Scan, class Weight, class Emit>
-__device__ void ChunkedExclusiveSum(typename Scan::TempStorage& scan, T& running, int batch, Weight weight, Emit emit) {
-  if (threadIdx.x == 0) running = 0;
-  __syncthreads();
-  for (int base = 0; base < batch; base += blockDim.x) {
-    const int b = base + threadIdx.x;
-    const T w = b < batch ? static_cast<T>(weight(b)) : T(0);
-    T excl, chunk_total;
-    Scan(scan).ExclusiveSum(w, excl, chunk_total);
-    const T before = running;
-    if (b < batch) emit(b, before + excl);
-    __syncthreads();
-    if (threadIdx.x == 0) running = before + chunk_total;
-    __syncthreads();
-  }
-}
-
-// x summed over this lane and the lanes below it.
+// x summed over this lane and the lanes below it (an int2: both halves, their shuffles side by side).
 __device__ __forceinline__ int WarpInclusiveSum(int x) {
   const int lane = static_cast<int>(threadIdx.x % 32);
 #pragma unroll
@@ -92,31 +72,38 @@ __device__ __forceinline__ int WarpInclusiveSum(int x) {
   }
   return x;
 }
+__device__ __forceinline__ int2 WarpInclusiveSum(int2 v) { return make_int2(WarpInclusiveSum(v.x), WarpInclusiveSum(v.y)); }
+__device__ __forceinline__ int Plus(int a, int b) { return a + b; }
+__device__ __forceinline__ int2 Plus(int2 a, int2 b) { return make_int2(a.x + b.x, a.y + b.y); }
+__device__ __forceinline__ int Minus(int a, int b) { return a - b; }
+__device__ __forceinline__ int2 Minus(int2 a, int2 b) { return make_int2(a.x - b.x, a.y - b.y); }
+__device__ __forceinline__ int ShflFrom(int v, int lane) { return __shfl_sync(0xffffffffu, v, lane); }
+__device__ __forceinline__ int2 ShflFrom(int2 v, int lane) { return make_int2(ShflFrom(v.x, lane), ShflFrom(v.y, lane)); }
 
-// The exclusive prefix sum of an int32 weight(b) over b < batch, in chunks of the block's width (a multiple of 32):
-// emit(b, sum before b) for each b. Returns the total to every thread, every emit done (the trailing barrier).
-// `totals` holds the warps' sums, a buffer per chunk parity so that one barrier a chunk suffices. Written here
-// rather than taken from cub::BlockScan because cub's block scans are sized at compile time (1024 threads) and the
-// plain plan's block is sized to its work (PlanThreads), and for latency: the plan kernel is instruction-bound
-// (session 48, ncu on an H100), and here each warp scans the warp sums with shuffles where cub's warp-scans variant
-// had every thread read and add all 32. Session 50 (H100, experiment 66p): the plain plan 2.3-2.6 us, was 2.9-3.3.
-// (The choosing path keeps cub's 64-bit scan: experiment 66d moved it here and did not clearly win.)
-template <class Weight, class Emit>
-__device__ int BlockExclusiveSum(int (&totals)[2][32], int batch, Weight weight, Emit emit) {
+// The exclusive prefix sum of weight(b) (an int, or an int2 for two sums at once) over b < batch, in chunks of the
+// block's width (a multiple of 32): emit(b, sum before b) for each b. Returns the total to every thread, every emit
+// done (the trailing barrier). `totals` holds the warps' sums, a buffer per chunk parity so that one barrier a chunk
+// suffices. Written here rather than taken from cub::BlockScan because cub's block scans are sized at compile time
+// (1024 threads) and the plan's block is sized to its work (PlanThreads), and for latency: the plan kernel is
+// instruction-bound (session 48, ncu on an H100), and here each warp scans the warp sums with shuffles where cub's
+// warp-scans variant had every thread read and add all 32. Session 50 (H100, experiment 66p): the plain plan 2.3-2.6
+// us, was 2.9-3.3.
+template <class V, class Weight, class Emit>
+__device__ V BlockExclusiveSum(V (&totals)[2][32], int batch, Weight weight, Emit emit) {
   const int lane = static_cast<int>(threadIdx.x % 32), warp = static_cast<int>(threadIdx.x / 32);
   const int warps = static_cast<int>(blockDim.x / 32);
-  int running = 0;
+  V running{};
   for (int base = 0, buf = 0; base < batch; base += static_cast<int>(blockDim.x), buf ^= 1) {
     const int b = base + static_cast<int>(threadIdx.x);
-    const int w = b < batch ? weight(b) : 0;
-    const int x = WarpInclusiveSum(w);
+    const V w = b < batch ? weight(b) : V{};
+    const V x = WarpInclusiveSum(w);
     if (lane == 31) totals[buf][warp] = x;
     __syncthreads();
-    const int t = lane < warps ? totals[buf][lane] : 0;
-    const int tx = WarpInclusiveSum(t);
-    const int before = __shfl_sync(0xffffffffu, tx - t, warp);
-    if (b < batch) emit(b, running + before + x - w);
-    running += __shfl_sync(0xffffffffu, tx, 31);
+    const V t = lane < warps ? totals[buf][lane] : V{};
+    const V tx = WarpInclusiveSum(t);
+    const V before = ShflFrom(Minus(tx, t), warp);
+    if (b < batch) emit(b, Plus(Plus(running, before), Minus(x, w)));
+    running = Plus(running, ShflFrom(tx, 31));
   }
   __syncthreads();
   return running;
@@ -132,18 +119,26 @@ __device__ __forceinline__ int64_t WarpMax(int64_t v) {
 }
 
 constexpr int kPlanSmemPrefix = attention::kPlanChoiceMaxBatch;  // smaller batches search a shared-memory prefix
-constexpr int kPlanThreads = 1024;  // the plan kernel's one block where it chooses a layout
+constexpr int kPlanThreads = 1024;  // the plan kernel's largest block
 
-// Whether the plan kernel chooses between layouts (it needs kPlanThreads threads then: a warp per aligned candidate,
-// the two layouts' searches in the block's halves); the launcher sizes the block by it.
+// Whether the plan kernel chooses between layouts; the launcher sizes the block by it.
 __host__ __device__ bool PlanChooses(int batch, int max_ctas, int alt_cost, int model_tenths) {
   return batch < kPlanSmemPrefix && alt_cost > 0 && model_tenths > 0 && max_ctas <= attention::kPlanChoiceMaxCtas;
+}
+
+// The choosing plan's block: a thread per CTA start of each layout, the two layouts' searches in the block's halves
+// (each half whole warps), where they fit; else the full block, each thread searching several starts. Not 1024
+// threads for every grid (experiment 68d): warps without a start still ran every scan step and barrier, and the
+// plan is instruction-bound (session 48, ncu; session 51's phase timing: ~4k cycles for the first scan alone).
+__host__ __device__ int ChoosingPlanThreads(int max_ctas) {
+  const int halves = (2 * (max_ctas + 1) + 63) / 64 * 64;
+  return halves <= kPlanThreads ? (halves > 64 ? halves : 64) : kPlanThreads;
 }
 
 // The plain plan's block: a thread per sequence of a chunk and per CTA start, in whole warps. Warps past both have
 // nothing to do but still run every scan step and barrier, and the plan is instruction-bound (session 48, ncu).
 int PlanThreads(int batch, int max_ctas, int alt_cost, int model_tenths) {
-  if (PlanChooses(batch, max_ctas, alt_cost, model_tenths)) return kPlanThreads;
+  if (PlanChooses(batch, max_ctas, alt_cost, model_tenths)) return ChoosingPlanThreads(max_ctas);
   const int needed = std::max(std::max(batch, max_ctas + 1), 32);
   return std::min((needed + 31) / 32 * 32, kPlanThreads);
 }
@@ -155,28 +150,25 @@ int PlanThreads(int batch, int max_ctas, int alt_cost, int model_tenths) {
 // than after the first scan (the default: session 48 measured it 1.4-4.6 us faster per step at q_len 2 on an H100).
 //
 // Why it is written this way (session 47: the plan measured 3.8-3.9 us at q_len 1 and 7.8-10.1 at q_len 2 on an
-// H100, 2.7-2.9 before the choice; the attention grid waits for all of it): the sums are int32 where the values are
-// (the cost prefix, the aligned CTAs), the packed int64 scan only where two prefixes travel together; each layout's
+// H100, 2.7-2.9 before the choice; the attention grid waits for all of it): the sums are int32 (the cost prefix, the
+// aligned CTAs; the tile and unit prefixes travel together as an int2), by shuffles in a block sized to the work
+// (PlanThreads: experiments 66p and 68d); each layout's
 // total, capacity and CTA count are computed once (CostLayout) and its divisions are 32-bit (DivNonNeg); the two
 // layouts' CTA starts and modeled times run side by side in the block's two halves. Session 48 (H100): 3.0-3.3 us at
 // q_len 1, 6.4-8.0 at q_len 2; session 50 (the plain path's BlockExclusiveSum in a PlanThreads block): 2.3-2.6 at
-// q_len 1.
-__global__ void __launch_bounds__(kPlanThreads) DecodePlanKernel(const int32_t* seq_lens, int batch, DecodeConfig cfg,
+// q_len 1; session 51 (68d: the choosing block sized too, cub's scans gone; 68p: two kernels): 2.1-2.3 at q_len 1,
+// 5.0-7.4 at q_len 2 (s51a's phase timing had every choosing phase in 32 warps, ~9-17 of them with work).
+// Two kernels, kChoose = PlanChooses (the launcher picks one and sizes its block by PlanThreads): each holds only its
+// own path's code (experiment 68p; ptxas needs the minimum of 1 block in __launch_bounds__, or it gives the choosing
+// kernel 32 registers and spills).
+template <bool kChoose>
+__global__ void __launch_bounds__(kPlanThreads, 1) DecodePlanKernel(const int32_t* seq_lens, int batch, DecodeConfig cfg,
                                                           int max_ctas, int min_tiles, int piece_cost, int alt_cost,
                                                           int model_tenths, int aligned_mode, int early_trigger,
                                                           int32_t* plan) {
   using namespace attention;
-  // While choosing, one 64-bit sum carries the tile prefix (low half) and the units with work (high half): warp
-  // scans, as its raking storage would not fit beside the arrays below. Otherwise 32-bit sums.
-  using Scan64 = cub::BlockScan<int64_t, 1024, cub::BLOCK_SCAN_WARP_SCANS>;
-  using Scan32 = cub::BlockScan<int32_t, 1024>;  // raking, as session 43's plan kernel
-  __shared__ union {
-    typename Scan64::TempStorage s64;
-    typename Scan32::TempStorage s32;
-  } scan;
-  __shared__ int64_t running64;
-  __shared__ int32_t running32;
-  __shared__ int sum_totals[2][32];  // BlockExclusiveSum (the plain path)
+  __shared__ int sum_totals[2][32];    // BlockExclusiveSum's warp sums: the cost prefix, the aligned CTAs
+  __shared__ int2 sum_totals2[2][32];  // and the tile and unit prefixes together while choosing
   __shared__ unsigned long long makespan[2];
   __shared__ unsigned long long aligned_q;  // the aligned layout's chunk; ~0: none fits
   // The CTA starts below binary-search the prefix: from shared memory when it fits (a search through global
@@ -191,23 +183,24 @@ __global__ void __launch_bounds__(kPlanThreads) DecodePlanKernel(const int32_t* 
   if (early_trigger) PdlLaunchDependents();
   int32_t* prefix = PlanPrefix(plan);
   const bool in_smem = batch < kPlanSmemPrefix;
-  const bool choose = PlanChooses(batch, max_ctas, alt_cost, model_tenths) && blockDim.x == kPlanThreads;
+  constexpr bool choose = kChoose;
   int32_t head_total;  // per head: tiles while choosing, else cost
-  if (choose) {
-    ChunkedExclusiveSum<int64_t, Scan64>(
-        scan.s64, running64, batch,
-        [&](int b) -> int64_t {
+  if constexpr (choose) {
+    // the tile prefix (x) and the prefix of units with work (y) in one pass
+    const int2 totals = BlockExclusiveSum(
+        sum_totals2, batch,
+        [&](int b) {
           const int n = TilesOf(max(seq_lens[b], 0));
-          return (static_cast<int64_t>(n > 0) << 32) | n;
+          return make_int2(n, n > 0 ? 1 : 0);
         },
-        [&](int b, int64_t at) {
-          prefix_smem[b] = static_cast<int32_t>(at & 0xffffffffll);
-          units_smem[b] = static_cast<int16_t>(at >> 32);
+        [&](int b, int2 at) {
+          prefix_smem[b] = at.x;
+          units_smem[b] = static_cast<int16_t>(at.y);
         });
-    head_total = static_cast<int32_t>(running64 & 0xffffffffll);
+    head_total = totals.x;
     if (threadIdx.x == 0) {
-      prefix_smem[batch] = head_total;
-      units_smem[batch] = static_cast<int16_t>(running64 >> 32);
+      prefix_smem[batch] = totals.x;
+      units_smem[batch] = static_cast<int16_t>(totals.y);
     }
   } else {
     // (the block is sized to this path's work, PlanThreads: not cub's fixed 1024-thread scan)
@@ -233,7 +226,7 @@ __global__ void __launch_bounds__(kPlanThreads) DecodePlanKernel(const int32_t* 
   int32_t head_cost = 0;
   int64_t capacity = 1;
   int num_ctas = 0;
-  if (choose) {
+  if constexpr (choose) {
     const auto tiles = [&](int b) -> int64_t { return prefix_smem[b]; };
     const auto units = [&](int b) -> int64_t { return units_smem[b]; };
     using Layout = CostLayout<decltype(tiles), decltype(units)>;
@@ -276,15 +269,19 @@ __global__ void __launch_bounds__(kPlanThreads) DecodePlanKernel(const int32_t* 
       }
     }
     if (aligned_mode > 0 && head_total > 0) {
-      // the aligned layout's chunk: candidate low + w in warp w, the smallest that fits wins
-      static_assert(kAlignedCandidates * 32 == 1024, "one candidate chunk per warp");
-      const int64_t q = AlignedLowChunk(head_total, cfg.num_kv_heads, max_ctas, min_tiles) + threadIdx.x / 32;
-      int64_t ctas = 0;
-      for (int b = threadIdx.x % 32; b < batch; b += 32) ctas += AlignedCtas(prefix_smem[b + 1] - prefix_smem[b], q);
+      // the aligned layout's chunk: candidates low + c, c < kAlignedCandidates, a warp each in turn; the smallest
+      // that fits wins
+      const int64_t low = AlignedLowChunk(head_total, cfg.num_kv_heads, max_ctas, min_tiles);
+      const int lane = static_cast<int>(threadIdx.x % 32), warps = static_cast<int>(blockDim.x / 32);
+      for (int c = static_cast<int>(threadIdx.x / 32); c < kAlignedCandidates; c += warps) {
+        const int64_t q = low + c;
+        int64_t ctas = 0;
+        for (int b = lane; b < batch; b += 32) ctas += AlignedCtas(prefix_smem[b + 1] - prefix_smem[b], q);
 #pragma unroll
-      for (int o = 16; o > 0; o /= 2) ctas += __shfl_xor_sync(0xffffffffu, ctas, o);
-      if (threadIdx.x % 32 == 0 && AlignedFits(ctas, q, cfg.num_kv_heads, max_ctas)) {
-        atomicMin(&aligned_q, static_cast<unsigned long long>(q));
+        for (int o = 16; o > 0; o /= 2) ctas += __shfl_xor_sync(0xffffffffu, ctas, o);
+        if (lane == 0 && AlignedFits(ctas, q, cfg.num_kv_heads, max_ctas)) {
+          atomicMin(&aligned_q, static_cast<unsigned long long>(q));
+        }
       }
     }
     __syncthreads();
@@ -298,13 +295,12 @@ __global__ void __launch_bounds__(kPlanThreads) DecodePlanKernel(const int32_t* 
       // starts were: flat, >= batch + 1 ints
       static_assert(2 * (kPlanChoiceMaxCtas + 1) * 2 >= kPlanSmemPrefix, "ctas_before fits where the starts were");
       int32_t* ctas_before = &starts_smem[0][0][0];
-      ChunkedExclusiveSum<int32_t, Scan32>(
-          scan.s32, running32, batch, [&](int b) { return AlignedCtas(prefix_smem[b + 1] - prefix_smem[b], q); },
-          [&](int b, int32_t at) {
+      const int32_t per_head = BlockExclusiveSum(
+          sum_totals, batch, [&](int b) { return static_cast<int>(AlignedCtas(prefix_smem[b + 1] - prefix_smem[b], q)); },
+          [&](int b, int at) {
             ctas_before[b] = at;
             prefix[b] = static_cast<int32_t>(at * q);
           });
-      const int32_t per_head = running32;
       if (threadIdx.x == 0) {
         ctas_before[batch] = per_head;
         prefix[batch] = static_cast<int32_t>(per_head * q);
@@ -335,7 +331,7 @@ __global__ void __launch_bounds__(kPlanThreads) DecodePlanKernel(const int32_t* 
     num_ctas = CtasAt(static_cast<int64_t>(head_cost) * cfg.num_kv_heads, capacity);
   }
   const int64_t total = static_cast<int64_t>(head_cost) * cfg.num_kv_heads;
-  if (!choose) {
+  if constexpr (!choose) {
     const int32_t* search = in_smem ? prefix_smem : prefix;
     for (int i = threadIdx.x; i <= max_ctas; i += blockDim.x) {
       int unit, tile;
@@ -414,7 +410,8 @@ Status DecodePlanCuda(const DecodePlanArgs& a, cudaStream_t stream) {
   HPC_RETURN_IF_ERROR(CheckHopper(a.seq_lens.device_id));
   const int batch = static_cast<int>(a.seq_lens.shape[0]);
   const int alt_cost = DecodeAlternativePieceCostTiles(a.config), model_tenths = DecodeModelPieceTenths();
-  return Launch("decode_plan kernel launch", DecodePlanKernel, dim3(1),
+  auto* kernel = PlanChooses(batch, a.max_ctas, alt_cost, model_tenths) ? &DecodePlanKernel<true> : &DecodePlanKernel<false>;
+  return Launch("decode_plan kernel launch", kernel, dim3(1),
                 dim3(PlanThreads(batch, a.max_ctas, alt_cost, model_tenths)), 0, stream, a.seq_lens.ptr<const int32_t>(),
                 batch, a.config, a.max_ctas, DecodeMinCapacityTiles(), DecodePieceCostTiles(a.config), alt_cost,
                 model_tenths, DecodeAlignedMode(), DecodePlanEarlyTrigger(), a.plan.ptr<int32_t>());
