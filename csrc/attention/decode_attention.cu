@@ -233,8 +233,41 @@ __global__ void __launch_bounds__(kPlanThreads, 1) DecodePlanKernel(const int32_
     const auto layout_of = [&](int k) {
       return Layout{tiles, units, batch, cfg.num_kv_heads, k == 0 ? piece_cost : alt_cost, max_ctas, min_tiles};
     };
-    // The aligned layout's chunk first: it needs the tile prefix alone, and where it is chosen a bound from the
-    // totals usually shows it before either cost layout's CTA starts are searched (experiments 68, 69a).
+    // Every CTA start of both layouts, one search each, then each CTA's modeled time (it reads starts i and i + 1).
+    // Where both layouts' starts fit the block's halves (max_ctas < 512: every Hopper grid of the 16-row kernels),
+    // half k takes layout k, so the two searches run side by side instead of one after the other.
+    const int half = static_cast<int>(blockDim.x) / 2;
+    if (max_ctas < half) {
+      const int k = static_cast<int>(threadIdx.x) / half, i = static_cast<int>(threadIdx.x) % half;
+      const Layout layout = layout_of(k);
+      if (i <= max_ctas) layout.Start(i, &starts_smem[k][i][0], &starts_smem[k][i][1]);
+      __syncthreads();
+      const int64_t t = i < layout.NumCtas() ? layout.ModeledTenths(starts_smem[k][i][0], starts_smem[k][i][1],
+                                                                     starts_smem[k][i + 1][0], starts_smem[k][i + 1][1],
+                                                                     model_tenths)
+                                             : 0;
+      const int64_t most = WarpMax(t);  // (a warp lies in one half: half is a multiple of 32)
+      if (threadIdx.x % 32 == 0) atomicMax(&makespan[k], static_cast<unsigned long long>(most));
+    } else {
+#pragma unroll
+      for (int k = 0; k < 2; ++k) {
+        const Layout layout = layout_of(k);
+        for (int i = threadIdx.x; i <= max_ctas; i += blockDim.x) layout.Start(i, &starts_smem[k][i][0], &starts_smem[k][i][1]);
+      }
+      __syncthreads();
+#pragma unroll
+      for (int k = 0; k < 2; ++k) {
+        const Layout layout = layout_of(k);
+        int64_t most = 0;
+        for (int i = threadIdx.x; i < layout.NumCtas(); i += blockDim.x) {
+          const int64_t t = layout.ModeledTenths(starts_smem[k][i][0], starts_smem[k][i][1], starts_smem[k][i + 1][0],
+                                                 starts_smem[k][i + 1][1], model_tenths);
+          most = t > most ? t : most;
+        }
+        most = WarpMax(most);
+        if (threadIdx.x % 32 == 0) atomicMax(&makespan[k], static_cast<unsigned long long>(most));
+      }
+    }
     if (aligned_mode > 0 && head_total > 0) {
       // the aligned layout's chunk: candidates low + c, c < kAlignedCandidates, in rounds of a candidate a warp; the
       // smallest that fits wins, so a round in which one fits is the last (every bench batch that fits at all fits
@@ -257,63 +290,11 @@ __global__ void __launch_bounds__(kPlanThreads, 1) DecodePlanKernel(const int32_
       }
     }
     __syncthreads();
-    const int64_t q = static_cast<int64_t>(aligned_q);
-    // Every CTA of a cost layout models at least the layout's mean, (10 x the tiles + model_tenths x the units with
-    // work) / its CTAs: an aligned chunk below both layouts' means is chosen (AlignedChosen) whatever their starts.
-    // (At 264 CTAs, q_len 2 at 8/1: 4 of the benchmark's 5 aligned batches; 2x32K+30x4K and the unaligned ones
-    // search both layouts.)
-    const auto mean_floor = [&](int k) -> int64_t {
-      const Layout layout = layout_of(k);
-      const int64_t work =
-          (10 * static_cast<int64_t>(head_total) + static_cast<int64_t>(model_tenths) * units_smem[batch]) *
-          cfg.num_kv_heads;
-      return DivNonNeg(work + layout.NumCtas() - 1, layout.NumCtas());
-    };
-    int k = 0;  // the cost layout chosen (the base cost on a tie)
-    if (aligned_q != ~0ull &&
-        (aligned_mode >= 2 || (10 * q >= model_tenths && 10 * q < mean_floor(0) && 10 * q < mean_floor(1)))) {
-      aligned = true;
-    } else {
-      // Every CTA start of both layouts, one search each, then each CTA's modeled time (it reads starts i and i + 1).
-      // Where both layouts' starts fit the block's halves (max_ctas < 512: every Hopper grid of the 16-row kernels),
-      // half k takes layout k, so the two searches run side by side instead of one after the other.
-      const int half = static_cast<int>(blockDim.x) / 2;
-      if (max_ctas < half) {
-        const int k = static_cast<int>(threadIdx.x) / half, i = static_cast<int>(threadIdx.x) % half;
-        const Layout layout = layout_of(k);
-        if (i <= max_ctas) layout.Start(i, &starts_smem[k][i][0], &starts_smem[k][i][1]);
-        __syncthreads();
-        const int64_t t = i < layout.NumCtas() ? layout.ModeledTenths(starts_smem[k][i][0], starts_smem[k][i][1],
-                                                                       starts_smem[k][i + 1][0], starts_smem[k][i + 1][1],
-                                                                       model_tenths)
-                                               : 0;
-        const int64_t most = WarpMax(t);  // (a warp lies in one half: half is a multiple of 32)
-        if (threadIdx.x % 32 == 0) atomicMax(&makespan[k], static_cast<unsigned long long>(most));
-      } else {
-#pragma unroll
-        for (int k = 0; k < 2; ++k) {
-          const Layout layout = layout_of(k);
-          for (int i = threadIdx.x; i <= max_ctas; i += blockDim.x) layout.Start(i, &starts_smem[k][i][0], &starts_smem[k][i][1]);
-        }
-        __syncthreads();
-#pragma unroll
-        for (int k = 0; k < 2; ++k) {
-          const Layout layout = layout_of(k);
-          int64_t most = 0;
-          for (int i = threadIdx.x; i < layout.NumCtas(); i += blockDim.x) {
-            const int64_t t = layout.ModeledTenths(starts_smem[k][i][0], starts_smem[k][i][1], starts_smem[k][i + 1][0],
-                                                   starts_smem[k][i + 1][1], model_tenths);
-            most = t > most ? t : most;
-          }
-          most = WarpMax(most);
-          if (threadIdx.x % 32 == 0) atomicMax(&makespan[k], static_cast<unsigned long long>(most));
-        }
-      }
-      __syncthreads();
-      k = makespan[1] < makespan[0] ? 1 : 0;
-      aligned = aligned_q != ~0ull && AlignedChosen(q, model_tenths, static_cast<int64_t>(makespan[k]));
-    }
+    const int k = makespan[1] < makespan[0] ? 1 : 0;  // (the base cost on a tie)
     piece_cost = k == 1 ? alt_cost : piece_cost;
+    const int64_t q = static_cast<int64_t>(aligned_q);
+    aligned = aligned_q != ~0ull &&
+              (aligned_mode >= 2 || AlignedChosen(q, model_tenths, static_cast<int64_t>(makespan[k])));
     if (aligned) {
       // CTAs per head before each sequence (a scan as above: at most max_ctas in all, AlignedFits), kept where the
       // starts were: flat, >= batch + 1 ints
