@@ -269,24 +269,19 @@ __global__ void __launch_bounds__(kPlanThreads, 1) DecodePlanKernel(const int32_
       }
     }
     if (aligned_mode > 0 && head_total > 0) {
-      // the aligned layout's chunk: candidates low + c, c < kAlignedCandidates, in rounds of a candidate a warp; the
-      // smallest that fits wins, so a round in which one fits is the last (every bench batch that fits at all fits
-      // in the first round of 18 warps but 128 random's: experiment 69)
+      // the aligned layout's chunk: candidates low + c, c < kAlignedCandidates, a warp each in turn; the smallest
+      // that fits wins
       const int64_t low = AlignedLowChunk(head_total, cfg.num_kv_heads, max_ctas, min_tiles);
       const int lane = static_cast<int>(threadIdx.x % 32), warps = static_cast<int>(blockDim.x / 32);
-      for (int round = 0; round < kAlignedCandidates; round += warps) {
-        const int c = round + static_cast<int>(threadIdx.x / 32);
-        bool fits = false;
-        if (c < kAlignedCandidates) {
-          const int64_t q = low + c;
-          int64_t ctas = 0;
-          for (int b = lane; b < batch; b += 32) ctas += AlignedCtas(prefix_smem[b + 1] - prefix_smem[b], q);
+      for (int c = static_cast<int>(threadIdx.x / 32); c < kAlignedCandidates; c += warps) {
+        const int64_t q = low + c;
+        int64_t ctas = 0;
+        for (int b = lane; b < batch; b += 32) ctas += AlignedCtas(prefix_smem[b + 1] - prefix_smem[b], q);
 #pragma unroll
-          for (int o = 16; o > 0; o /= 2) ctas += __shfl_xor_sync(0xffffffffu, ctas, o);
-          fits = AlignedFits(ctas, q, cfg.num_kv_heads, max_ctas);  // (the same in every lane: the sum is)
-          if (lane == 0 && fits) atomicMin(&aligned_q, static_cast<unsigned long long>(q));
+        for (int o = 16; o > 0; o /= 2) ctas += __shfl_xor_sync(0xffffffffu, ctas, o);
+        if (lane == 0 && AlignedFits(ctas, q, cfg.num_kv_heads, max_ctas)) {
+          atomicMin(&aligned_q, static_cast<unsigned long long>(q));
         }
-        if (__syncthreads_or(fits)) break;
       }
     }
     __syncthreads();
