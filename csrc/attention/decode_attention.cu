@@ -156,7 +156,7 @@ int PlanThreads(int batch, int max_ctas, int alt_cost, int model_tenths) {
 // total, capacity and CTA count are computed once (CostLayout) and its divisions are 32-bit (DivNonNeg); the two
 // layouts' CTA starts and modeled times run side by side in the block's two halves. Session 48 (H100): 3.0-3.3 us at
 // q_len 1, 6.4-8.0 at q_len 2; session 50 (the plain path's BlockExclusiveSum in a PlanThreads block): 2.3-2.6 at
-// q_len 1; session 51 (68d: the choosing block sized too, cub's scans gone; 68p: two kernels): 2.1-2.3 at q_len 1,
+// q_len 1; session 51 (68d: the choosing block sized too, cub's scans gone; 68p: two kernels): 2.1-2.5 at q_len 1,
 // 5.0-7.4 at q_len 2 (s51a's phase timing had every choosing phase in 32 warps, ~9-17 of them with work).
 // Two kernels, kChoose = PlanChooses (the launcher picks one and sizes its block by PlanThreads): each holds only its
 // own path's code (experiment 68p; ptxas needs the minimum of 1 block in __launch_bounds__, or it gives the choosing
