@@ -84,10 +84,10 @@ __device__ __forceinline__ int2 ShflFrom(int2 v, int lane) { return make_int2(Sh
 // block's width (a multiple of 32): emit(b, sum before b) for each b. Returns the total to every thread, every emit
 // done (the trailing barrier). `totals` holds the warps' sums, a buffer per chunk parity so that one barrier a chunk
 // suffices. Written here rather than taken from cub::BlockScan because cub's block scans are sized at compile time
-// (1024 threads) and the plan's block is sized to its work (PlanThreads), and for latency: the plan kernel is
-// instruction-bound (session 48, ncu on an H100), and here each warp scans the warp sums with shuffles where cub's
-// warp-scans variant had every thread read and add all 32. Session 50 (H100, experiment 66p): the plain plan 2.3-2.6
-// us, was 2.9-3.3.
+// (1024 threads) and the plan's block is sized to its work (ChoosingPlanThreads, PlainPlanThreads), and for latency:
+// the plan kernel is instruction-bound (session 48, ncu on an H100), and here each warp scans the warp sums with
+// shuffles where cub's warp-scans variant had every thread read and add all 32. Session 50 (H100, experiment 66p): the
+// plain plan 2.3-2.6 us, was 2.9-3.3.
 template <class V, class Weight, class Emit>
 __device__ V BlockExclusiveSum(V (&totals)[2][32], int batch, Weight weight, Emit emit) {
   const int lane = static_cast<int>(threadIdx.x % 32), warp = static_cast<int>(threadIdx.x / 32);
@@ -121,8 +121,9 @@ __device__ __forceinline__ int64_t WarpMax(int64_t v) {
 constexpr int kPlanSmemPrefix = attention::kPlanChoiceMaxBatch;  // smaller batches search a shared-memory prefix
 constexpr int kPlanThreads = 1024;  // the plan kernel's largest block
 
-// Whether the plan kernel chooses between layouts; the launcher sizes the block by it.
-__host__ __device__ bool PlanChooses(int batch, int max_ctas, int alt_cost, int model_tenths) {
+// Whether the plan chooses between layouts: the launcher picks DecodePlanKernel<true> then, and sizes its block by
+// ChoosingPlanThreads (else PlainPlanThreads).
+bool PlanChooses(int batch, int max_ctas, int alt_cost, int model_tenths) {
   return batch < kPlanSmemPrefix && alt_cost > 0 && model_tenths > 0 && max_ctas <= attention::kPlanChoiceMaxCtas;
 }
 
@@ -130,15 +131,14 @@ __host__ __device__ bool PlanChooses(int batch, int max_ctas, int alt_cost, int 
 // (each half whole warps), where they fit; else the full block, each thread searching several starts. Not 1024
 // threads for every grid (experiment 68d): warps without a start still ran every scan step and barrier, and the
 // plan is instruction-bound (session 48, ncu; session 51's phase timing: ~4k cycles for the first scan alone).
-__host__ __device__ int ChoosingPlanThreads(int max_ctas) {
+int ChoosingPlanThreads(int max_ctas) {
   const int halves = (2 * (max_ctas + 1) + 63) / 64 * 64;
   return halves <= kPlanThreads ? (halves > 64 ? halves : 64) : kPlanThreads;
 }
 
 // The plain plan's block: a thread per sequence of a chunk and per CTA start, in whole warps. Warps past both have
 // nothing to do but still run every scan step and barrier, and the plan is instruction-bound (session 48, ncu).
-int PlanThreads(int batch, int max_ctas, int alt_cost, int model_tenths) {
-  if (PlanChooses(batch, max_ctas, alt_cost, model_tenths)) return ChoosingPlanThreads(max_ctas);
+int PlainPlanThreads(int batch, int max_ctas) {
   const int needed = std::max(std::max(batch, max_ctas + 1), 32);
   return std::min((needed + 31) / 32 * 32, kPlanThreads);
 }
@@ -149,16 +149,15 @@ int PlanThreads(int batch, int max_ctas, int alt_cost, int model_tenths) {
 // early_trigger (HPC_XLA_DECODE_PLAN_TRIGGER=1): the attention kernel is let in right after PdlWait (59b) rather
 // than after the first scan (the default: session 48 measured it 1.4-4.6 us faster per step at q_len 2 on an H100).
 //
-// Why it is written this way (session 47: the plan measured 3.8-3.9 us at q_len 1 and 7.8-10.1 at q_len 2 on an
-// H100, 2.7-2.9 before the choice; the attention grid waits for all of it): the sums are int32 (the cost prefix, the
-// aligned CTAs; the tile and unit prefixes travel together as an int2), by shuffles in a block sized to the work
-// (PlanThreads: experiments 66p and 68d); each layout's
-// total, capacity and CTA count are computed once (CostLayout) and its divisions are 32-bit (DivNonNeg); the two
-// layouts' CTA starts and modeled times run side by side in the block's two halves. Session 48 (H100): 3.0-3.3 us at
-// q_len 1, 6.4-8.0 at q_len 2; session 50 (the plain path's BlockExclusiveSum in a PlanThreads block): 2.3-2.6 at
-// q_len 1; session 51 (68d: the choosing block sized too, cub's scans gone; 68p: two kernels): 2.1-2.5 at q_len 1,
-// 5.0-7.4 at q_len 2 (s51a's phase timing had every choosing phase in 32 warps, ~9-17 of them with work).
-// Two kernels, kChoose = PlanChooses (the launcher picks one and sizes its block by PlanThreads): each holds only its
+// Why it is written this way (session 47: the plan measured 3.8-3.9 us at q_len 1 and 7.8-10.1 at q_len 2 on an H100,
+// 2.7-2.9 before the choice; the attention grid waits for all of it): the sums are int32 (the cost prefix, the aligned
+// CTAs; the tile and unit prefixes travel together as an int2), by shuffles in a block sized to the work (experiments
+// 66p and 68d); each layout's total, capacity and CTA count are computed once (CostLayout) and its divisions are 32-bit
+// (DivNonNeg); the two layouts' CTA starts and modeled times run side by side in the block's two halves. Session 48
+// (H100): 3.0-3.3 us at q_len 1, 6.4-8.0 at q_len 2; session 50 (the plain path's BlockExclusiveSum in a block sized to
+// its work): 2.3-2.6 at q_len 1; session 51 (68d: the choosing block sized too, cub's scans gone; 68p: two kernels):
+// 2.1-2.5 at q_len 1, 5.0-7.4 at q_len 2 (s51a's phase timing had every choosing phase in 32 warps, ~9-17 of them with
+// work). Two kernels, kChoose = PlanChooses (the launcher picks one and sizes its block to match): each holds only its
 // own path's code (experiment 68p; ptxas needs the minimum of 1 block in __launch_bounds__, or it gives the choosing
 // kernel 32 registers and spills).
 template <bool kChoose>
@@ -183,9 +182,8 @@ __global__ void __launch_bounds__(kPlanThreads, 1) DecodePlanKernel(const int32_
   if (early_trigger) PdlLaunchDependents();
   int32_t* prefix = PlanPrefix(plan);
   const bool in_smem = batch < kPlanSmemPrefix;
-  constexpr bool choose = kChoose;
   int32_t head_total;  // per head: tiles while choosing, else cost
-  if constexpr (choose) {
+  if constexpr (kChoose) {
     // the tile prefix (x) and the prefix of units with work (y) in one pass
     const int2 totals = BlockExclusiveSum(
         sum_totals2, batch,
@@ -203,7 +201,6 @@ __global__ void __launch_bounds__(kPlanThreads, 1) DecodePlanKernel(const int32_
       units_smem[batch] = static_cast<int16_t>(totals.y);
     }
   } else {
-    // (the block is sized to this path's work, PlanThreads: not cub's fixed 1024-thread scan)
     head_total = BlockExclusiveSum(
         sum_totals, batch, [&](int b) { return UnitCost(max(seq_lens[b], 0), piece_cost); },
         [&](int b, int at) {
@@ -226,7 +223,7 @@ __global__ void __launch_bounds__(kPlanThreads, 1) DecodePlanKernel(const int32_
   int32_t head_cost = 0;
   int64_t capacity = 1;
   int num_ctas = 0;
-  if constexpr (choose) {
+  if constexpr (kChoose) {
     const auto tiles = [&](int b) -> int64_t { return prefix_smem[b]; };
     const auto units = [&](int b) -> int64_t { return units_smem[b]; };
     using Layout = CostLayout<decltype(tiles), decltype(units)>;
@@ -326,12 +323,12 @@ __global__ void __launch_bounds__(kPlanThreads, 1) DecodePlanKernel(const int32_
     }
   }
   if (!aligned) {
-    head_cost = choose ? head_total + piece_cost * units_smem[batch] : head_total;
+    head_cost = kChoose ? head_total + piece_cost * units_smem[batch] : head_total;
     capacity = CapacityOf(static_cast<int64_t>(head_cost) * cfg.num_kv_heads, max_ctas, min_tiles + piece_cost);
     num_ctas = CtasAt(static_cast<int64_t>(head_cost) * cfg.num_kv_heads, capacity);
   }
   const int64_t total = static_cast<int64_t>(head_cost) * cfg.num_kv_heads;
-  if constexpr (!choose) {
+  if constexpr (!kChoose) {
     const int32_t* search = in_smem ? prefix_smem : prefix;
     for (int i = threadIdx.x; i <= max_ctas; i += blockDim.x) {
       int unit, tile;
@@ -410,11 +407,12 @@ Status DecodePlanCuda(const DecodePlanArgs& a, cudaStream_t stream) {
   HPC_RETURN_IF_ERROR(CheckHopper(a.seq_lens.device_id));
   const int batch = static_cast<int>(a.seq_lens.shape[0]);
   const int alt_cost = DecodeAlternativePieceCostTiles(a.config), model_tenths = DecodeModelPieceTenths();
-  auto* kernel = PlanChooses(batch, a.max_ctas, alt_cost, model_tenths) ? &DecodePlanKernel<true> : &DecodePlanKernel<false>;
-  return Launch("decode_plan kernel launch", kernel, dim3(1),
-                dim3(PlanThreads(batch, a.max_ctas, alt_cost, model_tenths)), 0, stream, a.seq_lens.ptr<const int32_t>(),
-                batch, a.config, a.max_ctas, DecodeMinCapacityTiles(), DecodePieceCostTiles(a.config), alt_cost,
-                model_tenths, DecodeAlignedMode(), DecodePlanEarlyTrigger(), a.plan.ptr<int32_t>());
+  const bool chooses = PlanChooses(batch, a.max_ctas, alt_cost, model_tenths);
+  return Launch("decode_plan kernel launch", chooses ? &DecodePlanKernel<true> : &DecodePlanKernel<false>, dim3(1),
+                dim3(chooses ? ChoosingPlanThreads(a.max_ctas) : PlainPlanThreads(batch, a.max_ctas)), 0, stream,
+                a.seq_lens.ptr<const int32_t>(), batch, a.config, a.max_ctas, DecodeMinCapacityTiles(),
+                DecodePieceCostTiles(a.config), alt_cost, model_tenths, DecodeAlignedMode(), DecodePlanEarlyTrigger(),
+                a.plan.ptr<int32_t>());
 }
 
 static_assert(attention::kMaxPieces == attention::kMaxCtas, "the combine kernel must hold a piece per CTA");
