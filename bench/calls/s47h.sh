@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # session 47 call H (~9 min, H200 ONLY -- exits at once on anything else; no H200 has come since session 39, and
-# #2 / #3 / #4's targets are H200 numbers). Carry .peer/pack (m52 = main since session 51), .peer/probe, .whl
+# #2 / #3 / #4's targets are H200 numbers). Carry .peer/pack (m53 = main since session 52), .peer/probe, .whl
 # (tools/fetch_peer_wheels.sh). The tables of record in ONE call (the session's device budget holds one start and
 # one full call): decode_ring_probe (is the H200's 69-73% of the copy ceiling the kernel or the pattern?), rope_norm
 # once (#2's 8/1 row), decode 8/1 bf16 q_len 1 with FlashInfer 0.5.3 in the same run (#3's target rows), MoE T=1
@@ -12,7 +12,7 @@
 . "$(dirname "$0")/prelude.sh"
 if ! nvidia-smi --query-gpu=name --format=csv,noheader | grep -q H200; then echo "not an H200: nothing run"; exit 0; fi
 unpack_packs
-M=$X/${TREE:-m52}  # m52 = main after 68d / 68p (sessions 51-52): tools/stage_experiments.sh m52 && tools/pack_staged.sh m52
+M=$X/${TREE:-m53}  # m53 = main after 69 (session 52): tools/stage_experiments.sh m53 && tools/pack_staged.sh m53
 python3 -m pip install -q --no-index --no-deps --target /tmp/site .whl/*.whl > $R/pip.log 2>&1 &
 timeout 60 ./.peer/probe/decode_ring_probe > $OUT/decode_ring_probe.txt 2>&1; echo "probe rc=$?"; t
 grep -E "spin|ceiling|TB/s" $OUT/decode_ring_probe.txt | tail -12 | cut -c1-150

@@ -157,9 +157,10 @@ int PlainPlanThreads(int batch, int max_ctas) {
 // (H100): 3.0-3.3 us at q_len 1, 6.4-8.0 at q_len 2; session 50 (the plain path's BlockExclusiveSum in a block sized to
 // its work): 2.3-2.6 at q_len 1; session 51 (68d: the choosing block sized too, cub's scans gone; 68p: two kernels):
 // 2.1-2.5 at q_len 1, 5.0-7.4 at q_len 2 (s51a's phase timing had every choosing phase in 32 warps, ~9-17 of them with
-// work). Two kernels, kChoose = PlanChooses (the launcher picks one and sizes its block to match): each holds only its
-// own path's code (experiment 68p; ptxas needs the minimum of 1 block in __launch_bounds__, or it gives the choosing
-// kernel 32 registers and spills).
+// work); session 52 (69: the aligned candidates in rounds that stop at the first fit): q_len 2 plan -0.2..-0.6 on the
+// six batches that fit in round 1. Two kernels, kChoose = PlanChooses (the launcher picks one and sizes its block to
+// match): each holds only its own path's code (experiment 68p; ptxas needs the minimum of 1 block in
+// __launch_bounds__, or it gives the choosing kernel 32 registers and spills).
 template <bool kChoose>
 __global__ void __launch_bounds__(kPlanThreads, 1) DecodePlanKernel(const int32_t* seq_lens, int batch, DecodeConfig cfg,
                                                           int max_ctas, int min_tiles, int piece_cost, int alt_cost,
@@ -266,19 +267,28 @@ __global__ void __launch_bounds__(kPlanThreads, 1) DecodePlanKernel(const int32_
       }
     }
     if (aligned_mode > 0 && head_total > 0) {
-      // the aligned layout's chunk: candidates low + c, c < kAlignedCandidates, a warp each in turn; the smallest
-      // that fits wins
+      // the aligned layout's chunk: candidates low + c, c < kAlignedCandidates, in rounds of a candidate a warp; the
+      // smallest that fits wins, so a round in which one fits is the last (every bench batch that fits at all fits
+      // in the first round of 18 warps but 128 random's: experiment 69, s52a/b on an H100: q_len 2 plan -0.2..-0.6
+      // us on those six, 128 random and 256 zipf +0.0..+0.3 for the rounds' barriers). The candidates stay after the
+      // CTA starts: warps done with their modeled times start on them while others finish (69a put them first, to
+      // skip the starts where a bound shows the aligned layout chosen: plan -0.8..-1.1 us there, +0.5..+1.0 on
+      // 2x32K+30x4K and 128 random, where the bound does not hold and the overlap is lost)
       const int64_t low = AlignedLowChunk(head_total, cfg.num_kv_heads, max_ctas, min_tiles);
       const int lane = static_cast<int>(threadIdx.x % 32), warps = static_cast<int>(blockDim.x / 32);
-      for (int c = static_cast<int>(threadIdx.x / 32); c < kAlignedCandidates; c += warps) {
-        const int64_t q = low + c;
-        int64_t ctas = 0;
-        for (int b = lane; b < batch; b += 32) ctas += AlignedCtas(prefix_smem[b + 1] - prefix_smem[b], q);
+      for (int round = 0; round < kAlignedCandidates; round += warps) {
+        const int c = round + static_cast<int>(threadIdx.x / 32);
+        bool fits = false;
+        if (c < kAlignedCandidates) {
+          const int64_t q = low + c;
+          int64_t ctas = 0;
+          for (int b = lane; b < batch; b += 32) ctas += AlignedCtas(prefix_smem[b + 1] - prefix_smem[b], q);
 #pragma unroll
-        for (int o = 16; o > 0; o /= 2) ctas += __shfl_xor_sync(0xffffffffu, ctas, o);
-        if (lane == 0 && AlignedFits(ctas, q, cfg.num_kv_heads, max_ctas)) {
-          atomicMin(&aligned_q, static_cast<unsigned long long>(q));
+          for (int o = 16; o > 0; o /= 2) ctas += __shfl_xor_sync(0xffffffffu, ctas, o);
+          fits = AlignedFits(ctas, q, cfg.num_kv_heads, max_ctas);  // (the same in every lane: the sum is)
+          if (lane == 0 && fits) atomicMin(&aligned_q, static_cast<unsigned long long>(q));
         }
+        if (__syncthreads_or(fits)) break;
       }
     }
     __syncthreads();
