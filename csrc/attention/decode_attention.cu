@@ -267,40 +267,28 @@ __global__ void __launch_bounds__(kPlanThreads, 1) DecodePlanKernel(const int32_
       }
     }
     if (aligned_mode > 0 && head_total > 0) {
-      // the aligned layout's chunk: candidates low + c, c < kAlignedCandidates, in rounds of two candidates a warp
-      // (c and c + warps in one pass over the batch: their divisions are independent, so the second costs little
-      // latency, and at 18 warps one round holds all 32); the smallest that fits wins, so a round in which one fits
-      // is the last. Experiment 69 (one candidate a warp a round, stopping at the first round with a fit; s52a/b on
-      // an H100: q_len 2 plan -0.2..-0.6 us on the six bench batches whose chunk is the first or second candidate,
-      // 128 random (the 22nd) and 256 zipf (none fits) +0.0..+0.3 for their second round); experiment 70 (two a
-      // warp). The candidates stay after the CTA starts: warps done with their modeled times start on them while
-      // others finish (69a put them first, to skip the starts where a bound shows the aligned layout chosen: plan
-      // -0.8..-1.1 us there, +0.5..+1.0 on 2x32K+30x4K and 128 random, where the bound does not hold and the overlap
-      // is lost)
+      // the aligned layout's chunk: candidates low + c, c < kAlignedCandidates, in rounds of a candidate a warp; the
+      // smallest that fits wins, so a round in which one fits is the last (every bench batch that fits at all fits
+      // in the first round of 18 warps but 128 random's: experiment 69, s52a/b on an H100: q_len 2 plan -0.2..-0.6
+      // us on those six, 128 random and 256 zipf +0.0..+0.3 for the rounds' barriers). The candidates stay after the
+      // CTA starts: warps done with their modeled times start on them while others finish (69a put them first, to
+      // skip the starts where a bound shows the aligned layout chosen: plan -0.8..-1.1 us there, +0.5..+1.0 on
+      // 2x32K+30x4K and 128 random, where the bound does not hold and the overlap is lost)
       const int64_t low = AlignedLowChunk(head_total, cfg.num_kv_heads, max_ctas, min_tiles);
       const int lane = static_cast<int>(threadIdx.x % 32), warps = static_cast<int>(blockDim.x / 32);
-      for (int round = 0; round < kAlignedCandidates; round += 2 * warps) {
+      for (int round = 0; round < kAlignedCandidates; round += warps) {
         const int c = round + static_cast<int>(threadIdx.x / 32);
-        const int64_t q0 = low + c, q1 = low + c + warps;
-        bool fits0 = false, fits1 = false;
+        bool fits = false;
         if (c < kAlignedCandidates) {
-          int64_t ctas0 = 0, ctas1 = 0;
-          for (int b = lane; b < batch; b += 32) {
-            const int tiles = prefix_smem[b + 1] - prefix_smem[b];
-            ctas0 += AlignedCtas(tiles, q0);
-            ctas1 += AlignedCtas(tiles, q1);
-          }
+          const int64_t q = low + c;
+          int64_t ctas = 0;
+          for (int b = lane; b < batch; b += 32) ctas += AlignedCtas(prefix_smem[b + 1] - prefix_smem[b], q);
 #pragma unroll
-          for (int o = 16; o > 0; o /= 2) {
-            ctas0 += __shfl_xor_sync(0xffffffffu, ctas0, o);
-            ctas1 += __shfl_xor_sync(0xffffffffu, ctas1, o);
-          }
-          // (the same in every lane: the sums are)
-          fits0 = AlignedFits(ctas0, q0, cfg.num_kv_heads, max_ctas);
-          fits1 = c + warps < kAlignedCandidates && AlignedFits(ctas1, q1, cfg.num_kv_heads, max_ctas);
-          if (lane == 0 && (fits0 || fits1)) atomicMin(&aligned_q, static_cast<unsigned long long>(fits0 ? q0 : q1));
+          for (int o = 16; o > 0; o /= 2) ctas += __shfl_xor_sync(0xffffffffu, ctas, o);
+          fits = AlignedFits(ctas, q, cfg.num_kv_heads, max_ctas);  // (the same in every lane: the sum is)
+          if (lane == 0 && fits) atomicMin(&aligned_q, static_cast<unsigned long long>(q));
         }
-        if (__syncthreads_or(fits0 || fits1)) break;
+        if (__syncthreads_or(fits)) break;
       }
     }
     __syncthreads();
