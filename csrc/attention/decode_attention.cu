@@ -109,20 +109,6 @@ __device__ V BlockExclusiveSum(V (&totals)[2][32], int batch, Weight weight, Emi
   return running;
 }
 
-// An aligned candidate's CTAs for one sequence, ceil(tiles / q), without the integer division's ~20 instructions (the
-// plan is issue-bound: experiment 70), for q < kRcpLimit (the caller's warp-uniform check): with rq = 1 / q rounded
-// once per candidate, n = tiles + q - 1 < 2^23 is exact in a float and n x rq is within 1 of n / q (q = 1: exact), so
-// one correction step gives the exact quotient (a numpy emulation agreed on 46.7M cases). Larger tiles (never in a
-// Hopper grid's plans) divide as before. Experiment 72.
-constexpr int kRcpLimit = 1 << 22;
-__device__ __forceinline__ int64_t AlignedCtasRcp(int tiles, int q, float rq) {
-  if (tiles >= kRcpLimit) return attention::AlignedCtas(tiles, q);  // (tiles >= 0: a prefix difference; 0 gives 0)
-  const int qi = q, n = tiles + qi - 1;
-  int est = __float2int_rz(__int2float_rn(n) * rq);
-  const int r = n - est * qi;
-  est += (r >= qi) - (r < 0);
-  return est;
-}
 __device__ __forceinline__ int64_t WarpMax(int64_t v) {
 #pragma unroll
   for (int o = 16; o > 0; o /= 2) {
@@ -290,36 +276,19 @@ __global__ void __launch_bounds__(kPlanThreads, 1) DecodePlanKernel(const int32_
       // 2x32K+30x4K and 128 random, where the bound does not hold and the overlap is lost)
       const int64_t low = AlignedLowChunk(head_total, cfg.num_kv_heads, max_ctas, min_tiles);
       const int lane = static_cast<int>(threadIdx.x % 32), warps = static_cast<int>(blockDim.x / 32);
-      // Experiment 71: round 0 holds only the first kAlignedFirstRound candidates (the chunk of most batches is the
-      // first or second: 6 of the bench's 8; the plan is issue-bound, so idle warps are cheaper than dividing ones,
-      // experiment 70) and, in the next warp, the last candidate as a probe: ctas(q) does not grow with q, so if the
-      // last needs more than max_ctas CTAs none of the 32 fits (256 zipf) and round 0 is the only one.
-      constexpr int kAlignedFirstRound = 4;
-      const int warp = static_cast<int>(threadIdx.x / 32);
-      for (int first = 0, end = min(kAlignedFirstRound, warps); first < kAlignedCandidates;
-           first = end, end = min(end + warps, kAlignedCandidates)) {
-        const bool probe = first == 0 && warp == end;  // (a warp past round 0's, where the block has one)
-        const int c = probe ? kAlignedCandidates - 1 : first + warp;
-        bool fits = false, none = false;
-        if (c < end || probe) {
+      for (int round = 0; round < kAlignedCandidates; round += warps) {
+        const int c = round + static_cast<int>(threadIdx.x / 32);
+        bool fits = false;
+        if (c < kAlignedCandidates) {
           const int64_t q = low + c;
           int64_t ctas = 0;
-          if (q < kRcpLimit) {
-            const float rq = __frcp_rn(static_cast<float>(q));
-            for (int b = lane; b < batch; b += 32) {
-              ctas += AlignedCtasRcp(prefix_smem[b + 1] - prefix_smem[b], static_cast<int>(q), rq);
-            }
-          } else {
-            for (int b = lane; b < batch; b += 32) ctas += AlignedCtas(prefix_smem[b + 1] - prefix_smem[b], q);
-          }
+          for (int b = lane; b < batch; b += 32) ctas += AlignedCtas(prefix_smem[b + 1] - prefix_smem[b], q);
 #pragma unroll
           for (int o = 16; o > 0; o /= 2) ctas += __shfl_xor_sync(0xffffffffu, ctas, o);
           fits = AlignedFits(ctas, q, cfg.num_kv_heads, max_ctas);  // (the same in every lane: the sum is)
           if (lane == 0 && fits) atomicMin(&aligned_q, static_cast<unsigned long long>(q));
-          none = probe && ctas * cfg.num_kv_heads > max_ctas;
-          fits = fits && !probe;  // (a fit of the probe's is recorded, but smaller candidates remain)
         }
-        if (__syncthreads_or(fits || none)) break;
+        if (__syncthreads_or(fits)) break;
       }
     }
     __syncthreads();
