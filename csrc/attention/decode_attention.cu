@@ -121,19 +121,13 @@ __device__ __forceinline__ int64_t WarpMax(int64_t v) {
 constexpr int kPlanSmemPrefix = attention::kPlanChoiceMaxBatch;  // smaller batches search a shared-memory prefix
 constexpr int kPlanThreads = 1024;  // the plan kernel's largest block
 
-// Whether the plan chooses between layouts: the launcher picks DecodePlanKernel<true> then, and sizes its block by
-// ChoosingPlanThreads (else PlainPlanThreads).
-bool PlanChooses(int batch, int max_ctas, int alt_cost, int model_tenths) {
-  return batch < kPlanSmemPrefix && alt_cost > 0 && model_tenths > 0 && max_ctas <= attention::kPlanChoiceMaxCtas;
-}
-
 // The choosing plan's block: a thread per CTA start of each layout, the two layouts' searches in the block's halves
 // (each half whole warps), where they fit; else the full block, each thread searching several starts. Not 1024
 // threads for every grid (experiment 68d): warps without a start still ran every scan step and barrier, and the
 // plan is instruction-bound (session 48, ncu; session 51's phase timing: ~4k cycles for the first scan alone).
 int ChoosingPlanThreads(int max_ctas) {
-  const int halves = (2 * (max_ctas + 1) + 63) / 64 * 64;
-  return halves <= kPlanThreads ? (halves > 64 ? halves : 64) : kPlanThreads;
+  const int halves = (2 * (max_ctas + 1) + 63) / 64 * 64;  // (>= 64: max_ctas >= 1, validated)
+  return std::min(halves, kPlanThreads);
 }
 
 // The plain plan's block: a thread per sequence of a chunk and per CTA start, in whole warps. Warps past both have
@@ -417,7 +411,7 @@ Status DecodePlanCuda(const DecodePlanArgs& a, cudaStream_t stream) {
   HPC_RETURN_IF_ERROR(CheckHopper(a.seq_lens.device_id));
   const int batch = static_cast<int>(a.seq_lens.shape[0]);
   const int alt_cost = DecodeAlternativePieceCostTiles(a.config), model_tenths = DecodeModelPieceTenths();
-  const bool chooses = PlanChooses(batch, a.max_ctas, alt_cost, model_tenths);
+  const bool chooses = attention::PlanChooses(batch, a.max_ctas, alt_cost, model_tenths);
   return Launch("decode_plan kernel launch", chooses ? &DecodePlanKernel<true> : &DecodePlanKernel<false>, dim3(1),
                 dim3(chooses ? ChoosingPlanThreads(a.max_ctas) : PlainPlanThreads(batch, a.max_ctas)), 0, stream,
                 a.seq_lens.ptr<const int32_t>(), batch, a.config, a.max_ctas, DecodeMinCapacityTiles(),

@@ -240,6 +240,11 @@ struct CostLayout {
 // shared memory (the persistent grid of a Hopper is <= 2 x 132 CTAs for the 16-row kernels).
 constexpr int kPlanChoiceMaxBatch = 4096;
 constexpr int kPlanChoiceMaxCtas = 1024;
+// Whether a plan chooses between layouts, for both planners (the GPU's launches DecodePlanKernel<true> then, sized
+// by ChoosingPlanThreads; BuildPlanHost builds both layouts' prefixes).
+HPC_PLAN_HD bool PlanChooses(int batch, int max_ctas, int alt_cost, int model_tenths) {
+  return alt_cost > 0 && model_tenths > 0 && batch < kPlanChoiceMaxBatch && max_ctas <= kPlanChoiceMaxCtas;
+}
 
 // The slot a split piece writes its partial to (see the header comment).
 HPC_PLAN_HD int PartialSlot(int cta, bool first_piece_of_cta) { return 2 * cta + (first_piece_of_cta ? 0 : 1); }

@@ -179,8 +179,7 @@ void BuildPlanHost(const int32_t* seq_lens, int batch, const DecodeConfig& cfg, 
   const int alt_cost = DecodeAlternativePieceCostTiles(cfg), model_tenths = DecodeModelPieceTenths();
   const int min_tiles = DecodeMinCapacityTiles();
   int64_t aligned_q = 0;  // > 0: the aligned layout of that chunk
-  if (alt_cost > 0 && model_tenths > 0 && batch < kPlanChoiceMaxBatch && max_ctas <= kPlanChoiceMaxCtas) {
-    // (as the GPU planner chooses)
+  if (PlanChooses(batch, max_ctas, alt_cost, model_tenths)) {  // (as the GPU planner chooses)
     std::vector<int64_t> tile_prefix(batch + 1, 0), unit_prefix(batch + 1, 0);
     for (int b = 0; b < batch; ++b) {
       const int n = TilesOf(seq_lens[b]);
