@@ -15,6 +15,12 @@
 # candidate pass's ~20-instruction division per sequence becomes ~8), 128 random -0.1..-0.3 (two passes), zipf
 # -0.1..-0.2; q_len 1 unchanged.
 # Land e72 (else e71) if its tests pass and no row's step or layer loses > 0.3 us in both rounds.
+# Session 53 adds e73 (main + experiment 73, d6a98bd: with one kv head the CTA-start search's pos / head_cost and the
+# modeled times' unit / batch without a division; `tools/stage_experiments.sh e73:d6a98bd && tools/pack_staged.sh m53
+# e71 e72 e73`; run with TEST_VERSIONS="e72 e73" AB_VERSIONS="m53 e71 e72 e73"). Written BEFORE the run: e73 minus
+# m53, q_len 2 plan -0.1..-0.3 on every row (three 32-bit divisions a thread in the starts and modeled times, ~18
+# warps), q_len 1 plan 0.0..-0.1 (one a start); steps follow the plan. Same land rule; if e72 and e73 both win they
+# stack (different phases) and land together.
 . "$(dirname "$0")/prelude.sh"
 if nvidia-smi --query-gpu=name --format=csv,noheader | grep -q H200; then TREE=m53 bash bench/calls/s47h.sh; exit; fi
 unpack_packs
@@ -43,7 +49,7 @@ for name, lens in workloads().items():
         bad += not torch.equal(gpu.plan.cpu(), cpu.plan)
 print("bench batches device==host:", "all equal" if bad == 0 else "%d DIFFER" % bad)
 PY
-for v in e71 e72; do (cd $X/$v && PYTHONPATH=$X/$v timeout 60 python3 $R/dh.py > $R/dh_$v.txt 2>&1; echo "$v: $(tail -n1 $R/dh_$v.txt)"); done
+for v in ${TEST_VERSIONS:-e71 e72}; do (cd $X/$v && PYTHONPATH=$X/$v timeout 60 python3 $R/dh.py > $R/dh_$v.txt 2>&1; echo "$v: $(tail -n1 $R/dh_$v.txt)"); done
 env AB_WIDTH=150 AB_TIMEOUT=120 OUT=/tmp/abl tools/ab_bench.sh 2 "decode --heads 8/1/128 --kv bf16" \
   ${AB_VERSIONS:-m53 e71 e72} > $OUT/d_ab.txt 2>&1; t
 grep -a "│\|==" $OUT/d_ab.txt | grep -v "│     1 │" | cut -c1-110
