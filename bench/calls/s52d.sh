@@ -21,6 +21,10 @@
 # m53, q_len 2 plan -0.1..-0.3 on every row (three 32-bit divisions a thread in the starts and modeled times, ~18
 # warps), q_len 1 plan 0.0..-0.1 (one a start); steps follow the plan. Same land rule; if e72 and e73 both win they
 # stack (different phases) and land together.
+# Also "m53:HPC_XLA_DECODE_MODEL_PIECE=0" (main with the choice off at q_len 2: the plain plan, piece cost 4, never
+# aligned): does choosing still pay per step (plan + one layer) now that it costs ~3 us more than the plain plan?
+# Written BEFORE: minus m53 at q_len 2, plan -2.5..-3.5; layer 0..+0.3 on 64x512 / 64x4K, +1..+2.5 on the skewed
+# rows (s43b-s45's layout gains); step -1..-3 on the uniform rows, -1..+1 on the skewed. q_len 1 unchanged.
 . "$(dirname "$0")/prelude.sh"
 if nvidia-smi --query-gpu=name --format=csv,noheader | grep -q H200; then TREE=m53 bash bench/calls/s47h.sh; exit; fi
 unpack_packs
