@@ -109,6 +109,21 @@ __device__ V BlockExclusiveSum(V (&totals)[2][32], int batch, Weight weight, Emi
   return running;
 }
 
+// An aligned candidate's CTAs for one sequence, ceil(tiles / q), without the integer division's ~20 instructions (the
+// plan is issue-bound: experiment 70), for q < kRcpLimit (the caller's warp-uniform check): with rq = 1 / q rounded
+// once per candidate, n = tiles + q - 1 < 2^23 is exact in a float and n x rq is within 1 of n / q (q = 1: exact), so
+// one correction step gives the exact quotient (bench/calls/rcp_division_check.py emulates it in IEEE float32: 46.7M
+// cases, 0 wrong). Larger tiles (never in a Hopper grid's plans) divide as before. Experiment 72: with 71, 128
+// random's two rounds -0.5 us of plan (s53a, H100).
+constexpr int kRcpLimit = 1 << 22;
+__device__ __forceinline__ int64_t AlignedCtasRcp(int tiles, int q, float rq) {
+  if (tiles >= kRcpLimit) return attention::AlignedCtas(tiles, q);  // (tiles >= 0: a prefix difference; 0 gives 0)
+  const int qi = q, n = tiles + qi - 1;
+  int est = __float2int_rz(__int2float_rn(n) * rq);
+  const int r = n - est * qi;
+  est += (r >= qi) - (r < 0);
+  return est;
+}
 __device__ __forceinline__ int64_t WarpMax(int64_t v) {
 #pragma unroll
   for (int o = 16; o > 0; o /= 2) {
@@ -262,27 +277,44 @@ __global__ void __launch_bounds__(kPlanThreads, 1) DecodePlanKernel(const int32_
     }
     if (aligned_mode > 0 && head_total > 0) {
       // the aligned layout's chunk: candidates low + c, c < kAlignedCandidates, in rounds of a candidate a warp; the
-      // smallest that fits wins, so a round in which one fits is the last (every bench batch that fits at all fits
-      // in the first round of 18 warps but 128 random's: experiment 69, s52a/b on an H100: q_len 2 plan -0.2..-0.6
-      // us on those six, 128 random and 256 zipf +0.0..+0.3 for the rounds' barriers). The candidates stay after the
+      // smallest that fits wins, so a round in which one fits is the last (experiment 69, s52a/b on an H100: q_len 2
+      // plan -0.2..-0.6 us on the six bench batches that fit in the first round). Round 0 holds only the first
+      // kAlignedFirstRound candidates (most batches' chunk is the first or second: 6 of the bench's 8; the plan is
+      // issue-bound, so idle warps are cheaper than dividing ones, experiment 70) and, in the next warp, the last
+      // candidate as a probe: ctas(q) does not grow with q, so if the last needs more than max_ctas CTAs none of the
+      // 32 fits and round 0 is the only one (256 zipf; experiment 71, with 72's division below: s53a on an H100,
+      // zipf's plan -2.1..-2.2 us, 128 random's -0.5, the other six within -0.1..+0.1). The candidates stay after the
       // CTA starts: warps done with their modeled times start on them while others finish (69a put them first, to
       // skip the starts where a bound shows the aligned layout chosen: plan -0.8..-1.1 us there, +0.5..+1.0 on
       // 2x32K+30x4K and 128 random, where the bound does not hold and the overlap is lost)
       const int64_t low = AlignedLowChunk(head_total, cfg.num_kv_heads, max_ctas, min_tiles);
       const int lane = static_cast<int>(threadIdx.x % 32), warps = static_cast<int>(blockDim.x / 32);
-      for (int round = 0; round < kAlignedCandidates; round += warps) {
-        const int c = round + static_cast<int>(threadIdx.x / 32);
-        bool fits = false;
-        if (c < kAlignedCandidates) {
+      constexpr int kAlignedFirstRound = 4;
+      const int warp = static_cast<int>(threadIdx.x / 32);
+      for (int first = 0, end = min(kAlignedFirstRound, warps); first < kAlignedCandidates;
+           first = end, end = min(end + warps, kAlignedCandidates)) {
+        const bool probe = first == 0 && warp == end;  // (a warp past round 0's, where the block has one)
+        const int c = probe ? kAlignedCandidates - 1 : first + warp;
+        bool fits = false, none = false;
+        if (c < end || probe) {
           const int64_t q = low + c;
           int64_t ctas = 0;
-          for (int b = lane; b < batch; b += 32) ctas += AlignedCtas(prefix_smem[b + 1] - prefix_smem[b], q);
+          if (q < kRcpLimit) {
+            const float rq = __frcp_rn(static_cast<float>(q));
+            for (int b = lane; b < batch; b += 32) {
+              ctas += AlignedCtasRcp(prefix_smem[b + 1] - prefix_smem[b], static_cast<int>(q), rq);
+            }
+          } else {
+            for (int b = lane; b < batch; b += 32) ctas += AlignedCtas(prefix_smem[b + 1] - prefix_smem[b], q);
+          }
 #pragma unroll
           for (int o = 16; o > 0; o /= 2) ctas += __shfl_xor_sync(0xffffffffu, ctas, o);
           fits = AlignedFits(ctas, q, cfg.num_kv_heads, max_ctas);  // (the same in every lane: the sum is)
           if (lane == 0 && fits) atomicMin(&aligned_q, static_cast<unsigned long long>(q));
+          none = probe && ctas * cfg.num_kv_heads > max_ctas;
+          fits = fits && !probe;  // (a fit of the probe's is recorded, but smaller candidates remain)
         }
-        if (__syncthreads_or(fits)) break;
+        if (__syncthreads_or(fits || none)) break;
       }
     }
     __syncthreads();
