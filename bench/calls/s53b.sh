@@ -11,10 +11,10 @@
 # Written BEFORE the run (session 53): e74 minus m54, q_len 2 plan -0.1..-0.3 on every row but zipf (0.0..-0.2),
 # layer within +-0.3 (random's +0.9 a reading, not the change), q_len 1 plan 0.0..-0.1; device == host "all equal"
 # for both. Land 73 if its tests pass, device == host holds and no row's step or layer loses > 0.3 us in both rounds.
-# Generic knobs: M (main's staged name), TEST_VERSIONS, AB_VERSIONS, ROUNDS.
+# Generic knobs: M (main's staged name), TEST_VERSIONS, AB_VERSIONS, ROUNDS; ANY_CARD=1 runs the A/B on an H200 too.
 . "$(dirname "$0")/prelude.sh"
 M=${M:-m54}
-if nvidia-smi --query-gpu=name --format=csv,noheader | grep -q H200; then TREE=$M bash bench/calls/s47h.sh; exit; fi
+if [ -z "${ANY_CARD:-}" ] && nvidia-smi --query-gpu=name --format=csv,noheader | grep -q H200; then TREE=$M bash bench/calls/s47h.sh; exit; fi
 unpack_packs
 T="python3 -m pytest -q -p no:cacheprovider"
 CS="compute-sanitizer --target-processes all --error-exitcode 99"
