@@ -2,9 +2,13 @@
 
   python3 decode_tables.py ab DIR PREFIX LABEL...   layer us per row, one column per DIR/PREFIX<LABEL>.json
   python3 decode_tables.py fi JSON...               ours (step us with the plan, and layer us) vs FlashInfer per row
+  python3 decode_tables.py deltas AB_TXT BASE       a tools/ab_bench.sh decode A/B's step / plan / layer us minus
+                                                    BASE's, per row, version and round
 """
+import collections
 import json
 import os
+import re
 import sys
 
 
@@ -38,10 +42,36 @@ def fi(paths):
                   + (("%.1f" % peer) if peer else "-").rjust(8) + ratio(r["us"]).rjust(9) + ratio(r["layer_us"]).rjust(9))
 
 
+def deltas(path, base):
+    # ab_bench.sh keeps only the table text of each version and round (no JSON): "== NAME round N" headers, then rows
+    rows = collections.defaultdict(lambda: collections.defaultdict(list))
+    version = None
+    for line in open(path, encoding="utf-8", errors="replace"):
+        m = re.match(r"== (\S+) round (\d+)", line)
+        if m:
+            version = m.group(1)
+            continue
+        cols = [c.strip() for c in line.split("│")]
+        if version and len(cols) > 7:
+            try:
+                rows[(cols[3], cols[4])][version].append(tuple(float(c) for c in cols[5:8]))
+            except ValueError:
+                pass
+    print("q_len workload        base step | version: step,plan,layer minus base, per round")
+    for (q_len, name), by_version in rows.items():
+        ref = by_version[base]
+        parts = [v[:12] + " " + " / ".join("%+.1f,%+.1f,%+.1f" % tuple(x - y for x, y in zip(a, b))
+                                            for a, b in zip(vals, ref))
+                 for v, vals in by_version.items() if v != base]
+        print(q_len, name[:15].ljust(15), "/".join("%.1f" % r[0] for r in ref), "|", " | ".join(parts))
+
+
 if __name__ == "__main__":
     if len(sys.argv) >= 4 and sys.argv[1] == "ab":
         ab(sys.argv[2], sys.argv[3], sys.argv[4:])
     elif len(sys.argv) >= 3 and sys.argv[1] == "fi":
         fi(sys.argv[2:])
+    elif len(sys.argv) == 4 and sys.argv[1] == "deltas":
+        deltas(sys.argv[2], sys.argv[3])
     else:
         raise SystemExit(__doc__)

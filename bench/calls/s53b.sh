@@ -47,4 +47,4 @@ for v in $M ${TEST_VERSIONS:-e74}; do
 done
 env AB_WIDTH=150 AB_TIMEOUT=120 OUT=/tmp/abl tools/ab_bench.sh ${ROUNDS:-2} "decode --heads 8/1/128 --kv bf16" \
   ${AB_VERSIONS:-$M e74} > $OUT/d_ab.txt 2>&1; t
-python3 $ROOT/bench/calls/ab_deltas.py $OUT/d_ab.txt $M | tee $OUT/d_ab_deltas.txt
+python3 $ROOT/bench/calls/decode_tables.py deltas $OUT/d_ab.txt $M | tee $OUT/d_ab_deltas.txt
