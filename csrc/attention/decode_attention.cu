@@ -381,15 +381,6 @@ __global__ void __launch_bounds__(kPlanThreads, 1) DecodePlanKernel(const int32_
                                              head_cost, aligned ? 1 : 0, 0};
     for (int i = 0; i < kPlanHeaderInts; ++i) plan[i] = header[i];
   }
-  // A/A CONTROL (never to land): code that never runs (early_trigger is 0 or 1), so the plan kernels' size -- and
-  // where the module's later kernels land -- changes while nothing the kernels do changes
-  if (early_trigger == 0x5eed) {
-    for (int b = threadIdx.x; b < batch; b += blockDim.x) {
-      const int n = seq_lens[b];
-      plan[kPlanHeaderInts + b] = static_cast<int32_t>((static_cast<uint32_t>(n) * 2654435761u) >> 7) ^
-                                  (n / (b + 3)) ^ (n % (b + 7));
-    }
-  }
 }
 
 // HPC_XLA_CHECK=1: copy the plan header and the lengths/block ids the kernel will use, validate on the host.
