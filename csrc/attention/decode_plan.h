@@ -162,7 +162,8 @@ HPC_PLAN_HD void LocateIn(const Prefix& prefix, int batch, int num_kv_heads, int
     *tile = 0;
     return;
   }
-  const int h = static_cast<int>(DivNonNeg(pos, head_cost));
+  // one kv head (a GQA model at full tensor parallelism: the bench's 8/1): h = 0 without a division
+  const int h = num_kv_heads == 1 ? 0 : static_cast<int>(DivNonNeg(pos, head_cost));
   const int64_t r = pos - h * head_cost;
   // largest b with prefix[b] <= r (then prefix[b + 1] > r, so unit b has cost)
   int lo = 0, hi = batch;
@@ -203,12 +204,14 @@ struct CostLayout {
              unit, tile);
   }
   // tiles before (unit, tile) over all heads, and units with work before `unit`
+  // (with one kv head, unit <= batch: h is 0, or 1 at the end, without a division; every modeled time takes two)
+  HPC_PLAN_HD int HeadOf(int unit) const { return num_kv_heads == 1 ? (unit >= batch ? 1 : 0) : unit / batch; }
   HPC_PLAN_HD int64_t TilesBefore(int unit, int tile) const {
-    const int h = unit / batch, b = unit % batch;
+    const int h = HeadOf(unit), b = unit - h * batch;
     return static_cast<int64_t>(h) * tiles(batch) + tiles(b) + tile;
   }
   HPC_PLAN_HD int64_t UnitsBefore(int unit) const {
-    const int h = unit / batch, b = unit % batch;
+    const int h = HeadOf(unit), b = unit - h * batch;
     return static_cast<int64_t>(h) * units(batch) + units(b);
   }
   // The modeled time in tenths of a tile of the CTA from start (u0, t0) to (u1, t1): its tiles + model_tenths / 10
