@@ -3,6 +3,7 @@
 # call: a staged tree is ~20 MB (its binary) and the device tool carries 64 MiB, xz makes it ~5.5 MB, so five
 # builds travel in one call. On the device: `for f in .peer/pack/*.tar.xz; do tar xJf $f -C .peer/exp; done`.
 #   tools/pack_staged.sh m8 e55 t55      (then carry .peer/pack)
+# It REPLACES .peer/pack (the carry holds exactly the call's builds): name every build the call needs, old ones too.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 rm -rf .peer/pack && mkdir -p .peer/pack
