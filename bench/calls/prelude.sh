@@ -49,3 +49,15 @@ sanitize_decode() {
       --tool $tool python3 -m pytest -q -p no:cacheprovider tests/test_decode.py -k "$k"
   done
 }
+# h200_rows DIR: the H200 rows of record that need no peer, from the staged folder DIR, into $OUT --
+# decode_ring_probe (.peer/probe), rope_norm 8/1 (#2), MoE T=1 ours (#4); each step under its own timeout.
+h200_rows() {
+  timeout 60 ./.peer/probe/decode_ring_probe > $OUT/decode_ring_probe.txt 2>&1; echo "probe rc=$?"; t
+  grep -E "spin|ceiling|TB/s" $OUT/decode_ring_probe.txt | tail -12 | cut -c1-150
+  ( cd "$1" && PYTHONPATH="$1" timeout 120 python3 -m hpc_xla.bench rope_norm --heads 8/1/128 \
+      --out $OUT/rope_norm.json > $OUT/rope_table.txt 2>&1; echo "rope bench rc=$?" ); t
+  grep -E "8/1" $OUT/rope_table.txt | cut -c1-190
+  ( cd "$1" && PYTHONPATH="$1" HPC_BENCH_PEERS=0 timeout 60 python3 -m hpc_xla.bench moe --shapes \
+      qwen3-30b-a3b/fp8_tensor,hy3-tp8/fp8_tensor --tokens 1 > $OUT/moe_t1.txt 2>&1; echo "moe bench rc=$?" ); t
+  grep -a "│" $OUT/moe_t1.txt | cut -c1-110
+}

@@ -12,16 +12,9 @@
 . "$(dirname "$0")/prelude.sh"
 if ! nvidia-smi --query-gpu=name --format=csv,noheader | grep -q H200; then echo "not an H200: nothing run"; exit 0; fi
 unpack_packs
-M=$X/${TREE:-m53}  # m53 = main after 69 (session 52): tools/stage_experiments.sh m53 && tools/pack_staged.sh m53
+M=$X/${TREE:-m55}  # m55 = main (session 54, with 73): tools/stage_experiments.sh m55 && tools/pack_staged.sh m55
 python3 -m pip install -q --no-index --no-deps --target /tmp/site .whl/*.whl > $R/pip.log 2>&1 &
-timeout 60 ./.peer/probe/decode_ring_probe > $OUT/decode_ring_probe.txt 2>&1; echo "probe rc=$?"; t
-grep -E "spin|ceiling|TB/s" $OUT/decode_ring_probe.txt | tail -12 | cut -c1-150
-( cd $M && PYTHONPATH=$M timeout 120 python3 -m hpc_xla.bench rope_norm --heads 8/1/128 --out $OUT/rope_norm.json \
-    > $OUT/rope_table.txt 2>&1; echo "rope bench rc=$?" ); t
-grep -E "8/1" $OUT/rope_table.txt | cut -c1-190
-( cd $M && PYTHONPATH=$M HPC_BENCH_PEERS=0 timeout 60 python3 -m hpc_xla.bench moe --shapes \
-    qwen3-30b-a3b/fp8_tensor,hy3-tp8/fp8_tensor --tokens 1 > $OUT/moe_t1.txt 2>&1; echo "moe bench rc=$?" ); t
-grep -a "│" $OUT/moe_t1.txt | cut -c1-110
+h200_rows $M
 wait; echo "pip: $(tail -n1 $R/pip.log)"
 # last, as it is the longest (FlashInfer JIT-builds first): what the call's limit leaves of it still comes back
 ( cd $M && PYTHONPATH=$M:/tmp/site timeout 330 python3 -m hpc_xla.bench decode --heads 8/1/128 --kv bf16 --q-len 1 \

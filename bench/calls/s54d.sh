@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # session 54 call D (~2.5-4 min, H200 ONLY -- exits at once on anything else): s47h without FlashInfer, for a budget
-# that no longer holds s47h (~9 min with FlashInfer's cold JIT). Carry .peer/pack (e74 = main's kernels since
-# experiment 73: SASS identical to main's build), .peer/probe. The H200 rows of #2 / #3 / #4, unmeasured since
+# that no longer holds s47h (~9 min with FlashInfer's cold JIT). Carry .peer/pack (main staged as m55, or
+# TREE=name), .peer/probe. The H200 rows of #2 / #3 / #4, unmeasured since
 # session 39-40: decode_ring_probe, rope_norm 8/1, MoE T=1 (ours), decode 8/1 bf16 q_len 1 and 2 (ours, no peer).
 # Written BEFORE the run (session 54, from s38b-s40b and the H100 sessions since): probe skeleton 85-95% of the SM copy
 # ceiling at spin 800; rope_norm bf16 8/1 T=16384 75-78% (28.5-29.5 us); MoE Qwen3 fp8 T=1 18.0-18.5 us; decode 8/1
@@ -10,15 +10,8 @@
 . "$(dirname "$0")/prelude.sh"
 if ! nvidia-smi --query-gpu=name --format=csv,noheader | grep -q H200; then echo "not an H200: nothing run"; exit 0; fi
 unpack_packs
-M=$X/${TREE:-e74}
-timeout 45 ./.peer/probe/decode_ring_probe > $OUT/decode_ring_probe.txt 2>&1; echo "probe rc=$?"; t
-grep -E "spin|ceiling|TB/s" $OUT/decode_ring_probe.txt | tail -12 | cut -c1-150
-( cd $M && PYTHONPATH=$M timeout 100 python3 -m hpc_xla.bench rope_norm --heads 8/1/128 --out $OUT/rope_norm.json \
-    > $OUT/rope_table.txt 2>&1; echo "rope bench rc=$?" ); t
-grep -E "8/1" $OUT/rope_table.txt | cut -c1-190
-( cd $M && PYTHONPATH=$M HPC_BENCH_PEERS=0 timeout 60 python3 -m hpc_xla.bench moe --shapes \
-    qwen3-30b-a3b/fp8_tensor,hy3-tp8/fp8_tensor --tokens 1 > $OUT/moe_t1.txt 2>&1; echo "moe bench rc=$?" ); t
-grep -a "│" $OUT/moe_t1.txt | cut -c1-110
+M=$X/${TREE:-m55}  # main: tools/stage_experiments.sh m55 && tools/pack_staged.sh m55
+h200_rows $M
 ( cd $M && PYTHONPATH=$M HPC_BENCH_PEERS=0 timeout 100 python3 -m hpc_xla.bench decode --heads 8/1/128 --kv bf16 \
     --out $OUT/dec_8_bf16.json > $OUT/dec_8_bf16.txt 2>&1; echo "decode bench rc=$?" ); t
 grep -a "│" $OUT/dec_8_bf16.txt | cut -c1-120
