@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # session 47 call H (~9 min, H200 ONLY -- exits at once on anything else; no H200 has come since session 39, and
-# #2 / #3 / #4's targets are H200 numbers). Carry .peer/pack (m53 = main since session 52), .peer/probe, .whl
+# #2 / #3 / #4's targets are H200 numbers). Carry .peer/pack (m55 = main since session 54, TREE=name for another), .peer/probe, .whl
 # (tools/fetch_peer_wheels.sh). The tables of record in ONE call (the session's device budget holds one start and
 # one full call): decode_ring_probe (is the H200's 69-73% of the copy ceiling the kernel or the pattern?), rope_norm
 # once (#2's 8/1 row), decode 8/1 bf16 q_len 1 with FlashInfer 0.5.3 in the same run (#3's target rows), MoE T=1
