@@ -14,11 +14,6 @@
 // Each CTA finds the hit experts (ascending) and their pairs (ascending) from topk_ids itself: no align kernel.
 // The down kernel builds that list before its PDL wait (topk_ids is an input of the op, complete once the
 // gate-up kernel, which waited for its predecessors, has started it).
-// Fused routing (FusedMoeArgs::route): each CTA of both kernels routes the T tokens itself (route_warp.cuh: a warp
-// a token, scores in registers, group ranks in the shared memory its ring uses later) instead of reading topk_ids
-// -- no routing launch, no round trip of the ids through memory; every CTA computes the same ids and weights,
-// moe_route's bit for bit. The down kernel's CTA 0 also writes them to topk_weights / topk_ids, the op's outputs.
-// Above kMaxInKernelRouteExperts experts the routing kernel runs first instead.
 //
 // Operands reach the MMAs through a per-warp cp.async ring (RunJobs) without any re-layout: thread (g, q) reads 16
 // consecutive K elements [16q, 16q + 16) of each 64-wide K step for its A rows g, g + 8 and its B column g.
@@ -40,7 +35,6 @@
 #include "csrc/common/numeric.h"
 #include "csrc/moe/fused_moe_stream.h"
 #include "csrc/moe/moe_common.cuh"
-#include "csrc/moe/route_warp.cuh"
 #include "csrc/moe/stream_gate_up_wgmma.h"
 
 namespace hpc::moe {
@@ -58,16 +52,12 @@ struct StreamParams {
   const float* a2_scale;      // fp8_tensor: the intermediate's static scale
   const float* weights;       // [T, k]
   const int32_t* ids;         // [T, k] global expert ids
-  RouteParams route;          // fused routing (route.logits != null): ids and weights come from it instead
-  float* routed_weights;      // ... and are written here by the down kernel's CTA 0 (the op's outputs)
-  int32_t* routed_ids;
   const __nv_bfloat16* shared;
   __nv_bfloat16* out;
   void* inter;                // [P, I]: e4m3 (fp8_tensor) | bf16 (none) | f32 (fp8_block128)
   int tokens, top_k, pairs, experts, expert_offset, hidden, inter_size;
   int up_splits;              // 1: a gate-up unit per warp; kUpWarps: the CTA's warps split H of each unit
   int down_splits;            // StreamDownSplits
-  int route_warps;            // fused routing: the CTA's routing warps (RouteWarps, set by each launcher)
 };
 
 constexpr int kUpWarps = 4;
@@ -87,17 +77,6 @@ constexpr int kDownRingBytes = 144 * 1024;  // per down CTA (1 per SM, next to i
 constexpr int kDownNarrowWarps = 8;
 constexpr int kDownNarrowRingBytes = 72 * 1024;
 
-// ------------------------------------------------------------------------------ fused routing
-// The warps of a CTA that route (fused routing): one per token up to the CTA's warps, as many as the dynamic
-// shared memory the kernel is launched with holds (RouteScratchBytes each). E <= 1024 needs 4 KB a warp; every
-// stream kernel has more, but a launcher refuses rather than route in memory it does not have.
-Status SetRouteWarps(StreamParams& p, int warps, int64_t smem_bytes) {
-  if (p.route.logits == nullptr) return Status::Ok();
-  p.route_warps = static_cast<int>(std::min<int64_t>({warps, p.route.tokens, smem_bytes / RouteScratchBytes(p.route.experts)}));
-  if (p.route_warps < 1) return Status::Internal("fused_moe: a stream kernel has no shared memory for fused routing");
-  return Status::Ok();
-}
-
 // ------------------------------------------------------------------------------ hit experts and their pairs
 template <int THREADS>
 struct HitList {
@@ -106,15 +85,14 @@ struct HitList {
   typename cub::BlockScan<int, THREADS>::TempStorage scan;
 };
 
-// ids_local[pair] = local expert or -1 (from the global ids `ids`, which may be ids_local itself); returns the
-// number of hit experts (uniform across the block).
+// ids_local[pair] = local expert or -1; returns the number of hit experts (uniform across the block).
 template <int THREADS>
-__device__ int BuildHitList(const StreamParams& p, const int32_t* ids, int* ids_local, HitList<THREADS>& s) {
+__device__ int BuildHitList(const StreamParams& p, int* ids_local, HitList<THREADS>& s) {
   constexpr int kItems = kMaxMoeCudaExperts / THREADS;
   for (int i = threadIdx.x; i < kMaxMoeCudaExperts; i += THREADS) s.flags[i] = 0;
   __syncthreads();
   for (int i = threadIdx.x; i < p.pairs; i += THREADS) {
-    const int e = ids[i] - p.expert_offset;
+    const int e = p.ids[i] - p.expert_offset;
     const int local = e >= 0 && e < p.experts ? e : -1;
     ids_local[i] = local;
     if (local >= 0) s.flags[local] = 1;
@@ -454,7 +432,7 @@ __device__ __forceinline__ void EpiloguePairs(const Job& j, int (&pr)[2]) {
 // register-local: acc[0 | 1] = gate of tokens 2q | 2q + 1, acc[2 | 3] = up. up_splits = 1 (many units): units
 // w, w + W, ... for global warp w of W, warps independent after the hit list. up_splits = 4 (few units, e.g.
 // T = 1): units b, b + B, ... for CTA b of B, each warp a quarter of H, the quarters added in warp order.
-template <MoeQuant Q, Col C, bool kRouted>
+template <MoeQuant Q, Col C>
 __global__ void __launch_bounds__(kUpThreads) MoeStreamGateUpKernel(const __grid_constant__ StreamParams p) {
   constexpr bool kFp8 = Q != MoeQuant::kNone;
   constexpr int kA = kFp8 ? 1 : 2;
@@ -469,10 +447,7 @@ __global__ void __launch_bounds__(kUpThreads) MoeStreamGateUpKernel(const __grid
   PdlWait();  // topk_ids and x may come from the previous kernel (routing)
   PdlLaunchDependents();  // the down kernel may start: it builds its hit list before its own wait
   const float ts_a = Q == MoeQuant::kFp8Tensor ? *p.a13_scale : 1.f;
-  if constexpr (kRouted) {
-    RouteIntoShared(p.route, p.route_warps, reinterpret_cast<float*>(rings), ids_local, nullptr, nullptr, nullptr);
-  }
-  const int n_hit = BuildHitList<kUpThreads>(p, kRouted ? ids_local : p.ids, ids_local, hits);
+  const int n_hit = BuildHitList<kUpThreads>(p, ids_local, hits);
   const int64_t H = p.hidden, I = p.inter_size;
   const int blocks = static_cast<int>(I / 8);
   const int units = n_hit * blocks;
@@ -566,7 +541,7 @@ __global__ void __launch_bounds__(kUpThreads) MoeStreamGateUpKernel(const __grid
 // CTA = 16 columns of H for every token. Warp w takes tasks (hit expert s, K split) w, w + kWarps, ..., each in
 // passes of 8 of the expert's pairs; the per-pair partials stay in shared memory; then the CTA finishes its columns:
 // the weighted top-k sum in j order (bitwise deterministic), + shared_output, bf16 out.
-template <MoeQuant Q, Col C, int kWarps, int kRingBytes, bool kRouted>
+template <MoeQuant Q, Col C, int kWarps, int kRingBytes>
 __global__ void __launch_bounds__(32 * kWarps) MoeStreamDownKernel(const __grid_constant__ StreamParams p) {
   constexpr bool kFp8 = Q != MoeQuant::kNone;
   constexpr int kA = kFp8 ? 1 : 2;
@@ -582,19 +557,13 @@ __global__ void __launch_bounds__(32 * kWarps) MoeStreamDownKernel(const __grid_
   const int64_t H = p.hidden, I = p.inter_size;
   const int h0 = blockIdx.x * kDownRows;
   const int splits = p.down_splits, P = p.pairs;
-  // Before the PDL wait: only inputs of the op (topk_ids or router_logits), complete once the gate-up kernel has
-  // started us.
-  if constexpr (kRouted) {
-    const bool out = blockIdx.x == 0;  // writes the op's topk outputs
-    RouteIntoShared(p.route, p.route_warps, reinterpret_cast<float*>(dyn), ids_local, pair_w,
-                    out ? p.routed_ids : nullptr, out ? p.routed_weights : nullptr);
-  }
-  const int n_hit = BuildHitList<kThreads>(p, kRouted ? ids_local : p.ids, ids_local, hits);
+  // Before the PDL wait: only inputs of the op (topk_ids), complete once the gate-up kernel has started us.
+  const int n_hit = BuildHitList<kThreads>(p, ids_local, hits);
   // The final sum's per-pair factors, loaded now (inputs of the op too): in the sum itself they were a chain of
   // dependent global loads, one per top-k slot (ncu's top stall site at T=1).
   for (int i = threadIdx.x; i < P; i += kThreads) {
     const int e = ids_local[i];
-    if (!kRouted) pair_w[i] = p.weights[i];
+    pair_w[i] = p.weights[i];
     pair_ts[i] = Q == MoeQuant::kFp8Tensor && e >= 0 ? __fmul_rn(*p.a2_scale, p.w2_scale[e]) : 1.f;
   }
   const int tasks = n_hit * splits;
@@ -699,8 +668,7 @@ __global__ void __launch_bounds__(32 * kWarps) MoeStreamDownKernel(const __grid_
 template <MoeQuant Q, Col C>
 Status LaunchGateUp(StreamParams p, int device, cudaStream_t stream) {
   using R = Ring<Q != MoeQuant::kNone, ColTraits<C>::kElemBytes>;
-  // fused routing runs its own instance: the routing code leaves the other's registers (and SASS) as they were
-  auto* up = p.route.logits != nullptr ? &MoeStreamGateUpKernel<Q, C, true> : &MoeStreamGateUpKernel<Q, C, false>;
+  auto* up = &MoeStreamGateUpKernel<Q, C>;
   constexpr int smem = kUpWarps * R::template kStages<kUpRingBytes<Q != MoeQuant::kNone>, kUpWarps> * R::kStageBytes;
   HPC_RETURN_IF_ERROR(AllowSmem(reinterpret_cast<const void*>(up), smem));
   int per_sm = 0;
@@ -714,7 +682,6 @@ Status LaunchGateUp(StreamParams p, int device, cudaStream_t stream) {
   p.up_splits = max_units < 4 * resident * kUpWarps ? kUpWarps : 1;
   const int64_t unit_ctas = p.up_splits > 1 ? max_units : (max_units + kUpWarps - 1) / kUpWarps;
   const int up_grid = static_cast<int>(std::min(unit_ctas, resident));
-  HPC_RETURN_IF_ERROR(SetRouteWarps(p, kUpWarps, smem));
   return Launch("fused_moe stream gate-up launch", up, dim3(up_grid), dim3(kUpThreads), smem, stream, p);
 }
 
@@ -723,12 +690,10 @@ template <MoeQuant Q, Col C, int kWarps, int kRingBytes, bool kSplitsByHits>
 Status LaunchDown(StreamParams p, cudaStream_t stream) {
   using R = Ring<Q != MoeQuant::kNone, ColTraits<C>::kElemBytes>;
   constexpr int kRings = kWarps * R::template kStages<kRingBytes, kWarps> * R::kStageBytes;
-  auto* down = p.route.logits != nullptr ? &MoeStreamDownKernel<Q, C, kWarps, kRingBytes, true>
-                                         : &MoeStreamDownKernel<Q, C, kWarps, kRingBytes, false>;
+  auto* down = &MoeStreamDownKernel<Q, C, kWarps, kRingBytes>;
   HPC_RETURN_IF_ERROR(AllowSmem(reinterpret_cast<const void*>(down), kRings + kDownRedBytes));
   p.down_splits = StreamDownSplits(p.pairs, p.experts, p.inter_size, kWarps, kSplitsByHits);
   const int red_bytes = p.down_splits * p.pairs * kDownRows * 4;
-  HPC_RETURN_IF_ERROR(SetRouteWarps(p, kWarps, kRings + red_bytes));
   return Launch("fused_moe stream down launch", down, dim3(static_cast<unsigned>(p.hidden / kDownRows)),
                 dim3(32 * kWarps), kRings + red_bytes, stream, p);
 }
@@ -761,7 +726,6 @@ Status LaunchWgmmaGateUp(const StreamParams& p, cudaStream_t stream) {
   a.a13_scale = p.a13_scale;
   a.a2_scale = p.a2_scale;
   a.ids = p.ids;
-  a.route = p.route;
   a.inter = static_cast<uint8_t*>(p.inter);
   a.tokens = p.tokens, a.top_k = p.top_k, a.experts = p.experts, a.expert_offset = p.expert_offset;
   a.hidden = p.hidden, a.inter_size = p.inter_size;
@@ -803,13 +767,6 @@ Status RunStreamMoe(const FusedMoeArgs& a, const MoePlan& plan, cudaStream_t str
   sp.a2_scale = a.a2_scale.present() ? a.a2_scale.ptr<const float>() : nullptr;
   sp.weights = a.topk_weights.ptr<const float>();
   sp.ids = a.topk_ids.ptr<const int32_t>();
-  if (Routed(a) && a.route.router_logits.shape[1] > kMaxInKernelRouteExperts) {
-    HPC_RETURN_IF_ERROR(LaunchMoeRoute(a.route, stream));  // too many experts to route in-CTA: first, then read
-  } else if (Routed(a)) {
-    sp.route = RouteParamsOf(a.route);
-    sp.routed_weights = a.topk_weights.ptr<float>();
-    sp.routed_ids = a.topk_ids.ptr<int32_t>();
-  }
   sp.shared = a.shared_output.present() ? a.shared_output.ptr<const __nv_bfloat16>() : nullptr;
   sp.out = a.out.ptr<__nv_bfloat16>();
   sp.inter = a.workspace.ptr<uint8_t>() + plan.inter;

@@ -1,5 +1,8 @@
-// moe_route on the GPU: one warp per token (route_warp.cuh's RouteToken, which fused_moe's stream kernels run
-// too), four tokens per CTA.
+// moe_route on the GPU: one warp per token. Scores and selection values live in the warp's shared memory;
+// group ranks and the top-k are found by warp-wide arg-max rounds with the CPU reference's tie rule
+// (larger value first, then lower index).
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
 #include <cstdint>
@@ -7,45 +10,166 @@
 #include "csrc/common/arch.h"
 #include "csrc/common/launch.cuh"
 #include "csrc/moe/route.h"
-#include "csrc/moe/route_warp.cuh"
 
 namespace hpc {
 namespace {
 
 constexpr int kWarpsPerBlock = 4;
+constexpr int kMaxGroups = 64;
 
-__global__ void __launch_bounds__(kWarpsPerBlock * 32)
-    MoeRouteKernel(const __grid_constant__ RouteParams p, float* weights, int32_t* ids) {
-  __shared__ float scratch[kWarpsPerBlock][kMaxRouteExperts];  // the group ranks' selection values
+struct RouteParams {
+  const void* logits;
+  int64_t logits_stride;
+  DType logits_dtype;
+  const void* bias;
+  DType bias_dtype;
+  float* weights;
+  int32_t* ids;
+  int tokens, experts, top_k, num_groups, topk_groups;
+  bool sigmoid, renormalize;
+  float routed_scaling;
+};
+
+__device__ __forceinline__ float LoadValue(const void* base, DType dtype, int64_t i) {
+  switch (dtype) {
+    case DType::kBF16: return __bfloat162float(static_cast<const __nv_bfloat16*>(base)[i]);
+    case DType::kF16: return __half2float(static_cast<const __half*>(base)[i]);
+    default: return static_cast<const float*>(base)[i];
+  }
+}
+
+// Warp arg-max of (value, index): larger value wins, then lower index. Returns the winning index (-1 if all
+// values are -inf and indices are -1).
+__device__ __forceinline__ int WarpArgMax(float value, int index) {
+#pragma unroll
+  for (int o = 16; o > 0; o /= 2) {
+    const float v = __shfl_xor_sync(0xffffffffu, value, o);
+    const int i = __shfl_xor_sync(0xffffffffu, index, o);
+    if (i >= 0 && (index < 0 || v > value || (v == value && i < index))) value = v, index = i;
+  }
+  return index;
+}
+
+__global__ void __launch_bounds__(kWarpsPerBlock * 32) MoeRouteKernel(const __grid_constant__ RouteParams p) {
+  __shared__ float score_smem[kWarpsPerBlock][kMaxRouteExperts];
+  __shared__ float select_smem[kWarpsPerBlock][kMaxRouteExperts];
+  __shared__ float group_rank[kWarpsPerBlock][kMaxGroups];
+  __shared__ unsigned char group_kept[kWarpsPerBlock][kMaxGroups];
+  __shared__ unsigned char taken_smem[kWarpsPerBlock][kMaxRouteExperts];
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int t = blockIdx.x * kWarpsPerBlock + warp;
   PdlWait();
   if (t >= p.tokens) return;  // whole warps exit together
-  float w;
-  int32_t e;
-  moe::RouteToken(p, t, scratch[warp], &w, &e);
+  float* score = score_smem[warp];
+  float* select = select_smem[warp];
+  const int64_t row = t * p.logits_stride;
+
+  float mx = -INFINITY;
+  for (int e = lane; e < p.experts; e += 32) {
+    const float x = LoadValue(p.logits, p.logits_dtype, row + e);
+    score[e] = x;
+    mx = fmaxf(mx, x);
+  }
+#pragma unroll
+  for (int o = 16; o > 0; o /= 2) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, o));
+  float sum = 0.f;
+  for (int e = lane; e < p.experts; e += 32) {
+    const float s = p.sigmoid ? 1.f / (1.f + expf(-score[e])) : expf(score[e] - mx);
+    score[e] = s;
+    sum += s;
+  }
+  if (!p.sigmoid) {
+#pragma unroll
+    for (int o = 16; o > 0; o /= 2) sum += __shfl_xor_sync(0xffffffffu, sum, o);
+  }
+  for (int e = lane; e < p.experts; e += 32) {
+    if (!p.sigmoid) score[e] /= sum;
+    select[e] = score[e] + (p.bias ? LoadValue(p.bias, p.bias_dtype, e) : 0.f);
+    taken_smem[warp][e] = 0;
+  }
+  __syncwarp();
+
+  const bool grouped = p.num_groups > 1;
+  const int group_size = grouped ? p.experts / p.num_groups : p.experts;
+  if (grouped) {
+    for (int g = lane; g < p.num_groups; g += 32) {
+      float first = -INFINITY, second = -INFINITY;
+      for (int e = g * group_size; e < (g + 1) * group_size; ++e) {
+        const float v = select[e];
+        if (v > first) {
+          second = first;
+          first = v;
+        } else if (v > second) {
+          second = v;
+        }
+      }
+      group_rank[warp][g] = p.bias && group_size > 1 ? first + second : first;
+      group_kept[warp][g] = 0;
+    }
+    __syncwarp();
+    for (int i = 0; i < p.topk_groups; ++i) {
+      float best = -INFINITY;
+      int best_g = -1;
+      for (int g = lane; g < p.num_groups; g += 32) {
+        if (!group_kept[warp][g] && (best_g < 0 || group_rank[warp][g] > best)) best = group_rank[warp][g], best_g = g;
+      }
+      const int g = WarpArgMax(best, best_g);
+      if (lane == 0) group_kept[warp][g] = 1;
+      __syncwarp();
+    }
+  }
+
+  float my_weight = 0.f;
+  int my_id = -1;
+  float total = 0.f;
+  for (int j = 0; j < p.top_k; ++j) {
+    float best = -INFINITY;
+    int best_e = -1;
+    for (int e = lane; e < p.experts; e += 32) {
+      const bool eligible = !taken_smem[warp][e] && (!grouped || group_kept[warp][e / group_size]);
+      if (eligible && (best_e < 0 || select[e] > best)) best = select[e], best_e = e;
+    }
+    const int e = WarpArgMax(best, best_e);
+    const float w = score[e];
+    total += w;
+    if (lane == j) my_weight = w, my_id = e;
+    __syncwarp();
+    if (lane == 0) taken_smem[warp][e] = 1;
+    __syncwarp();
+  }
   PdlLaunchDependents();
   if (lane < p.top_k) {
-    weights[static_cast<int64_t>(t) * p.top_k + lane] = w;
-    ids[static_cast<int64_t>(t) * p.top_k + lane] = e;
+    const float norm = p.renormalize && total > 0.f ? p.routed_scaling / total : p.routed_scaling;
+    p.weights[static_cast<int64_t>(t) * p.top_k + lane] = my_weight * norm;
+    p.ids[static_cast<int64_t>(t) * p.top_k + lane] = my_id;
   }
 }
 
 }  // namespace
 
-Status LaunchMoeRoute(const MoeRouteArgs& a, cudaStream_t stream) {
-  const RouteParams p = RouteParamsOf(a);
-  if (p.tokens == 0) return Status::Ok();
-  const dim3 grid((p.tokens + kWarpsPerBlock - 1) / kWarpsPerBlock);
-  return Launch("moe_route kernel launch", MoeRouteKernel, grid, dim3(kWarpsPerBlock * 32), 0, stream, p,
-                a.topk_weights.ptr<float>(), a.topk_ids.ptr<int32_t>());
-}
-
 Status MoeRouteCuda(const MoeRouteArgs& a, cudaStream_t stream) {
   HPC_RETURN_IF_ERROR(ValidateMoeRoute(a));
   if (a.router_logits.device != DeviceKind::kCuda) return Status::Internal("moe_route: CUDA path called with CPU tensors");
   HPC_RETURN_IF_ERROR(CheckHopper(a.router_logits.device_id));
-  return LaunchMoeRoute(a, stream);
+  RouteParams p = {};
+  p.logits = a.router_logits.data;
+  p.logits_stride = a.router_logits.strides[0];
+  p.logits_dtype = a.router_logits.dtype;
+  p.bias = a.correction_bias.present() ? a.correction_bias.data : nullptr;
+  p.bias_dtype = a.correction_bias.dtype;
+  p.weights = a.topk_weights.ptr<float>();
+  p.ids = a.topk_ids.ptr<int32_t>();
+  p.tokens = static_cast<int>(a.router_logits.shape[0]);
+  p.experts = static_cast<int>(a.router_logits.shape[1]);
+  p.top_k = a.top_k;
+  p.num_groups = a.num_groups;
+  p.topk_groups = a.topk_groups;
+  p.sigmoid = a.scoring == RouteScoring::kSigmoid;
+  p.renormalize = a.renormalize;
+  p.routed_scaling = a.routed_scaling;
+  if (p.tokens == 0) return Status::Ok();
+  const dim3 grid((p.tokens + kWarpsPerBlock - 1) / kWarpsPerBlock);
+  return Launch("moe_route kernel launch", MoeRouteKernel, grid, dim3(kWarpsPerBlock * 32), 0, stream, p);
 }
 
 }  // namespace hpc

@@ -32,7 +32,6 @@
 #include "csrc/common/numeric.h"
 #include "csrc/moe/fused_moe.h"
 #include "csrc/moe/moe_common.cuh"
-#include "csrc/moe/route_warp.cuh"
 #include "csrc/moe/stream_gate_up_wgmma.h"
 #include "csrc/moe/wgmma_sm90.cuh"
 
@@ -67,7 +66,7 @@ __device__ __forceinline__ uint32_t PackE4M3x4(float a, float b, float c, float 
   return lo | (hi << 16);
 }
 
-template <bool kXFp8, bool kRouted>
+template <bool kXFp8>
 __global__ void __launch_bounds__(kThreads) GateUpWgmmaKernel(const __grid_constant__ Params p) {
   extern __shared__ uint8_t dyn[];
   __shared__ int ids_s[kMaxPairs];
@@ -77,16 +76,8 @@ __global__ void __launch_bounds__(kThreads) GateUpWgmmaKernel(const __grid_const
   const int slot = unit / p.col_blocks, cb = unit % p.col_blocks;
   const int P = a.tokens * a.top_k;
   PdlWait();  // topk_ids and x may come from the previous kernel (routing)
-  // Fused routing: the CTA routes the tokens into ids_s itself (the same ids in every CTA, moe_route's), in the
-  // shared memory the operand tiles take later.
-  if constexpr (kRouted) {
-    RouteIntoShared(a.route, a.route_warps, reinterpret_cast<float*>(dyn), ids_s, nullptr, nullptr, nullptr);
-    __syncthreads();
-  }
-  const int32_t* ids = kRouted ? ids_s : a.ids;
   // The slot's expert. Every warp of every CTA of the cluster decides alike: the cluster runs or exits as one.
-  const int id_lo = lane < P ? ids[lane] : -1, id_hi = lane + 32 < P ? ids[lane + 32] : -1;
-  if constexpr (kRouted) __syncthreads();  // every warp has read ids_s before it is rewritten below
+  const int id_lo = lane < P ? a.ids[lane] : -1, id_hi = lane + 32 < P ? a.ids[lane + 32] : -1;
   const int mine = __shfl_sync(0xffffffffu, slot < 32 ? id_lo : id_hi, slot % 32);
   const bool repeat = __any_sync(0xffffffffu, (lane < slot && id_lo == mine) || (lane + 32 < slot && id_hi == mine));
   const int e = mine - a.expert_offset;
@@ -225,12 +216,7 @@ Status LaunchStreamGateUpWgmma(const WgmmaGateUpArgs& a, cudaStream_t stream) {
   const int per_cta = (groups + p.cluster - 1) / p.cluster;
   // operands + 1 KB for the 1024-byte alignment; the reduce (<= 7 x 2 KB) and epilogue tiles reuse A and B
   const int smem = per_cta * (kAGroupBytes + kBGroupBytes) + 1024;
-  if (a.route.logits != nullptr) {  // fused routing: a warp per token in the operand tiles' memory (4 KB at E = 1024)
-    p.a.route_warps = static_cast<int>(std::min<int64_t>({kThreads / 32, a.tokens, smem / RouteScratchBytes(a.route.experts)}));
-    if (p.a.route_warps < 1) return Status::Internal("fused_moe: the wgmma gate-up has no shared memory for fused routing");
-  }
-  auto* kernel = a.route.logits != nullptr ? (a.x_fp8 ? &GateUpWgmmaKernel<true, true> : &GateUpWgmmaKernel<false, true>)
-                                           : (a.x_fp8 ? &GateUpWgmmaKernel<true, false> : &GateUpWgmmaKernel<false, false>);
+  auto* kernel = a.x_fp8 ? &GateUpWgmmaKernel<true> : &GateUpWgmmaKernel<false>;
   // AllowSmem raises the limit once per kernel: give it the largest size any shape asks for
   constexpr int kMaxSmem = kMaxGroups * (kAGroupBytes + kBGroupBytes) + 1024;
   static_assert(kStreamGateUpWgmmaCtasPerSm * (kMaxSmem + 1024) <= 228 * 1024, "CTAs per SM (+1 KB reserved each)");

@@ -8,7 +8,6 @@
 #include <cstdint>
 
 #include "csrc/common/status.h"
-#include "csrc/moe/route.h"
 
 namespace hpc::moe {
 
@@ -21,8 +20,6 @@ struct WgmmaGateUpArgs {
   const float* a13_scale;    // [1]: x's static scale
   const float* a2_scale;     // [1]: the intermediate's static scale
   const int32_t* ids;        // [T, top_k] global expert ids
-  RouteParams route;         // fused routing (route.logits != null): every CTA routes the tokens itself instead
-  int route_warps;           // (set by LaunchStreamGateUpWgmma)
   uint8_t* inter;            // [T * top_k, I] e4m3 out
   int tokens, top_k, experts, expert_offset, hidden, inter_size;
 };
