@@ -59,11 +59,6 @@ __global__ void __launch_bounds__(kWarpsPerBlock * 32) MoeRouteKernel(const __gr
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int t = blockIdx.x * kWarpsPerBlock + warp;
   PdlWait();
-  // The next kernel may launch now: its CTAs get resident and run their prologue while this one routes (at T = 1 a
-  // routing of a few us, after which the next kernel's launch was exposed: moe_route then fused_moe read +8 us over
-  // fused_moe alone, session 55). Safe: every consumer reads the ids / weights after its own PdlWait, which waits
-  // for this whole grid; and PDL launches the dependent only once every CTA here has triggered or exited.
-  PdlLaunchDependents();
   if (t >= p.tokens) return;  // whole warps exit together
   float* score = score_smem[warp];
   float* select = select_smem[warp];
@@ -142,6 +137,7 @@ __global__ void __launch_bounds__(kWarpsPerBlock * 32) MoeRouteKernel(const __gr
     if (lane == 0) taken_smem[warp][e] = 1;
     __syncwarp();
   }
+  PdlLaunchDependents();
   if (lane < p.top_k) {
     const float norm = p.renormalize && total > 0.f ? p.routed_scaling / total : p.routed_scaling;
     p.weights[static_cast<int64_t>(t) * p.top_k + lane] = my_weight * norm;
@@ -155,10 +151,6 @@ Status MoeRouteCuda(const MoeRouteArgs& a, cudaStream_t stream) {
   HPC_RETURN_IF_ERROR(ValidateMoeRoute(a));
   if (a.router_logits.device != DeviceKind::kCuda) return Status::Internal("moe_route: CUDA path called with CPU tensors");
   HPC_RETURN_IF_ERROR(CheckHopper(a.router_logits.device_id));
-  return LaunchMoeRoute(a, stream);
-}
-
-Status LaunchMoeRoute(const MoeRouteArgs& a, cudaStream_t stream) {
   RouteParams p = {};
   p.logits = a.router_logits.data;
   p.logits_stride = a.router_logits.strides[0];
