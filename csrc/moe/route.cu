@@ -151,10 +151,6 @@ Status MoeRouteCuda(const MoeRouteArgs& a, cudaStream_t stream) {
   HPC_RETURN_IF_ERROR(ValidateMoeRoute(a));
   if (a.router_logits.device != DeviceKind::kCuda) return Status::Internal("moe_route: CUDA path called with CPU tensors");
   HPC_RETURN_IF_ERROR(CheckHopper(a.router_logits.device_id));
-  return LaunchMoeRoute(a, stream);
-}
-
-Status LaunchMoeRoute(const MoeRouteArgs& a, cudaStream_t stream) {
   RouteParams p = {};
   p.logits = a.router_logits.data;
   p.logits_stride = a.router_logits.strides[0];
