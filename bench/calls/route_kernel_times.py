@@ -1,8 +1,9 @@
 """Per-kernel GPU times (torch.profiler) of fused_moe's routing forms at T=1, Qwen3 fp8 (session 55)."""
+import os
 import sys
 import torch
 import hpc_xla.torch as ht
-sys.path.insert(0, sys.argv[1])
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # its neighbour fused_routing_ab.py
 from fused_routing_ab import weights  # noqa: E402
 gen = torch.Generator(device="cuda").manual_seed(0)
 w = weights(128, 2048, 768, "fp8_tensor", gen)

@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # session 55 call C (~2 min, any Hopper card; FIRST next session -- the device could not start it in session 55).
-# Carry .peer/pack (e78, e79: `tools/stage_experiments.sh e78:d88d092 e79:23a0b1c && tools/pack_staged.sh e78 e79`).
+# Carry .peer/pack (e78, e79: `tools/stage_experiments.sh e78:e7ac3c0 e79:95c2284 && tools/pack_staged.sh e78 e79`).
 #   e78 = main + experiment 78: fused routing as ONE op (torch hpc_xla::fused_moe_routed / XLA hpc_xla_fused_moe_routed,
 #         topk_weights / topk_ids written), moe_route's unchanged kernel as its first stage on every path.
 #   e79 = e78 + moe_route's kernel triggering its dependents right after its PDL wait (was: after routing).
+#   (78b / 79b: 78 / 79 with the faces' routing-option parsing in one helper -- Python only.)
 # 1. e79's GPU tests (fused routing on every path, bit for bit against moe_route then fused_moe; a CUDA graph with
 #    new logits; JAX jit; moe_route's GPU file; the stream-path tests) and memcheck over the fused-routing cases.
 # 2. fused_routing_ab.py on e78 and e79: per layer, ids given / two ops / fused.
