@@ -3,6 +3,7 @@ timing), three forms on the same rotating inputs --
   ids     fused_moe(topk_weights, topk_ids): the routing done elsewhere, not timed (the bench moe rows)
   two     moe_route(logits) then fused_moe(ids): routing as a separate op (what fused routing was before session 55)
   fused   fused_moe(router_logits=...): routing inside the layer (the stream path's kernels route in every CTA)
+  route   moe_route(logits) alone: the routing kernel's own cost in a chain of routing calls (session 56)
 Usage: python3 bench/calls/fused_routing_ab.py [out.json]; prints a table."""
 
 import json
@@ -65,8 +66,12 @@ def main():
                 return lambda: ht.fused_moe(s["x"], w["w13"], w["w2"], router_logits=s["logits"], top_k=k,
                                             quant=quant, out=s["out"], workspace=ws, **kw)
 
+            def route_form(s):
+                return lambda: ht.moe_route(s["logits"], k, out=s["pair"])
+
             us = {}
-            for form, make in (("ids", ids_form), ("two", two_form), ("fused", fused_form), ("ids2", ids_form)):
+            for form, make in (("ids", ids_form), ("two", two_form), ("fused", fused_form), ("ids2", ids_form),
+                               ("route", route_form)):
                 us[form] = timing.graph_time_us([make(s) for s in sets], replays=20)
             # same bits: fused == two
             a = ht.fused_moe(sets[0]["x"], w["w13"], w["w2"], router_logits=sets[0]["logits"], top_k=k, quant=quant,
@@ -76,8 +81,9 @@ def main():
             rows.append(dict(shape=name, quant=quant or "bf16", tokens=t, same_bits=same, **us))
             r = rows[-1]
             print("%-16s %-12s T=%-5d ids %7.1f / %7.1f  two %7.1f  fused %7.1f  fused-two %+6.1f  fused-ids %+6.1f  "
-                  "same=%s" % (name, r["quant"], t, us["ids"], us["ids2"], us["two"], us["fused"],
-                               us["fused"] - us["two"], us["fused"] - (us["ids"] + us["ids2"]) / 2, same), flush=True)
+                  "route %5.1f  same=%s" % (name, r["quant"], t, us["ids"], us["ids2"], us["two"], us["fused"],
+                               us["fused"] - us["two"], us["fused"] - (us["ids"] + us["ids2"]) / 2, us["route"], same),
+                  flush=True)
     if len(sys.argv) > 1:
         with open(sys.argv[1], "w") as f:
             json.dump(dict(device=torch.cuda.get_device_name(), rows=rows), f, indent=1)
