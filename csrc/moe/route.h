@@ -35,11 +35,8 @@ struct MoeRouteArgs {
   float routed_scaling = 1.0f;
 };
 
-// `op` names the caller in the messages (fused_moe validates its fused routing here too).
-Status ValidateMoeRoute(const MoeRouteArgs& args, const char* op = "moe_route");
+Status ValidateMoeRoute(const MoeRouteArgs& args);
 Status MoeRouteCuda(const MoeRouteArgs& args, cudaStream_t stream);
-// The routing kernel alone, for validated arguments on a Hopper GPU (fused_moe launches it as its first stage).
-Status LaunchMoeRoute(const MoeRouteArgs& args, cudaStream_t stream);
 Status MoeRouteCpu(const MoeRouteArgs& args);
 
 }  // namespace hpc
