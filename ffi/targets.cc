@@ -15,6 +15,7 @@ const std::vector<FfiTarget>& FfiTargets() {
       {"decode_attention", HpcXlaDecodeAttentionCuda, HpcXlaDecodeAttentionCpu},
       {"moe_route", HpcXlaMoeRouteCuda, HpcXlaMoeRouteCpu},
       {"fused_moe", HpcXlaFusedMoeCuda, HpcXlaFusedMoeCpu},
+      {"fused_moe_routed", HpcXlaFusedMoeRoutedCuda, HpcXlaFusedMoeRoutedCpu},
   };
   return targets;
 }

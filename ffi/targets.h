@@ -37,5 +37,7 @@ extern "C" XLA_FFI_Error* HpcXlaMoeRouteCuda(XLA_FFI_CallFrame* call_frame);
 extern "C" XLA_FFI_Error* HpcXlaMoeRouteCpu(XLA_FFI_CallFrame* call_frame);
 extern "C" XLA_FFI_Error* HpcXlaFusedMoeCuda(XLA_FFI_CallFrame* call_frame);
 extern "C" XLA_FFI_Error* HpcXlaFusedMoeCpu(XLA_FFI_CallFrame* call_frame);
+extern "C" XLA_FFI_Error* HpcXlaFusedMoeRoutedCuda(XLA_FFI_CallFrame* call_frame);
+extern "C" XLA_FFI_Error* HpcXlaFusedMoeRoutedCpu(XLA_FFI_CallFrame* call_frame);
 
 }  // namespace hpc::ffi_glue

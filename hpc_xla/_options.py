@@ -100,6 +100,17 @@ def route_options(router_logits, top_k, scoring, num_groups, topk_groups, routed
     return top_k, scoring_code(scoring), groups, kept, _args.real("moe_route", "routed_scaling", routed_scaling)
 
 
+def fused_route_options(router_logits, top_k, route_kwargs):
+    """fused_moe's routing keywords (moe_route's, with its defaults) as the binary's fused_moe_routed takes them, in
+    fused_moe's words: (top_k, scoring code, renormalize, num_groups, topk_groups, routed_scaling)."""
+    with _args.speaking_as("moe_route", "fused_moe"):
+        top_k, scoring, groups, kept, scaling = route_options(
+            router_logits, top_k, route_kwargs.get("scoring", "softmax"), route_kwargs.get("num_groups"),
+            route_kwargs.get("topk_groups"), route_kwargs.get("routed_scaling", 1.0))
+        renormalize = _args.boolean("moe_route", "renormalize", route_kwargs.get("renormalize", True))
+    return top_k, scoring, renormalize, groups, kept, scaling
+
+
 def expert_counts(expert_offset, num_experts_global):
     """(expert_offset, num_experts_global) as the binary takes them (0: E + expert_offset)."""
     # (int64 for the binding, which names the int32 range itself; 2^64 read "Expected a value of type 'int' ...

@@ -206,6 +206,73 @@ def test_jax_torch_parity_and_fused_routing(quant):
     assert np.array_equal(np.asarray(fused).view(np.uint16), np.asarray(separate).view(np.uint16))
 
 
+@pytest.mark.parametrize("route", [dict(), dict(scoring="sigmoid", renormalize=False, routed_scaling=2.0),
+                                   dict(num_groups=4, topk_groups=2, correction_bias=True)],
+                         ids=["softmax", "sigmoid", "grouped-bias"])
+def test_fused_routing_writes_moe_routes_result(route):
+    """torch fused routing (one op: routes, then the layer) on the CPU: the routing it writes is moe_route's and
+    the layer equals moe_route then fused_moe, bit for bit; under expert parallelism too."""
+    import torch
+
+    import hpc_xla.torch as ht
+    from hpc_xla import _options
+
+    p = make_problem(5, 4, 256, 128, 3, "fp8_tensor", expert_offset=4, extra_experts=8, seed=3)
+    t = torch_problem(p)
+    gen = torch.Generator().manual_seed(4)
+    logits = torch.randn(5, 16, generator=gen)
+    route = dict(route)
+    if route.pop("correction_bias", False):
+        route["correction_bias"] = torch.randn(16, generator=gen) * 0.1
+    kw = dict(quant="fp8_tensor", w13_scale=t["w13_scale"], w2_scale=t["w2_scale"], a13_scale=t["a13_scale"],
+              a2_scale=t["a2_scale"], expert_offset=4, num_experts_global=16)
+    w, ids = ht.moe_route(logits, 3, **route)
+    separate = ht.fused_moe(t["x"], t["w13"], t["w2"], w, ids, **kw)
+    fused = ht.fused_moe(t["x"], t["w13"], t["w2"], router_logits=logits, top_k=3, **kw, **route)
+    assert torch.equal(fused.view(torch.int16), separate.view(torch.int16))
+    # the op itself: its topk outputs hold the routing
+    got_w, got_ids = torch.full_like(w, float("nan")), torch.full_like(ids, -7)
+    out = torch.empty_like(fused)
+    options = _options.fused_route_options(logits, 3, route)[1:]
+    ht.moe.fused_moe_routed_op(t["x"], None, t["w13"], t["w2"], t["w13_scale"], t["w2_scale"], t["a13_scale"],
+                               t["a2_scale"], logits, route.get("correction_bias"), got_w, got_ids, None, out,
+                               torch.empty(0, dtype=torch.uint8), 1, 4, 16, False, *options)
+    assert torch.equal(got_ids, ids) and torch.equal(got_w, w)
+    assert torch.equal(out.view(torch.int16), separate.view(torch.int16))
+
+
+def test_fused_routing_bad_inputs():
+    """Fused routing's own errors, in fused_moe's name, from both faces and the op (whose topk outputs the faces
+    allocate, so only a direct caller can alias them)."""
+    import jax
+    import torch
+
+    import hpc_xla.jax as hj
+    import hpc_xla.torch as ht
+
+    p = make_problem(3, 4, 256, 128, 2, None, seed=6)
+    t = torch_problem(p)
+    logits = torch.randn(3, 4)
+    with pytest.raises(ValueError, match=r"fused_moe: correction_bias.shape\[0\] must be 4 \(num_experts"):
+        ht.fused_moe(t["x"], t["w13"], t["w2"], router_logits=logits, top_k=2, correction_bias=torch.zeros(5))
+    cpu = jax.devices("cpu")[0]
+    put = lambda v: jax.device_put(np.asarray(v), cpu)  # noqa: E731
+    with pytest.raises(jax.errors.JaxRuntimeError, match=r"fused_moe: correction_bias.shape\[0\] must be 4 \(num_exp"):
+        hj.fused_moe(put(p["x"]), put(p["w13"]), put(p["w2"]), router_logits=put(logits.numpy()), top_k=2,
+                     correction_bias=put(np.zeros(5, np.float32)))
+    with pytest.raises(ValueError, match=r"fused_moe: top_k must be in \[1, num_experts=4\]; got 5"):
+        hj.fused_moe(put(p["x"]), put(p["w13"]), put(p["w2"]), router_logits=put(logits.numpy()), top_k=5)
+    w, ids = torch.empty(3, 2), torch.empty(3, 2, dtype=torch.int32)
+    out = torch.empty(3, 256, dtype=torch.bfloat16)
+    args = lambda w_, ids_, out_: (t["x"], None, t["w13"], t["w2"], None, None, None, None, logits, None, w_, ids_,  # noqa: E731
+                                   None, out_, torch.empty(0, dtype=torch.uint8), 0, 0, 4, False, 0, True, 0, 0, 1.0)
+    in_out = out.view(-1)[:12].view(torch.float32).view(3, 2)  # the weights would be written over out's first row
+    with pytest.raises(ValueError, match=r"fused_moe: topk_weights .*out"):
+        ht.moe.fused_moe_routed_op(*args(in_out, ids, out))
+    with pytest.raises(ValueError, match=r"fused_moe: router_logits.shape\[0\] must be 3 \(T, from x\)"):
+        ht.moe.fused_moe_routed_op(*args(w, ids, out)[:8], torch.randn(4, 4), *args(w, ids, out)[9:])
+
+
 def test_bad_inputs():
     import hpc_xla.torch as ht
 

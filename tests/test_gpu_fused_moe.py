@@ -536,19 +536,131 @@ def test_jax_jit_on_gpu(quant, tokens):
     assert np.array_equal(out.view(np.uint16), torch_out.view(np.uint16))
 
 
-def test_fused_routing_on_gpu():
+def _routed_layer(t, p, logits, top_k, route):
+    """fused_moe with fused routing through the op itself, so the routing it writes can be read: (out, weights,
+    ids), the outputs poisoned first."""
+    import torch
+
+    import hpc_xla.torch as ht
+    from hpc_xla import _options
+    from hpc_xla.torch.moe import fused_moe_workspace_size
+
+    x = t["x"]
+    tokens = x.shape[0]
+    weights = torch.full((tokens, top_k), float("nan"), device="cuda")
+    ids = torch.full((tokens, top_k), -7, dtype=torch.int32, device="cuda")
+    size = fused_moe_workspace_size(tokens, top_k, t["w13"].shape[0], x.shape[1], t["w13"].shape[1] // 2,
+                                    p["quant"], num_experts_global=p["num_experts_global"])
+    out = torch.full(x.shape, float("nan"), dtype=torch.bfloat16, device="cuda")
+    workspace = torch.full((size,), 0xFF, dtype=torch.uint8, device="cuda")
+    options = _options.fused_route_options(logits, top_k, route)[1:]
+    ht.moe.fused_moe_routed_op(x, t["x_scale"], t["w13"], t["w2"], t["w13_scale"], t["w2_scale"], t["a13_scale"],
+                               t["a2_scale"], logits, route.get("correction_bias"), weights, ids,
+                               t["shared_output"], out, workspace, QUANT_CODE[p["quant"]], p["expert_offset"],
+                               p["num_experts_global"], False, *options)
+    return out, weights, ids
+
+
+# (tokens, experts, hidden, inter, top_k, quant, expert_offset, extra, route keywords, x_fp8): the routing kernel,
+# then every path -- the stream one (T*k <= 32: the mma.sync gate-up, and at T = 1 fp8_tensor the wgmma one; fp8 and
+# bf16 down kernels), tiled (T = 40), grouped (T = 600)
+FUSED_ROUTING_CASES = [
+    (1, 16, 256, 128, 8, "fp8_tensor", 0, 0, {}, False),                                   # wgmma gate-up
+    (1, 16, 256, 128, 8, None, 0, 0, dict(scoring="sigmoid", renormalize=False), False),
+    (3, 16, 256, 128, 4, "fp8_block128", 0, 0, dict(routed_scaling=2.5), True),
+    (4, 8, 256, 128, 8, "fp8_tensor", 4, 4, dict(num_groups=4, topk_groups=2), False),       # EP: 8 of 16 local
+    (2, 64, 256, 128, 6, "fp8_tensor", 0, 0, dict(num_groups=8, topk_groups=3, correction_bias=True), False),
+    (5, 256, 256, 128, 6, None, 0, 0, dict(num_groups=8, topk_groups=4, correction_bias=True), False),
+    (1, 1024, 256, 128, 8, "fp8_tensor", 0, 0, {}, False),                                 # moe_route's largest E
+    (4, 8, 256, 128, 2, None, 0, 0, {}, False),                                            # Mixtral's 8 experts
+    (40, 16, 256, 128, 4, "fp8_tensor", 0, 0, {}, False),                                  # tiled path
+    (600, 16, 256, 128, 2, None, 0, 0, dict(scoring="sigmoid"), False),                     # grouped path
+]
+
+
+@pytest.mark.parametrize("case", FUSED_ROUTING_CASES, ids=lambda c: "T%d-E%d-k%d-%s" % (c[0], c[1], c[4], c[5]))
+def test_fused_routing_on_gpu(case):
+    """Fused routing (router_logits, one op) == moe_route then fused_moe, bit for bit: the routing it
+    writes and the layer's output, on every path."""
     import torch
 
     import hpc_xla.torch as ht
 
-    p = make_problem(12, 8, 256, 128, 2, None, seed=2)
+    tokens, experts, hidden, inter, top_k, quant, offset, extra, route, x_fp8 = case
+    p = make_problem(tokens, experts, hidden, inter, top_k, quant, expert_offset=offset, extra_experts=extra,
+                     x_fp8=x_fp8, seed=tokens + experts)
     t = _cuda_inputs(p)
-    logits = torch.randn(12, 8, device="cuda")
-    fused = ht.fused_moe(t["x"], t["w13"], t["w2"], router_logits=logits, top_k=2)
-    w, ids = ht.moe_route(logits, 2)
-    separate = ht.fused_moe(t["x"], t["w13"], t["w2"], w, ids)
+    global_e = p["num_experts_global"]
+    gen = torch.Generator(device="cuda").manual_seed(experts)
+    logits = torch.randn(tokens, global_e, device="cuda", generator=gen).to(torch.bfloat16)
+    route = dict(route)
+    if route.pop("correction_bias", False):
+        route["correction_bias"] = torch.randn(global_e, device="cuda", generator=gen) * 0.1
+    out, weights, ids = _routed_layer(t, p, logits, top_k, route)
+    want_w, want_ids = ht.moe_route(logits, top_k, **route)
+    separate = ht.fused_moe(t["x"], t["w13"], t["w2"], want_w, want_ids, quant=quant, w13_scale=t["w13_scale"],
+                            w2_scale=t["w2_scale"], a13_scale=t["a13_scale"], a2_scale=t["a2_scale"],
+                            x_scale=t["x_scale"], expert_offset=offset, num_experts_global=global_e)
     torch.cuda.synchronize()
-    assert torch.equal(fused.view(torch.int16), separate.view(torch.int16))
+    assert torch.equal(ids, want_ids)
+    assert torch.equal(weights.view(torch.int32), want_w.view(torch.int32))
+    assert torch.equal(out.view(torch.int16), separate.view(torch.int16))
+    # the public face, same bits
+    face = ht.fused_moe(t["x"], t["w13"], t["w2"], router_logits=logits, top_k=top_k, quant=quant,
+                        w13_scale=t["w13_scale"], w2_scale=t["w2_scale"], a13_scale=t["a13_scale"],
+                        a2_scale=t["a2_scale"], x_scale=t["x_scale"], expert_offset=offset,
+                        num_experts_global=global_e, **route)
+    torch.cuda.synchronize()
+    assert torch.equal(face.view(torch.int16), separate.view(torch.int16))
+
+
+@pytest.mark.parametrize("quant", [None, "fp8_tensor"])
+def test_fused_routing_in_a_cuda_graph(quant):
+    """Captured once, replayed with new logits: the layer follows them (nothing of the routing is baked in at
+    capture)."""
+    import torch
+
+    import hpc_xla.torch as ht
+
+    p = make_problem(2, 32, 256, 128, 8, quant, seed=5)
+    t = _cuda_inputs(p)
+    logits = torch.randn(2, 32, device="cuda")
+    workspace = torch.empty(ht.fused_moe_workspace_size(2, 8, 32, 256, 128, quant), dtype=torch.uint8, device="cuda")
+    kw = dict(quant=quant, w13_scale=t["w13_scale"], w2_scale=t["w2_scale"], a13_scale=t["a13_scale"],
+              a2_scale=t["a2_scale"])
+    graph, out = capture(lambda: ht.fused_moe(t["x"], t["w13"], t["w2"], router_logits=logits, top_k=8,
+                                              workspace=workspace, **kw))
+    for seed in range(3):
+        logits.copy_(torch.randn(2, 32, device="cuda", generator=torch.Generator(device="cuda").manual_seed(seed)))
+        graph.replay()
+        w, ids = ht.moe_route(logits, 8)
+        want = ht.fused_moe(t["x"], t["w13"], t["w2"], w, ids, **kw)
+        torch.cuda.synchronize()
+        assert torch.equal(out.view(torch.int16), want.view(torch.int16)), seed
+
+
+def test_fused_routing_jax_on_gpu():
+    """JAX's fused routing (one custom call) under jit == torch's, bit for bit."""
+    import jax
+    import torch
+
+    import hpc_xla.jax as hj
+    import hpc_xla.torch as ht
+
+    p = make_problem(1, 16, 256, 128, 8, "fp8_tensor", seed=9)
+    logits = np.random.default_rng(9).standard_normal((1, 16)).astype(np.float32)
+    gpu = jax.devices("gpu")[0]
+    a = {k: (jax.device_put(v, gpu) if isinstance(v, (np.ndarray, np.generic)) else v) for k, v in p.items()}
+    f = jax.jit(lambda x, w13, w2, lg: hj.fused_moe(x, w13, w2, router_logits=lg, top_k=8, quant="fp8_tensor",
+                                                    w13_scale=a["w13_scale"], w2_scale=a["w2_scale"],
+                                                    a13_scale=a["a13_scale"], a2_scale=a["a2_scale"]))
+    out = np.asarray(f(a["x"], a["w13"], a["w2"], jax.device_put(logits, gpu)))
+    t = _cuda_inputs(p)
+    want = ht.fused_moe(t["x"], t["w13"], t["w2"], router_logits=to_torch(logits, "cuda"), top_k=8,
+                        quant="fp8_tensor", w13_scale=t["w13_scale"], w2_scale=t["w2_scale"],
+                        a13_scale=t["a13_scale"], a2_scale=t["a2_scale"])
+    torch.cuda.synchronize()
+    assert np.array_equal(out.view(np.uint16), from_torch(want).view(np.uint16))
 
 
 # ------------------------------------------------------------------ grouped (CUTLASS WGMMA) path, T*k/E > 64

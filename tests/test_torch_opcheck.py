@@ -56,3 +56,20 @@ def test_fused_moe_opcheck(quant):
             p["topk_weights"], p["topk_ids"], p["shared_output"], out, ws, {None: 0, "fp8_tensor": 1}[quant], 0, 4,
             False)
     torch.library.opcheck(torch.ops.hpc_xla.fused_moe.default, args, test_utils=FULL if quant is None else FULL[1:])
+
+
+@pytest.mark.parametrize("quant", [None, "fp8_tensor"])
+def test_fused_moe_routed_opcheck(quant):
+    import torch
+
+    import hpc_xla.torch  # noqa: F401  (registers the ops)
+
+    p = torch_problem(make_problem(5, 4, 128, 128, 2, quant, shared=True, seed=4))
+    logits = torch.randn(5, 4, generator=torch.Generator().manual_seed(4))
+    w, ids = torch.empty(5, 2), torch.empty(5, 2, dtype=torch.int32)
+    out, ws = torch.empty(5, 128, dtype=torch.bfloat16), torch.empty(0, dtype=torch.uint8)
+    args = (p["x"], None, p["w13"], p["w2"], p["w13_scale"], p["w2_scale"], p["a13_scale"], p["a2_scale"], logits,
+            None, w, ids, p["shared_output"], out, ws, {None: 0, "fp8_tensor": 1}[quant], 0, 4, False, 0, True, 0, 0,
+            1.0)
+    torch.library.opcheck(torch.ops.hpc_xla.fused_moe_routed.default, args,
+                          test_utils=FULL if quant is None else FULL[1:])

@@ -27,11 +27,12 @@ void MoeRouteBinding(nb::handle router_logits, nb::handle correction_bias, nb::h
   RunOp(a.router_logits, t, stream, &MoeRouteCuda, &MoeRouteCpu, a);
 }
 
-void FusedMoeBinding(nb::handle x, nb::handle x_scale, nb::handle w13, nb::handle w2, nb::handle w13_scale,
-                     nb::handle w2_scale, nb::handle a13_scale, nb::handle a2_scale, nb::handle topk_weights,
-                     nb::handle topk_ids, nb::handle shared_output, nb::handle out, nb::handle workspace, int quant,
-                     int64_t expert_offset, int64_t num_experts_global, bool w13_interleaved, int64_t stream) {
-  TensorArgs t;
+// fused_moe's operands but the routing's (topk_* or router_logits), shared by both bindings.
+FusedMoeArgs FusedMoeCommon(TensorArgs& t, nb::handle x, nb::handle x_scale, nb::handle w13, nb::handle w2,
+                            nb::handle w13_scale, nb::handle w2_scale, nb::handle a13_scale, nb::handle a2_scale,
+                            nb::handle topk_weights, nb::handle topk_ids, nb::handle shared_output, nb::handle out,
+                            nb::handle workspace, int quant, int64_t expert_offset, int64_t num_experts_global,
+                            bool w13_interleaved) {
   FusedMoeArgs a;
   a.x = t.Get("x", x);
   a.x_scale = t.Get("x_scale", x_scale);
@@ -50,6 +51,41 @@ void FusedMoeBinding(nb::handle x, nb::handle x_scale, nb::handle w13, nb::handl
   a.expert_offset = expert_offset;
   a.num_experts_global = num_experts_global;
   a.w13_interleaved = w13_interleaved;
+  return a;
+}
+
+void FusedMoeBinding(nb::handle x, nb::handle x_scale, nb::handle w13, nb::handle w2, nb::handle w13_scale,
+                     nb::handle w2_scale, nb::handle a13_scale, nb::handle a2_scale, nb::handle topk_weights,
+                     nb::handle topk_ids, nb::handle shared_output, nb::handle out, nb::handle workspace, int quant,
+                     int64_t expert_offset, int64_t num_experts_global, bool w13_interleaved, int64_t stream) {
+  TensorArgs t;
+  const FusedMoeArgs a = FusedMoeCommon(t, x, x_scale, w13, w2, w13_scale, w2_scale, a13_scale, a2_scale, topk_weights,
+                                        topk_ids, shared_output, out, workspace, quant, expert_offset,
+                                        num_experts_global, w13_interleaved);
+  RunOp(a.x, t, stream, &FusedMoeCuda, &FusedMoeCpu, a);
+}
+
+// Fused routing: topk_weights / topk_ids are written (router_logits routed by moe_route's rule, then the layer).
+void FusedMoeRoutedBinding(nb::handle x, nb::handle x_scale, nb::handle w13, nb::handle w2, nb::handle w13_scale,
+                           nb::handle w2_scale, nb::handle a13_scale, nb::handle a2_scale, nb::handle router_logits,
+                           nb::handle correction_bias, nb::handle topk_weights, nb::handle topk_ids,
+                           nb::handle shared_output, nb::handle out, nb::handle workspace, int quant,
+                           int64_t expert_offset, int64_t num_experts_global, bool w13_interleaved, int scoring,
+                           bool renormalize, int num_groups, int topk_groups, float routed_scaling, int64_t stream) {
+  TensorArgs t;
+  FusedMoeArgs a = FusedMoeCommon(t, x, x_scale, w13, w2, w13_scale, w2_scale, a13_scale, a2_scale, topk_weights,
+                                  topk_ids, shared_output, out, workspace, quant, expert_offset, num_experts_global,
+                                  w13_interleaved);
+  a.route.router_logits = t.Get("router_logits", router_logits);
+  a.route.correction_bias = t.Get("correction_bias", correction_bias);
+  a.route.topk_weights = a.topk_weights;
+  a.route.topk_ids = a.topk_ids;
+  a.route.top_k = a.topk_ids.rank == 2 ? static_cast<int>(a.topk_ids.shape[1]) : 0;
+  a.route.scoring = static_cast<RouteScoring>(scoring);
+  a.route.renormalize = renormalize;
+  a.route.num_groups = num_groups;
+  a.route.topk_groups = topk_groups;
+  a.route.routed_scaling = routed_scaling;
   RunOp(a.x, t, stream, &FusedMoeCuda, &FusedMoeCpu, a);
 }
 
@@ -84,6 +120,13 @@ void BindMoe(nb::module_& m) {
         nb::arg("a2_scale").none(), nb::arg("topk_weights"), nb::arg("topk_ids"), nb::arg("shared_output").none(),
         nb::arg("out"), nb::arg("workspace"), nb::arg("quant"), nb::arg("expert_offset"),
         nb::arg("num_experts_global"), nb::arg("w13_interleaved") = false, nb::arg("stream") = -1);
+  m.def("fused_moe_routed", &FusedMoeRoutedBinding, nb::arg("x"), nb::arg("x_scale").none(), nb::arg("w13"),
+        nb::arg("w2"), nb::arg("w13_scale").none(), nb::arg("w2_scale").none(), nb::arg("a13_scale").none(),
+        nb::arg("a2_scale").none(), nb::arg("router_logits"), nb::arg("correction_bias").none(),
+        nb::arg("topk_weights"), nb::arg("topk_ids"), nb::arg("shared_output").none(), nb::arg("out"),
+        nb::arg("workspace"), nb::arg("quant"), nb::arg("expert_offset"), nb::arg("num_experts_global"),
+        nb::arg("w13_interleaved"), nb::arg("scoring"), nb::arg("renormalize"), nb::arg("num_groups"),
+        nb::arg("topk_groups"), nb::arg("routed_scaling"), nb::arg("stream") = -1);
   BindWorkspaceSize(m, "fused_moe_workspace_size", true, &FusedMoeMaxWorkspaceBytes,
                     "Bytes of a CUDA fused_moe workspace (uint8) that serves every call of at most `tokens` tokens "
                     "with these shapes (local experts E = w13.shape[0]; experts_global and w13_interleaved as the "

@@ -12,6 +12,9 @@
 //   5. reduce    y[t] = sum_j (j order) w[t,j] * down[t*k+j] over local experts (+ shared_output) -> bf16
 // Grouped path (M tile 128): fused_moe_grouped.cu (CUTLASS WGMMA grouped GEMMs).
 // Stream path (M tile 8, decode regime): fused_moe_stream.cu (two kernels, no align).
+// Fused routing (FusedMoeArgs::route, router_logits given): moe_route's kernel runs first, writing topk_weights /
+// topk_ids (the op's outputs), which every path then reads. (Routing inside the stream kernels' CTAs was measured
+// and lost: bench/NOTES.md, session 55, experiments 76 / 77.)
 // Workspace layout and the M tile: fused_moe_plan.h. The GEMMs work on (N block, tile, K split) items, each CTA
 // a contiguous range of them (moe_gemm.cuh): a persistent grid for fp8_tensor and split gate-ups, one CTA per item
 // otherwise (LaunchGemm). Every kernel calls PdlWait() before anything else (the quant kernel: before it ends, see
@@ -295,7 +298,7 @@ Status FusedMoeCuda(const FusedMoeArgs& a, cudaStream_t stream) {
   const int64_t global = GlobalExperts(a);
   if (DeviceChecksEnabled()) {
     HPC_RETURN_IF_ERROR(CheckTracedOffsetOnDevice(a, stream));  // first: a bad one folds ids the next check blames
-    HPC_RETURN_IF_ERROR(CheckIdsOnDevice(a, global, stream));
+    if (!Routed(a)) HPC_RETURN_IF_ERROR(CheckIdsOnDevice(a, global, stream));  // (routed: the op writes them)
     for (const auto& [name, t, zero_ok] : {std::tuple<const char*, const TensorView*, bool>{"a13_scale", &a.a13_scale, false},
                                           {"a2_scale", &a.a2_scale, false}, {"w13_scale", &a.w13_scale, true},
                                           {"w2_scale", &a.w2_scale, true}, {"x_scale", &a.x_scale, true}}) {
@@ -303,6 +306,7 @@ Status FusedMoeCuda(const FusedMoeArgs& a, cudaStream_t stream) {
     }
   }
   const moe::MoePlan plan = FusedMoePlanOf(a);
+  if (Routed(a)) HPC_RETURN_IF_ERROR(LaunchMoeRoute(a.route, stream));  // the pipeline's first stage (PDL-chained)
   if (plan.stream) return moe::RunStreamMoe(a, plan, stream);
   uint8_t* ws = a.workspace.ptr<uint8_t>();
   int32_t* header = reinterpret_cast<int32_t*>(ws + plan.header);

@@ -10,6 +10,7 @@
 #include "csrc/common/numeric.h"
 #include "csrc/common/status.h"
 #include "csrc/common/tensor_view.h"
+#include "csrc/moe/route.h"
 
 typedef struct CUstream_st* cudaStream_t;
 
@@ -29,8 +30,8 @@ struct FusedMoeArgs {
   TensorView w2_scale;       // fp8_tensor: [E] f32; block128: [E, H/128, I/128] f32
   TensorView a13_scale;      // fp8_tensor: f32 scalar (static activation scale of x)
   TensorView a2_scale;       // fp8_tensor: f32 scalar (static activation scale of the intermediate)
-  TensorView topk_weights;   // [T, k] f32
-  TensorView topk_ids;       // [T, k] int32 (global expert ids)
+  TensorView topk_weights;   // [T, k] f32 (written with fused routing)
+  TensorView topk_ids;       // [T, k] int32 (global expert ids; written with fused routing)
   TensorView shared_output;  // optional [T, H] bf16, added to y
   // optional int32 [1]: a traced expert_offset (jax under shard_map) that hpc_xla.jax already folded into topk_ids
   // (expert_offset is then 0): 0 <= it <= num_experts_global - E is checked here (CheckTracedOffset) -- on the CPU,
@@ -46,7 +47,13 @@ struct FusedMoeArgs {
   // column c in row W13GateRow(c), its up column 64 rows below. Lets the grouped path compute silu(gate) * up in
   // its gate-up GEMM's epilogue (moe_act_epilogue_sm90.h); every path reads either layout.
   bool w13_interleaved = false;
+  // Fused routing: with route.router_logits present, the op routes first (moe_route's rule, route.h) and
+  // topk_weights / topk_ids are OUTPUTS it writes -- route.topk_weights / route.topk_ids are the same views, and
+  // route.top_k is topk_ids.shape[1]. moe_route's kernel runs as the pipeline's first stage on every path.
+  MoeRouteArgs route;
 };
+
+inline bool Routed(const FusedMoeArgs& a) { return a.route.router_logits.present(); }
 
 // The w13 layouts (FusedMoeArgs::w13_interleaved): the row holding gate column c, and how far below it the
 // matching up row is. vLLM's: c and I + c. Interleaved: 128 (c / 64) + c % 64 and 64 further. Any run of columns

@@ -225,6 +225,36 @@ Status CheckMoeCudaShapes(const ArgCheck& c, int64_t tokens, int64_t top_k, int6
   return Status::Ok();
 }
 
+// Fused routing (FusedMoeArgs::route): moe_route's rules in fused_moe's name, its outputs the op's topk views, and
+// those written views kept apart from everything the op reads or writes.
+Status ValidateFusedRouting(const ArgCheck& c, const FusedMoeArgs& a) {
+  const MoeRouteArgs& r = a.route;
+  if (r.topk_weights.data != a.topk_weights.data || r.topk_ids.data != a.topk_ids.data ||
+      r.top_k != (a.topk_ids.rank == 2 ? a.topk_ids.shape[1] : -1)) {
+    return Status::Internal("fused_moe: the fused routing's outputs must be the op's topk_weights / topk_ids");
+  }
+  // its rows against x's first: the routing's own checks would blame the outputs sized from x
+  HPC_RETURN_IF_ERROR(c.Required("router_logits", r.router_logits, 2, "[T, E]"));
+  HPC_RETURN_IF_ERROR(c.SameDevice("router_logits", r.router_logits, "x", a.x));
+  HPC_RETURN_IF_ERROR(c.Dim("router_logits", r.router_logits, 0, a.x.shape[0], "T, from x"));
+  HPC_RETURN_IF_ERROR(ValidateMoeRoute(r, "fused_moe"));
+  if (r.router_logits.shape[1] != GlobalExperts(a)) {
+    return c.Fail("router_logits scores " + std::to_string(r.router_logits.shape[1]) +
+                  " experts (shape[1]); the routing has num_experts_global (or E + expert_offset) = " +
+                  std::to_string(GlobalExperts(a)));
+  }
+  if (a.traced_offset.present()) return c.Fail("fused routing takes a static expert_offset (no traced_offset)");
+  for (const auto& [name, t] : {std::pair<const char*, const TensorView*>{"topk_weights", &a.topk_weights},
+                                {"topk_ids", &a.topk_ids}}) {
+    for (const auto& [other, o] : {std::pair<const char*, const TensorView*>{"x", &a.x}, {"x_scale", &a.x_scale},
+                                   {"w13", &a.w13}, {"w2", &a.w2}, {"out", &a.out}, {"workspace", &a.workspace},
+                                   {"shared_output", &a.shared_output}, {"correction_bias", &r.correction_bias}}) {
+      if (o->present()) HPC_RETURN_IF_ERROR(c.Disjoint(name, *t, other, *o));
+    }
+  }
+  return Status::Ok();
+}
+
 }  // namespace
 
 Status ValidateFusedMoe(const FusedMoeArgs& a) {
@@ -295,6 +325,7 @@ Status ValidateFusedMoe(const FusedMoeArgs& a) {
   }
   if (a.activation != MoeActivation::kSilu) return c.Fail("activation must be 'silu'");
 
+  if (Routed(a)) HPC_RETURN_IF_ERROR(ValidateFusedRouting(c, a));
   HPC_RETURN_IF_ERROR(c.Dense("topk_ids", a.topk_ids, "[T, top_k]", {DType::kI32}, {{tokens, "T, from x"}, {-1, ""}},
                               "x", a.x));
   HPC_RETURN_IF_ERROR(c.Dense("topk_weights", a.topk_weights, "[T, top_k]", {DType::kF32},

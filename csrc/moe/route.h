@@ -35,8 +35,11 @@ struct MoeRouteArgs {
   float routed_scaling = 1.0f;
 };
 
-Status ValidateMoeRoute(const MoeRouteArgs& args);
+// `op` names the caller in the messages (fused_moe validates its fused routing here too).
+Status ValidateMoeRoute(const MoeRouteArgs& args, const char* op = "moe_route");
 Status MoeRouteCuda(const MoeRouteArgs& args, cudaStream_t stream);
+// The routing kernel alone, for validated arguments on a Hopper GPU (fused_moe launches it as its first stage).
+Status LaunchMoeRoute(const MoeRouteArgs& args, cudaStream_t stream);
 Status MoeRouteCpu(const MoeRouteArgs& args);
 
 }  // namespace hpc

@@ -6,8 +6,8 @@
 
 namespace hpc {
 
-Status ValidateMoeRoute(const MoeRouteArgs& a) {
-  ArgCheck c("moe_route");
+Status ValidateMoeRoute(const MoeRouteArgs& a, const char* op) {
+  ArgCheck c(op);
   HPC_RETURN_IF_ERROR(c.Required("router_logits", a.router_logits, 2, "[T, E]"));
   HPC_RETURN_IF_ERROR(c.Dtype("router_logits", a.router_logits, {DType::kF32, DType::kBF16, DType::kF16}));
   HPC_RETURN_IF_ERROR(c.InnerContiguous("router_logits", a.router_logits));

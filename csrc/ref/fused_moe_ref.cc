@@ -74,6 +74,7 @@ Status FusedMoeCpu(const FusedMoeArgs& a) {
   if (a.x.device != DeviceKind::kCpu) return Status::Internal("fused_moe: CPU path called with GPU tensors");
   // before the ids: a bad traced offset folds valid ids into ones the id check would blame
   if (a.traced_offset.present()) HPC_RETURN_IF_ERROR(CheckTracedOffset(a, a.traced_offset.ptr<const int32_t>()[0]));
+  if (Routed(a)) HPC_RETURN_IF_ERROR(MoeRouteCpu(a.route));  // fills topk_weights / topk_ids (validated above)
   const int64_t tokens = a.x.shape[0], hidden = a.x.shape[1], experts = a.w13.shape[0], inter = a.w13.shape[1] / 2;
   const int top_k = static_cast<int>(a.topk_ids.shape[1]);
   const int64_t global = a.num_experts_global > 0 ? a.num_experts_global : experts + a.expert_offset;

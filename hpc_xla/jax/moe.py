@@ -51,7 +51,9 @@ def fused_moe(x, w13, w2, topk_weights=None, topk_ids=None, *, quant=None, w13_s
         float8_e4m3fn. fp8_tensor: w13_scale/w2_scale [E], a13_scale/a2_scale float32 scalars.
         fp8_block128: w13_scale [E, 2I/128, H/128], w2_scale [E, H/128, I/128].
       topk_weights [T, k] float32 / topk_ids [T, k] int32, or router_logits [T, E_global] plus moe_route's
-        keywords (top_k, scoring, renormalize, num_groups, topk_groups, correction_bias, routed_scaling).
+        keywords (top_k, scoring, renormalize, num_groups, topk_groups, correction_bias, routed_scaling): fused
+        routing, one custom call whose first stage is moe_route's kernel (the same routing, bit for bit). (A traced
+        expert_offset calls moe_route first instead: the offset is folded into its ids.)
       expert_offset, num_experts_global: expert parallelism -- this rank holds experts [expert_offset,
         expert_offset + E) of num_experts_global (ids must be below it; None: E + expert_offset). Pass the global
         count under EP: the CUDA grouped GEMMs size their tiles by the expected local rows per expert,
@@ -74,40 +76,62 @@ def fused_moe(x, w13, w2, topk_weights=None, topk_ids=None, *, quant=None, w13_s
     _options.check_activation(activation)
     w13_interleaved = _options.w13_interleaved_flag(w13_interleaved, quant, w13.shape)
     num_experts_global = _args.optional_integer("fused_moe", "num_experts_global", num_experts_global, minimum=1)
-    if _options.routing_inputs(topk_weights, topk_ids, router_logits, route_kwargs):
+    routed = _options.routing_inputs(topk_weights, topk_ids, router_logits, route_kwargs)
+    if routed:
         _args.arrays("fused_moe", router_logits=router_logits)
         _options.check_router_experts("fused_moe", router_logits, num_experts_global, w13.shape[0], expert_offset,
                                       tokens=x.shape[0])
         top_k = route_kwargs.pop("top_k")
-        with _args.speaking_as("moe_route", "fused_moe"):  # (the caller's words: fused_moe's top_k, scoring, ...)
-            topk_weights, topk_ids = moe_route(router_logits, top_k, **route_kwargs)
-    _args.arrays("fused_moe", topk_weights=topk_weights, topk_ids=topk_ids)
-    expert_offset, topk_ids, traced_offset = _static_expert_offset(expert_offset, num_experts_global, w13.shape[0],
-                                                                   topk_ids)
+        if not _is_static_int(expert_offset):  # a traced offset is folded into the ids: route first, then the layer
+            with _args.speaking_as("moe_route", "fused_moe"):  # (the caller's words: fused_moe's top_k, scoring, ...)
+                topk_weights, topk_ids = moe_route(router_logits, top_k, **route_kwargs)
+            routed = False
+    if not routed:
+        _args.arrays("fused_moe", topk_weights=topk_weights, topk_ids=topk_ids)
+        expert_offset, topk_ids, traced_offset = _static_expert_offset(expert_offset, num_experts_global,
+                                                                       w13.shape[0], topk_ids)
+        top_k = topk_ids.shape[-1]
+    else:
+        expert_offset = _args.integer("fused_moe", "expert_offset", expert_offset, minimum=0)
+        top_k, scoring, renormalize, groups, kept, routed_scaling = _options.fused_route_options(router_logits, top_k,
+                                                                                                 route_kwargs)
     # The CUDA pipeline's scratch is an extra result (XLA allocates it; handlers never allocate); dropped here.
     # The CPU handler ignores it (its size is the CUDA one: shapes must not depend on the platform).
     # Sized for exactly this call's T (the size for "any T up to a max" can be larger: fused_moe_workspace_size).
-    if not all(isinstance(d, (int, np.integer)) for d in (*x.shape, *topk_ids.shape, *w13.shape)):
+    if not all(isinstance(d, (int, np.integer)) for d in (*x.shape, top_k, *w13.shape)):
         # jax.export with a symbolic token count: the workspace (an output shape) is a non-affine function of T
         raise ValueError("fused_moe: the shapes must be concrete (the CUDA workspace size is a function of T that "
-                         "shape polymorphism cannot express); got x %s, topk_ids %s: export one function per T"
-                         % (tuple(x.shape), tuple(topk_ids.shape)))
-    workspace = ext().fused_moe_call_workspace_size(x.shape[0], topk_ids.shape[-1], w13.shape[0], x.shape[-1],
+                         "shape polymorphism cannot express); got x %s, top_k %s: export one function per T"
+                         % (tuple(x.shape), top_k))
+    workspace = ext().fused_moe_call_workspace_size(x.shape[0], top_k, w13.shape[0], x.shape[-1],
                                                     w13.shape[1] // 2, _options.moe_quant_code(quant),
                                                     num_experts_global or 0, w13_interleaved)
-    call = jax.ffi.ffi_call("hpc_xla_fused_moe", (jax.ShapeDtypeStruct(x.shape, jnp.bfloat16),
-                                                  jax.ShapeDtypeStruct((workspace,), jnp.uint8)),
-                            vmap_method="sequential")
     op = "fused_moe"
-    out, _ = call(x, _ffi.optional(op, "x_scale", x_scale), w13, w2, _ffi.optional(op, "w13_scale", w13_scale),
-                _ffi.optional(op, "w2_scale", w2_scale), _ffi.f32_scalar(op, "a13_scale", a13_scale),
-                _ffi.f32_scalar(op, "a2_scale", a2_scale), topk_weights, topk_ids,
-                _ffi.optional(op, "shared_output", shared_output),
-                _ffi.absent() if traced_offset is None else traced_offset,
-                quant=np.int32(_options.moe_quant_code(quant)),
-                expert_offset=np.int64(expert_offset), num_experts_global=np.int64(num_experts_global or 0),
-                w13_interleaved=w13_interleaved)
+    layer = (x, _ffi.optional(op, "x_scale", x_scale), w13, w2, _ffi.optional(op, "w13_scale", w13_scale),
+             _ffi.optional(op, "w2_scale", w2_scale), _ffi.f32_scalar(op, "a13_scale", a13_scale),
+             _ffi.f32_scalar(op, "a2_scale", a2_scale))
+    attrs = dict(quant=np.int32(_options.moe_quant_code(quant)), expert_offset=np.int64(expert_offset),
+                 num_experts_global=np.int64(num_experts_global or 0), w13_interleaved=w13_interleaved)
+    out_shape = jax.ShapeDtypeStruct(x.shape, jnp.bfloat16)
+    scratch = jax.ShapeDtypeStruct((workspace,), jnp.uint8)
+    if routed:
+        # fused routing: one call; its routing (topk_weights, topk_ids) comes back as results, dropped here
+        pairs = (jax.ShapeDtypeStruct((x.shape[0], top_k), jnp.float32),
+                 jax.ShapeDtypeStruct((x.shape[0], top_k), jnp.int32))
+        call = jax.ffi.ffi_call("hpc_xla_fused_moe_routed", (out_shape, *pairs, scratch), vmap_method="sequential")
+        out = call(*layer, router_logits, _ffi.optional(op, "correction_bias", route_kwargs.get("correction_bias")),
+                   _ffi.optional(op, "shared_output", shared_output), **attrs, scoring=np.int32(scoring),
+                   renormalize=renormalize, num_groups=np.int32(groups), topk_groups=np.int32(kept),
+                   routed_scaling=np.float32(routed_scaling))[0]
+        return out
+    call = jax.ffi.ffi_call("hpc_xla_fused_moe", (out_shape, scratch), vmap_method="sequential")
+    out, _ = call(*layer, topk_weights, topk_ids, _ffi.optional(op, "shared_output", shared_output),
+                  _ffi.absent() if traced_offset is None else traced_offset, **attrs)
     return out
+
+
+def _is_static_int(v):
+    return isinstance(v, (int, np.integer)) and not isinstance(v, bool)
 
 
 def _static_expert_offset(expert_offset, num_experts_global, experts, topk_ids):
@@ -120,7 +144,7 @@ def _static_expert_offset(expert_offset, num_experts_global, experts, topk_ids):
     The offset itself goes to the binary as an operand that it checks (0 <= offset <= E_global - E; on the GPU under
     HPC_XLA_CHECK): a wrong one (axis_index * E_global instead of * E) otherwise gives zeros or other experts' results.
     """
-    if isinstance(expert_offset, (int, np.integer)) and not isinstance(expert_offset, bool):
+    if _is_static_int(expert_offset):
         return _args.integer("fused_moe", "expert_offset", expert_offset, minimum=0), topk_ids, None
     if not isinstance(expert_offset, (jax.Array, np.ndarray)) or jnp.ndim(expert_offset) != 0 or \
             not jnp.issubdtype(jnp.result_type(expert_offset), jnp.integer):

@@ -69,6 +69,25 @@ fused_moe_op = define(
     _fused_impl, _fake)
 
 
+def _fused_routed_impl(x, x_scale, w13, w2, w13_scale, w2_scale, a13_scale, a2_scale, router_logits, correction_bias,
+                       topk_weights, topk_ids, shared_output, out, workspace, quant, expert_offset, num_experts_global,
+                       w13_interleaved, scoring, renormalize, num_groups, topk_groups, routed_scaling):
+    ext().fused_moe_routed(x, x_scale, w13, w2, w13_scale, w2_scale, a13_scale, a2_scale, router_logits,
+                           correction_bias, topk_weights, topk_ids, shared_output, out, workspace, quant, expert_offset,
+                           num_experts_global, w13_interleaved, scoring, renormalize, num_groups, topk_groups,
+                           routed_scaling)
+
+
+# Fused routing: router_logits routed by the op's first stage (moe_route's kernel), its topk_weights / topk_ids written.
+fused_moe_routed_op = define(
+    "fused_moe_routed(Tensor x, Tensor? x_scale, Tensor w13, Tensor w2, Tensor? w13_scale, Tensor? w2_scale, "
+    "Tensor? a13_scale, Tensor? a2_scale, Tensor router_logits, Tensor? correction_bias, Tensor(a!) topk_weights, "
+    "Tensor(b!) topk_ids, Tensor? shared_output, Tensor(c!) out, Tensor(d!) workspace, int quant, int expert_offset, "
+    "int num_experts_global, bool w13_interleaved, int scoring, bool renormalize, int num_groups, int topk_groups, "
+    "float routed_scaling) -> ()",
+    _fused_routed_impl, _fake)
+
+
 def fused_moe_workspace_size(tokens, top_k, num_experts, hidden, inter, quant=None, *, num_experts_global=None,
                              w13_interleaved=False):
     """Bytes of a uint8 workspace that serves every CUDA fused_moe call of at most `tokens` tokens: a pure function
@@ -130,13 +149,19 @@ def fused_moe(x, w13, w2, topk_weights=None, topk_ids=None, *, quant=None, w13_s
     _options.check_activation(activation)
     w13_interleaved = _options.w13_interleaved_flag(w13_interleaved, quant, w13.shape)
     expert_offset, num_experts_global = _options.expert_counts(expert_offset, num_experts_global)
+    routing = None
     if _options.routing_inputs(topk_weights, topk_ids, router_logits, route_kwargs):
         _args.tensor("fused_moe", "router_logits", router_logits)
         _options.check_router_experts("fused_moe", router_logits, num_experts_global or None, w13.shape[0],
                                       expert_offset, tokens=x.shape[0] if x.dim() == 2 else None)
-        top_k = route_kwargs.pop("top_k")
-        with _args.speaking_as("moe_route", "fused_moe"):  # (the caller's words: fused_moe's top_k, scoring, ...)
-            topk_weights, topk_ids = moe_route(router_logits, top_k, **route_kwargs)
+        bias = route_kwargs.get("correction_bias")
+        _args.optional_tensors("fused_moe", correction_bias=bias)
+        top_k, *route_options = _options.fused_route_options(router_logits, route_kwargs["top_k"], route_kwargs)
+        routing = (router_logits, bias, *route_options)
+        # the op writes the routing here (its first stage is moe_route's kernel)
+        tokens = router_logits.shape[0]
+        topk_weights = torch.empty(tokens, top_k, dtype=torch.float32, device=router_logits.device)
+        topk_ids = torch.empty(tokens, top_k, dtype=torch.int32, device=router_logits.device)
     _args.tensors("fused_moe", topk_weights=topk_weights, topk_ids=topk_ids)
     if out is None:
         out = torch.empty(x.shape, dtype=torch.bfloat16, device=x.device)
@@ -149,7 +174,12 @@ def fused_moe(x, w13, w2, topk_weights=None, topk_ids=None, *, quant=None, w13_s
             size = _call_workspace_bytes(x.shape[0], topk_ids.shape[-1], w13.shape[0], x.shape[-1], w13.shape[1] // 2,
                                          _options.moe_quant_code(quant), num_experts_global, w13_interleaved)
         workspace = torch.empty(size, dtype=torch.uint8, device=x.device)
-    fused_moe_op(x, x_scale, w13, w2, w13_scale, w2_scale, a13_scale, a2_scale, topk_weights, topk_ids,
-                 shared_output, out, workspace, _options.moe_quant_code(quant), expert_offset, num_experts_global,
-                 w13_interleaved)
+    layer = (x, x_scale, w13, w2, w13_scale, w2_scale, a13_scale, a2_scale)
+    options = (_options.moe_quant_code(quant), expert_offset, num_experts_global, w13_interleaved)
+    if routing is None:
+        fused_moe_op(*layer, topk_weights, topk_ids, shared_output, out, workspace, *options)
+    else:
+        logits, bias, *route_options = routing
+        fused_moe_routed_op(*layer, logits, bias, topk_weights, topk_ids, shared_output, out, workspace, *options,
+                            *route_options)
     return out
