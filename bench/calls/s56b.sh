@@ -18,10 +18,12 @@
 # Land rule: among e80 / e81 / e82 / e83 whose tests pass and whose fused is on no T <= 4 row slower than e78's by > 0.5,
 # the lowest mean fused over the nine T <= 4 rows (three shapes x T = 1, 2, 4); 82 only if it beats 81's mean by
 # >= 0.3 us (more code), 83 only if it beats the chosen one's by >= 0.3; none -> 78 (main has 80 since s56a).
+# Short form for a small device budget: `TEST_VERSIONS="e81 e83" AB_VERSIONS="e80 e81 e83" bash bench/calls/s56b.sh`
+# with only those packed (m55 absent: no H200 rows); its rule: the lowest mean of the nine rows against e80 (main).
 . "$(dirname "$0")/prelude.sh"
 unpack_packs
 K="fused_routing or stream_path or one_token or jax_jit_on_gpu or route"
-for v in e81 e82 e83; do
+for v in ${TEST_VERSIONS:-e81 e82 e83}; do
   in_background "$v tests" ${v}_tests.log 170 $X/$v python3 -m pytest -q -p no:cacheprovider -x \
     tests/test_gpu_fused_moe.py tests/test_moe_route.py -k "$K"
 done
@@ -33,9 +35,9 @@ done
 wait; t
 grep -E "^FAILED|^E  |ERROR SUMMARY" $R/e*.log | head -20
 for f in $R/e*.log; do echo "### $f"; tail -15 "$f"; done > $OUT/s56b_tests.txt
-for v in e78 e80 e81 e82 e83; do
+for v in ${AB_VERSIONS:-e78 e80 e81 e82 e83}; do
   ( cd $X/$v && PYTHONPATH=$X/$v timeout 60 python3 $ROOT/bench/calls/fused_routing_ab.py $OUT/s56b_fr_$v.json \
       > $OUT/s56b_fr_$v.txt 2>&1; echo "fused_routing_ab $v rc=$?" ); t
 done
-for v in e78 e80 e81 e82 e83; do echo "== $v"; grep "T=" $OUT/s56b_fr_$v.txt | sed -E 's/ +/ /g' | cut -c1-130; done
-if nvidia-smi --query-gpu=name --format=csv,noheader | grep -q H200; then TREE=m55 bash "$(dirname "$0")/s54d.sh"; fi
+for v in ${AB_VERSIONS:-e78 e80 e81 e82 e83}; do echo "== $v"; grep "T=" $OUT/s56b_fr_$v.txt | sed -E 's/ +/ /g' | cut -c1-130; done
+if [ -d $X/m55 ] && nvidia-smi --query-gpu=name --format=csv,noheader | grep -q H200; then TREE=m55 bash "$(dirname "$0")/s54d.sh"; fi
