@@ -1,10 +1,11 @@
 // moe_route on the GPU: one warp per token. Scores and selection values live in the warp's shared memory;
-// group ranks and the top-k are found by warp-wide arg-max rounds with the CPU reference's tie rule
-// (larger value first, then lower index).
+// group ranks are found by warp-wide arg-max rounds, the top-k by warp reductions over each lane's best, both with
+// the CPU reference's tie rule (larger value first, then lower index).
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
+#include <climits>
 #include <cstdint>
 
 #include "csrc/common/arch.h"
@@ -52,7 +53,13 @@ __device__ __forceinline__ int WarpArgMax(float value, int index) {
 
 // One warp's scratch in dynamic shared memory, sized by E (the static arrays at kMaxRouteExperts were 37 KB a CTA).
 __host__ __device__ constexpr int WarpScratchBytes(int experts) {
-  return ((experts * 9 + kMaxGroups * 5) + 15) / 16 * 16;  // score, select (f32), taken (u8); group rank, kept
+  return ((experts * 8 + kMaxGroups * 5) + 15) / 16 * 16;  // score, select (f32); group rank (f32), kept (u8)
+}
+
+// A float's bits as an unsigned key in the same order (-0 folded into +0 first, as the compare treated them equal).
+__device__ __forceinline__ uint32_t OrderKey(float v) {
+  const uint32_t b = __float_as_uint(v + 0.f);
+  return b & 0x80000000u ? ~b : b | 0x80000000u;
 }
 
 template <typename T>
@@ -62,34 +69,28 @@ __device__ __forceinline__ float ToFloat(__nv_bfloat16 v) { return __bfloat162fl
 template <>
 __device__ __forceinline__ float ToFloat(__half v) { return __half2float(v); }
 
-// One instance per logits dtype and grouping, and the per-expert loops kept rolled (`unroll 1`): the kernel is a
-// few microseconds of latency at T = 1 whose instructions run cold on one SM, so its size is part of its time
-// (session 55's reading; the single kernel held three dtype paths, unrolled by 4, 1712 instructions; now 520, and a
-// chain of routing calls 7.6 -> 6.4 us each at E = 128, session 56).
+// One instance per logits dtype and grouping, and the per-expert loops rolled (`unroll 1`) except where loads must
+// be in flight together (the logits, a lane's rescan): the kernel is a few microseconds of latency at T = 1 whose
+// instructions run cold on one SM, so its size is part of its time (session 55's reading; the single kernel held
+// three dtype paths, unrolled by 4, 1712 instructions; now ~670, and a chain of routing calls went 7.6 -> 4.6 us
+// each at E = 128 with the top-k below, H100, session 56).
 template <typename LogitT, bool kGrouped>
 __global__ void __launch_bounds__(kWarpsPerBlock * 32) MoeRouteKernel(const __grid_constant__ RouteParams p) {
   extern __shared__ __align__(16) unsigned char route_smem[];
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int t = blockIdx.x * kWarpsPerBlock + warp;
   PdlWait();
-  // The next kernel may launch now and run its prologue while this one routes. Measured (session 56, H100): with the
-  // old kernel this early trigger alone was 0..+4.9 us SLOWER a routed Qwen3 layer at T <= 4 (-0.5 on 64 experts);
-  // with this lean kernel the pair is 0.4..2.8 us faster than the old kernel with the trigger at its end -- its share
-  // is being separated (bench/NOTES.md). Safe: every consumer reads the ids / weights after its own PdlWait, which
-  // waits for this whole grid; and PDL launches the dependent only once every CTA here has triggered or exited.
-  PdlLaunchDependents();
   if (t >= p.tokens) return;  // whole warps exit together
   const int experts = p.experts;
   unsigned char* mine = route_smem + warp * WarpScratchBytes(experts);
   float* score = reinterpret_cast<float*>(mine);
   float* select = score + experts;
   float* group_rank = select + experts;
-  unsigned char* taken = reinterpret_cast<unsigned char*>(group_rank + kMaxGroups);
-  unsigned char* group_kept = taken + experts;
+  unsigned char* group_kept = reinterpret_cast<unsigned char*>(group_rank + kMaxGroups);
   const LogitT* row = static_cast<const LogitT*>(p.logits) + t * p.logits_stride;
 
   float mx = -INFINITY;
-#pragma unroll 1
+#pragma unroll 4  // the logits' global loads in flight together (rolled, each waited for the last: 4 at E = 128)
   for (int e = lane; e < experts; e += 32) {
     const float x = ToFloat(row[e]);
     score[e] = x;
@@ -112,7 +113,6 @@ __global__ void __launch_bounds__(kWarpsPerBlock * 32) MoeRouteKernel(const __gr
   for (int e = lane; e < experts; e += 32) {
     if (!p.sigmoid) score[e] /= sum;
     select[e] = score[e] + (p.bias ? LoadValue(p.bias, p.bias_dtype, e) : 0.f);
-    taken[e] = 0;
   }
   __syncwarp();
 
@@ -149,26 +149,43 @@ __global__ void __launch_bounds__(kWarpsPerBlock * 32) MoeRouteKernel(const __gr
     }
   }
 
+  // Top-k by warp reductions: each lane keeps the best of its own experts (e = lane + 32 i, taken ones flagged in a
+  // register mask, E <= 1024) as an order-preserving key; a round is one max over the keys and one min over the
+  // indices holding it (the tie rule: larger value, then lower index), and only the winning lane rescans. The scan
+  // of every expert per round, each a shared-memory round trip, was the routing's critical path (~450 cycles a
+  // round; a chain of moe_route calls measured 6.4 us each at E = 128 against 4.7 at E = 64, session 56).
+  uint32_t taken_mask = 0;
+  uint32_t my_key;
+  int my_best;
+  const auto lane_best = [&] {
+    my_key = 0, my_best = INT_MAX;  // key 0: nothing eligible (every real value's key is larger)
+    int i = 0;
+#pragma unroll 4
+    for (int e = lane; e < experts; e += 32, ++i) {
+      if ((taken_mask >> i & 1u) || (kGrouped && !group_kept[e / group_size])) continue;
+      const uint32_t k = max(OrderKey(select[e]), 1u);  // (-NaN's key 0 made eligible)
+      if (k > my_key) my_key = k, my_best = e;  // strictly: the lower index stays on ties
+    }
+  };
+  bool rescan = true;  // every lane first, then the round's winner
   float my_weight = 0.f;
   int my_id = -1;
   float total = 0.f;
 #pragma unroll 1
   for (int j = 0; j < p.top_k; ++j) {
-    float best = -INFINITY;
-    int best_e = -1;
-#pragma unroll 1
-    for (int e = lane; e < experts; e += 32) {
-      const bool eligible = !taken[e] && (!kGrouped || group_kept[e / group_size]);
-      if (eligible && (best_e < 0 || select[e] > best)) best = select[e], best_e = e;
-    }
-    const int e = WarpArgMax(best, best_e);
+    if (rescan) lane_best();
+    const uint32_t best = __reduce_max_sync(0xffffffffu, my_key);
+    const uint32_t mine = my_key == best ? static_cast<uint32_t>(my_best) : 0xffffffffu;
+    const int e = static_cast<int>(__reduce_min_sync(0xffffffffu, mine));
     const float w = score[e];
     total += w;
     if (lane == j) my_weight = w, my_id = e;
-    __syncwarp();
-    if (lane == 0) taken[e] = 1;
-    __syncwarp();
+    rescan = e % 32 == lane;
+    if (rescan) taken_mask |= 1u << (e / 32);
   }
+  // (Triggering the next kernel right after PdlWait instead: slower with the old kernel, even with this one; session
+  // 56, experiments 79 / 80 / 81.)
+  PdlLaunchDependents();
   if (lane < p.top_k) {
     const float norm = p.renormalize && total > 0.f ? p.routed_scaling / total : p.routed_scaling;
     p.weights[static_cast<int64_t>(t) * p.top_k + lane] = my_weight * norm;
@@ -178,9 +195,8 @@ __global__ void __launch_bounds__(kWarpsPerBlock * 32) MoeRouteKernel(const __gr
 
 template <typename LogitT>
 Status LaunchFor(const RouteParams& p, dim3 grid, size_t smem, cudaStream_t stream) {
-  if (p.num_groups > 1)
-    return Launch("moe_route kernel launch", MoeRouteKernel<LogitT, true>, grid, dim3(kWarpsPerBlock * 32), smem, stream, p);
-  return Launch("moe_route kernel launch", MoeRouteKernel<LogitT, false>, grid, dim3(kWarpsPerBlock * 32), smem, stream, p);
+  auto* kernel = p.num_groups > 1 ? &MoeRouteKernel<LogitT, true> : &MoeRouteKernel<LogitT, false>;
+  return Launch("moe_route kernel launch", kernel, grid, dim3(kWarpsPerBlock * 32), smem, stream, p);
 }
 
 }  // namespace
