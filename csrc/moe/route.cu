@@ -183,8 +183,8 @@ __global__ void __launch_bounds__(kWarpsPerBlock * 32) MoeRouteKernel(const __gr
     rescan = e % 32 == lane;
     if (rescan) taken_mask |= 1u << (e / 32);
   }
-  // (Triggering the next kernel right after PdlWait instead: slower with the old kernel, even with this one; session
-  // 56, experiments 79 / 80 / 81.)
+  // (Triggering the next kernel right after PdlWait instead: slower with the old kernel, no faster with this one;
+  // session 56, experiments 79 / 80 / 81.)
   PdlLaunchDependents();
   if (lane < p.top_k) {
     const float norm = p.renormalize && total > 0.f ? p.routed_scaling / total : p.routed_scaling;
