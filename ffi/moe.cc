@@ -23,16 +23,6 @@ namespace {
 using ffi::AnyBuffer;
 using ffi::Result;
 
-// moe_route's options (both the routing op and fused routing take them as attributes)
-void SetRouteOptions(MoeRouteArgs& r, int32_t scoring, bool renormalize, int32_t num_groups, int32_t topk_groups,
-                     float routed_scaling) {
-  r.scoring = static_cast<RouteScoring>(scoring);
-  r.renormalize = renormalize;
-  r.num_groups = num_groups;
-  r.topk_groups = topk_groups;
-  r.routed_scaling = routed_scaling;
-}
-
 ffi::Error MoeRoute(DeviceKind device, cudaStream_t stream, int device_id, AnyBuffer router_logits,
                     AnyBuffer correction_bias, Result<AnyBuffer> topk_weights, Result<AnyBuffer> topk_ids,
                     int32_t top_k, int32_t scoring, bool renormalize, int32_t num_groups, int32_t topk_groups,
@@ -97,13 +87,9 @@ ffi::Error FusedMoeRouted(DeviceKind device, cudaStream_t stream, int device_id,
                                   w13_interleaved);
   a.topk_weights = View(*topk_weights, device, device_id);
   a.topk_ids = View(*topk_ids, device, device_id);
-  MoeRouteArgs& r = a.route;
-  r.router_logits = View(router_logits, device, device_id);
-  r.correction_bias = View(correction_bias, device, device_id, /*optional=*/true);
-  r.topk_weights = a.topk_weights;
-  r.topk_ids = a.topk_ids;
-  r.top_k = a.topk_ids.rank == 2 ? static_cast<int>(a.topk_ids.shape[1]) : 0;
-  SetRouteOptions(r, scoring, renormalize, num_groups, topk_groups, routed_scaling);
+  SetFusedRouting(a, View(router_logits, device, device_id),
+                  View(correction_bias, device, device_id, /*optional=*/true));
+  SetRouteOptions(a.route, scoring, renormalize, num_groups, topk_groups, routed_scaling);
   return ToError(device == DeviceKind::kCuda ? FusedMoeCuda(a, stream) : FusedMoeCpu(a));
 }
 

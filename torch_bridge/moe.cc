@@ -19,11 +19,7 @@ void MoeRouteBinding(nb::handle router_logits, nb::handle correction_bias, nb::h
   a.topk_weights = t.Get("topk_weights", topk_weights);
   a.topk_ids = t.Get("topk_ids", topk_ids);
   a.top_k = top_k;
-  a.scoring = static_cast<RouteScoring>(scoring);
-  a.renormalize = renormalize;
-  a.num_groups = num_groups;
-  a.topk_groups = topk_groups;
-  a.routed_scaling = routed_scaling;
+  SetRouteOptions(a, scoring, renormalize, num_groups, topk_groups, routed_scaling);
   RunOp(a.router_logits, t, stream, &MoeRouteCuda, &MoeRouteCpu, a);
 }
 
@@ -76,16 +72,8 @@ void FusedMoeRoutedBinding(nb::handle x, nb::handle x_scale, nb::handle w13, nb:
   FusedMoeArgs a = FusedMoeCommon(t, x, x_scale, w13, w2, w13_scale, w2_scale, a13_scale, a2_scale, topk_weights,
                                   topk_ids, shared_output, out, workspace, quant, expert_offset, num_experts_global,
                                   w13_interleaved);
-  a.route.router_logits = t.Get("router_logits", router_logits);
-  a.route.correction_bias = t.Get("correction_bias", correction_bias);
-  a.route.topk_weights = a.topk_weights;
-  a.route.topk_ids = a.topk_ids;
-  a.route.top_k = a.topk_ids.rank == 2 ? static_cast<int>(a.topk_ids.shape[1]) : 0;
-  a.route.scoring = static_cast<RouteScoring>(scoring);
-  a.route.renormalize = renormalize;
-  a.route.num_groups = num_groups;
-  a.route.topk_groups = topk_groups;
-  a.route.routed_scaling = routed_scaling;
+  SetFusedRouting(a, t.Get("router_logits", router_logits), t.Get("correction_bias", correction_bias));
+  SetRouteOptions(a.route, scoring, renormalize, num_groups, topk_groups, routed_scaling);
   RunOp(a.x, t, stream, &FusedMoeCuda, &FusedMoeCpu, a);
 }
 

@@ -55,6 +55,17 @@ struct FusedMoeArgs {
 
 inline bool Routed(const FusedMoeArgs& a) { return a.route.router_logits.present(); }
 
+// Turns fused routing on: the routing writes the op's topk_weights / topk_ids (set first), top_k from topk_ids.
+// (The options: SetRouteOptions(a.route, ...).)
+inline void SetFusedRouting(FusedMoeArgs& a, const TensorView& router_logits,
+                            const TensorView& correction_bias) {
+  a.route.router_logits = router_logits;
+  a.route.correction_bias = correction_bias;
+  a.route.topk_weights = a.topk_weights;
+  a.route.topk_ids = a.topk_ids;
+  a.route.top_k = a.topk_ids.rank == 2 ? static_cast<int>(a.topk_ids.shape[1]) : 0;
+}
+
 // The w13 layouts (FusedMoeArgs::w13_interleaved): the row holding gate column c, and how far below it the
 // matching up row is. vLLM's: c and I + c. Interleaved: 128 (c / 64) + c % 64 and 64 further. Any run of columns
 // inside one aligned 64-block stays contiguous in both, which is what the kernels' 8- to 64-column units rely on.

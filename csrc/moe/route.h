@@ -35,6 +35,16 @@ struct MoeRouteArgs {
   float routed_scaling = 1.0f;
 };
 
+// The options as both frontends pass them (FFI attributes, torch binding arguments).
+inline void SetRouteOptions(MoeRouteArgs& a, int32_t scoring, bool renormalize, int32_t num_groups,
+                            int32_t topk_groups, float routed_scaling) {
+  a.scoring = static_cast<RouteScoring>(scoring);
+  a.renormalize = renormalize;
+  a.num_groups = num_groups;
+  a.topk_groups = topk_groups;
+  a.routed_scaling = routed_scaling;
+}
+
 // `op` names the caller in the messages (fused_moe validates its fused routing here too).
 Status ValidateMoeRoute(const MoeRouteArgs& args, const char* op = "moe_route");
 Status MoeRouteCuda(const MoeRouteArgs& args, cudaStream_t stream);
