@@ -154,8 +154,6 @@ void BindMoe(nb::module_& m) {
         "Grouped-path gathers in this process that ran by tokens (HPC_XLA_MOE_GATHER=tokens).");
   m.def("fused_moe_wgmma_gate_up_launches", &FusedMoeWgmmaGateUpLaunches,
         "Stream-path gate-up launches in this process on wgmma (HPC_XLA_MOE_UP_WGMMA, or the T=1 default).");
-  m.def("fused_moe_in_cta_routed_launches", &FusedMoeInCtaRoutedLaunches,
-        "Fused-routing layers in this process routed inside the wgmma gate-up's CTAs (HPC_XLA_MOE_CTA_ROUTE).");
   m.def("moe_route", &MoeRouteBinding, nb::arg("router_logits"), nb::arg("correction_bias").none(),
         nb::arg("topk_weights"), nb::arg("topk_ids"), nb::arg("top_k"), nb::arg("scoring"), nb::arg("renormalize"),
         nb::arg("num_groups"), nb::arg("topk_groups"), nb::arg("routed_scaling"), nb::arg("stream") = -1);

@@ -306,8 +306,7 @@ Status FusedMoeCuda(const FusedMoeArgs& a, cudaStream_t stream) {
     }
   }
   const moe::MoePlan plan = FusedMoePlanOf(a);
-  // the pipeline's first stage (PDL-chained), unless the stream path's wgmma gate-up routes in its CTAs
-  if (Routed(a) && !(plan.stream && moe::StreamRoutesInCta(a, plan))) HPC_RETURN_IF_ERROR(LaunchMoeRoute(a.route, stream));
+  if (Routed(a)) HPC_RETURN_IF_ERROR(LaunchMoeRoute(a.route, stream));  // the pipeline's first stage (PDL-chained)
   if (plan.stream) return moe::RunStreamMoe(a, plan, stream);
   uint8_t* ws = a.workspace.ptr<uint8_t>();
   int32_t* header = reinterpret_cast<int32_t*>(ws + plan.header);

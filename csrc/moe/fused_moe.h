@@ -101,8 +101,6 @@ int64_t FusedMoeGemmClusterLaunches();
 int64_t FusedMoeGatherByTokensLaunches();
 // Stream-path wgmma gate-up launches in this process.
 int64_t FusedMoeWgmmaGateUpLaunches();
-// Fused-routing layers in this process whose routing ran inside the wgmma gate-up (no routing kernel).
-int64_t FusedMoeInCtaRoutedLaunches();
 // What one call with `tokens` tokens needs (the CUDA path checks the workspace against it). experts_global and
 // w13_interleaved as the call passes them (num_experts_global, 0 if not given): with an interleaved w13 the grouped
 // path computes the activation in its gate-up epilogue and needs no gate_up rows (FusedMoeActInEpilogue).

@@ -25,7 +25,6 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
-#include <atomic>
 #include <cstdint>
 #include <cub/block/block_scan.cuh>
 #include <type_traits>
@@ -53,19 +52,13 @@ struct StreamParams {
   const float* a2_scale;      // fp8_tensor: the intermediate's static scale
   const float* weights;       // [T, k]
   const int32_t* ids;         // [T, k] global expert ids
-  RouteParams route;          // in-CTA routing (route.logits != null, StreamRoutesInCta): the wgmma gate-up writes
-                              // ids / weights, the down kernel reads them after its PDL wait
   const __nv_bfloat16* shared;
   __nv_bfloat16* out;
   void* inter;                // [P, I]: e4m3 (fp8_tensor) | bf16 (none) | f32 (fp8_block128)
   int tokens, top_k, pairs, experts, expert_offset, hidden, inter_size;
   int up_splits;              // 1: a gate-up unit per warp; kUpWarps: the CTA's warps split H of each unit
   int down_splits;            // StreamDownSplits
-  int route_warps;            // the down kernel's routing warps (EXPERIMENT 85)
 };
-
-// Layers whose routing ran inside the wgmma gate-up (FusedMoeInCtaRoutedLaunches: the tests' proof).
-std::atomic<int64_t> g_cta_routed{0};
 
 constexpr int kUpWarps = 4;
 constexpr int kUpThreads = 32 * kUpWarps;
@@ -92,15 +85,14 @@ struct HitList {
   typename cub::BlockScan<int, THREADS>::TempStorage scan;
 };
 
-// ids_local[pair] = local expert or -1, from the global ids `ids` (which may be ids_local itself); returns the number
-// of hit experts (uniform across the block).
+// ids_local[pair] = local expert or -1; returns the number of hit experts (uniform across the block).
 template <int THREADS>
-__device__ int BuildHitList(const StreamParams& p, const int* ids, int* ids_local, HitList<THREADS>& s) {
+__device__ int BuildHitList(const StreamParams& p, int* ids_local, HitList<THREADS>& s) {
   constexpr int kItems = kMaxMoeCudaExperts / THREADS;
   for (int i = threadIdx.x; i < kMaxMoeCudaExperts; i += THREADS) s.flags[i] = 0;
   __syncthreads();
   for (int i = threadIdx.x; i < p.pairs; i += THREADS) {
-    const int e = ids[i] - p.expert_offset;
+    const int e = p.ids[i] - p.expert_offset;
     const int local = e >= 0 && e < p.experts ? e : -1;
     ids_local[i] = local;
     if (local >= 0) s.flags[local] = 1;
@@ -455,7 +447,7 @@ __global__ void __launch_bounds__(kUpThreads) MoeStreamGateUpKernel(const __grid
   PdlWait();  // topk_ids and x may come from the previous kernel (routing)
   PdlLaunchDependents();  // the down kernel may start: it builds its hit list before its own wait
   const float ts_a = Q == MoeQuant::kFp8Tensor ? *p.a13_scale : 1.f;
-  const int n_hit = BuildHitList<kUpThreads>(p, p.ids, ids_local, hits);
+  const int n_hit = BuildHitList<kUpThreads>(p, ids_local, hits);
   const int64_t H = p.hidden, I = p.inter_size;
   const int blocks = static_cast<int>(I / 8);
   const int units = n_hit * blocks;
@@ -549,10 +541,7 @@ __global__ void __launch_bounds__(kUpThreads) MoeStreamGateUpKernel(const __grid
 // CTA = 16 columns of H for every token. Warp w takes tasks (hit expert s, K split) w, w + kWarps, ..., each in
 // passes of 8 of the expert's pairs; the per-pair partials stay in shared memory; then the CTA finishes its columns:
 // the weighted top-k sum in j order (bitwise deterministic), + shared_output, bf16 out.
-// kIdsAfterWait: topk_ids / topk_weights are written by the gate-up kernel (in-CTA routing), so the hit list is
-// built after the PDL wait instead of before it. LogitT (not void): the CTA routes the tokens itself before its
-// PDL wait instead (EXPERIMENT 85, HPC_XLA_MOE_DOWN_ROUTE=1), in the shared memory its ring takes later.
-template <MoeQuant Q, Col C, int kWarps, int kRingBytes, bool kIdsAfterWait, typename LogitT = void>
+template <MoeQuant Q, Col C, int kWarps, int kRingBytes>
 __global__ void __launch_bounds__(32 * kWarps) MoeStreamDownKernel(const __grid_constant__ StreamParams p) {
   constexpr bool kFp8 = Q != MoeQuant::kNone;
   constexpr int kA = kFp8 ? 1 : 2;
@@ -569,36 +558,17 @@ __global__ void __launch_bounds__(32 * kWarps) MoeStreamDownKernel(const __grid_
   const int h0 = blockIdx.x * kDownRows;
   const int splits = p.down_splits, P = p.pairs;
   // Before the PDL wait: only inputs of the op (topk_ids), complete once the gate-up kernel has started us.
-  // The final sum's per-pair factors, loaded then too (inputs of the op): in the sum itself they were a chain of
+  const int n_hit = BuildHitList<kThreads>(p, ids_local, hits);
+  // The final sum's per-pair factors, loaded now (inputs of the op too): in the sum itself they were a chain of
   // dependent global loads, one per top-k slot (ncu's top stall site at T=1).
-  constexpr bool kRoutes = !std::is_void_v<LogitT>;
-  if constexpr (kRoutes) {
-    if (warp < p.route_warps) {
-      unsigned char* scratch = dyn + warp * RouteWarpScratchBytes(p.route.experts);
-      for (int t = warp; t < p.tokens; t += p.route_warps) {
-        float w;
-        int id;
-        RouteTokenWarp<LogitT, false>(p.route, t, scratch, w, id);
-        if (lane < p.top_k) ids_local[t * p.top_k + lane] = id, pair_w[t * p.top_k + lane] = w;
-        __syncwarp();  // the next token's scores overwrite this one's
-      }
-    }  // (BuildHitList's first barrier orders these writes before its reads)
+  for (int i = threadIdx.x; i < P; i += kThreads) {
+    const int e = ids_local[i];
+    pair_w[i] = p.weights[i];
+    pair_ts[i] = Q == MoeQuant::kFp8Tensor && e >= 0 ? __fmul_rn(*p.a2_scale, p.w2_scale[e]) : 1.f;
   }
-  const auto hit_list = [&] {
-    const int n = BuildHitList<kThreads>(p, kRoutes ? ids_local : p.ids, ids_local, hits);
-    for (int i = threadIdx.x; i < P; i += kThreads) {
-      const int e = ids_local[i];
-      if (!kRoutes) pair_w[i] = p.weights[i];
-      pair_ts[i] = Q == MoeQuant::kFp8Tensor && e >= 0 ? __fmul_rn(*p.a2_scale, p.w2_scale[e]) : 1.f;
-    }
-    return n;
-  };
-  int n_hit = 0;
-  if constexpr (!kIdsAfterWait) n_hit = hit_list();
+  const int tasks = n_hit * splits;
   PdlWait();  // the intermediate comes from the gate-up kernel
   PdlLaunchDependents();
-  if constexpr (kIdsAfterWait) n_hit = hit_list();
-  const int tasks = n_hit * splits;
   const int groups = static_cast<int>((I + kGroup - 1) / kGroup);
   const int kblocks = static_cast<int>(I / kMoeBlock);
   const int64_t hblocks = H / kMoeBlock;
@@ -720,21 +690,7 @@ template <MoeQuant Q, Col C, int kWarps, int kRingBytes, bool kSplitsByHits>
 Status LaunchDown(StreamParams p, cudaStream_t stream) {
   using R = Ring<Q != MoeQuant::kNone, ColTraits<C>::kElemBytes>;
   constexpr int kRings = kWarps * R::template kStages<kRingBytes, kWarps> * R::kStageBytes;
-  // (in-CTA routing: the wgmma gate-up, fp8_tensor only)
-  static const int route_knob = EnvInt("HPC_XLA_MOE_DOWN_ROUTE", 0);  // EXPERIMENT 85: the down routes too
-  constexpr bool kT = Q == MoeQuant::kFp8Tensor;
-  auto* down = &MoeStreamDownKernel<Q, C, kWarps, kRingBytes, false>;
-  if (kT && p.route.logits != nullptr) {
-    down = &MoeStreamDownKernel<Q, C, kWarps, kRingBytes, kT>;
-    p.route_warps = std::min({kWarps, p.tokens, kRings / RouteWarpScratchBytes(p.route.experts)});
-    if (route_knob == 1 && p.route_warps > 0) {
-      switch (p.route.logits_dtype) {
-        case DType::kBF16: down = &MoeStreamDownKernel<Q, C, kWarps, kRingBytes, false, std::conditional_t<kT, __nv_bfloat16, void>>; break;
-        case DType::kF16: down = &MoeStreamDownKernel<Q, C, kWarps, kRingBytes, false, std::conditional_t<kT, __half, void>>; break;
-        default: down = &MoeStreamDownKernel<Q, C, kWarps, kRingBytes, false, std::conditional_t<kT, float, void>>;
-      }
-    }
-  }
+  auto* down = &MoeStreamDownKernel<Q, C, kWarps, kRingBytes>;
   HPC_RETURN_IF_ERROR(AllowSmem(reinterpret_cast<const void*>(down), kRings + kDownRedBytes));
   p.down_splits = StreamDownSplits(p.pairs, p.experts, p.inter_size, kWarps, kSplitsByHits);
   const int red_bytes = p.down_splits * p.pairs * kDownRows * 4;
@@ -770,7 +726,6 @@ Status LaunchWgmmaGateUp(const StreamParams& p, cudaStream_t stream) {
   a.a13_scale = p.a13_scale;
   a.a2_scale = p.a2_scale;
   a.ids = p.ids;
-  a.route = p.route;
   a.inter = static_cast<uint8_t*>(p.inter);
   a.tokens = p.tokens, a.top_k = p.top_k, a.experts = p.experts, a.expert_offset = p.expert_offset;
   a.hidden = p.hidden, a.inter_size = p.inter_size;
@@ -784,11 +739,9 @@ Status LaunchStream(const StreamParams& p, int device, cudaStream_t stream) {
     if (UseWgmmaGateUp(p, device)) {
       HPC_RETURN_IF_ERROR(LaunchWgmmaGateUp<CUp>(p, stream));
     } else {
-      if (p.route.logits != nullptr) return Status::Internal("fused_moe: in-CTA routing without the wgmma gate-up");
       HPC_RETURN_IF_ERROR((LaunchGateUp<Q, CUp>(p, device, stream)));
     }
   } else {
-    if (p.route.logits != nullptr) return Status::Internal("fused_moe: in-CTA routing without the wgmma gate-up");
     HPC_RETURN_IF_ERROR((LaunchGateUp<Q, CUp>(p, device, stream)));
   }
   if constexpr (CDown == Col::kFp8) {
@@ -799,7 +752,9 @@ Status LaunchStream(const StreamParams& p, int device, cudaStream_t stream) {
   return LaunchDown<Q, CDown, kDownWarps<kFp8, ColTraits<CDown>::kElemBytes>, kDownRingBytes, true>(p, stream);
 }
 
-StreamParams StreamParamsOf(const FusedMoeArgs& a, const MoePlan& plan) {
+}  // namespace
+
+Status RunStreamMoe(const FusedMoeArgs& a, const MoePlan& plan, cudaStream_t stream) {
   StreamParams sp = {};
   sp.x = a.x.data;
   sp.x_scale = a.x_scale.present() ? a.x_scale.ptr<const float>() : nullptr;
@@ -822,27 +777,6 @@ StreamParams StreamParamsOf(const FusedMoeArgs& a, const MoePlan& plan) {
   sp.expert_offset = static_cast<int>(a.expert_offset);
   sp.hidden = static_cast<int>(a.x.shape[1]);
   sp.inter_size = static_cast<int>(a.w13.shape[1] / 2);
-  return sp;
-}
-
-}  // namespace
-
-// EXPERIMENT 84: routing inside the wgmma gate-up's CTAs instead of a routing kernel before it -- one PDL link less
-// on the single-token fp8_tensor layer (HPC_XLA_MOE_CTA_ROUTE=0: the routing kernel, as before).
-bool StreamRoutesInCta(const FusedMoeArgs& a, const MoePlan& plan) {
-  static const int knob = EnvInt("HPC_XLA_MOE_CTA_ROUTE", 1);
-  if (knob == 0 || !Routed(a) || !plan.stream || a.quant != MoeQuant::kFp8Tensor || a.route.num_groups > 1) return false;
-  const StreamParams sp = StreamParamsOf(a, plan);
-  return UseWgmmaGateUp(sp, a.x.device_id) &&
-         StreamGateUpWgmmaRouteWarps(sp.tokens, sp.top_k, sp.hidden, sp.inter_size, a.route.router_logits.shape[1]) > 0;
-}
-
-Status RunStreamMoe(const FusedMoeArgs& a, const MoePlan& plan, cudaStream_t stream) {
-  StreamParams sp = StreamParamsOf(a, plan);
-  if (StreamRoutesInCta(a, plan)) {
-    sp.route = RouteParamsOf(a.route);
-    g_cta_routed.fetch_add(1, std::memory_order_relaxed);
-  }
   const bool x_fp8 = a.x.dtype == DType::kF8E4M3;
   const int dev = a.x.device_id;
   switch (a.quant) {
@@ -858,7 +792,3 @@ Status RunStreamMoe(const FusedMoeArgs& a, const MoePlan& plan, cudaStream_t str
 }
 
 }  // namespace hpc::moe
-
-namespace hpc {
-int64_t FusedMoeInCtaRoutedLaunches() { return moe::g_cta_routed.load(std::memory_order_relaxed); }
-}  // namespace hpc

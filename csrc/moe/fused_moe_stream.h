@@ -10,10 +10,6 @@
 
 namespace hpc::moe {
 
-// Whether this call's routing runs inside the stream path's wgmma gate-up (fused routing, fp8_tensor, ungrouped,
-// single token: no routing kernel first). `a` is validated.
-bool StreamRoutesInCta(const FusedMoeArgs& a, const MoePlan& plan);
-
 // `a` is validated and `plan.stream` is set.
 Status RunStreamMoe(const FusedMoeArgs& a, const MoePlan& plan, cudaStream_t stream);
 

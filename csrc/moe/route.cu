@@ -1,22 +1,79 @@
-// moe_route on the GPU: one warp per token, each running moe_route's routine (route_warp.cuh) in its own shared
-// memory.
+// moe_route on the GPU: one warp per token. Scores and selection values live in the warp's shared memory;
+// group ranks are found by warp-wide arg-max rounds, the top-k by warp reductions over each lane's best, both with
+// the CPU reference's tie rule (larger value first, then lower index).
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
+#include <climits>
 #include <cstdint>
 
 #include "csrc/common/arch.h"
 #include "csrc/common/launch.cuh"
 #include "csrc/moe/route.h"
-#include "csrc/moe/route_warp.cuh"
 
 namespace hpc {
 namespace {
 
 constexpr int kWarpsPerBlock = 4;
+constexpr int kMaxGroups = 64;
 
-// The routing kernel: a warp per token (RouteTokenWarp), kWarpsPerBlock tokens a CTA.
+struct RouteParams {
+  const void* logits;
+  int64_t logits_stride;
+  DType logits_dtype;
+  const void* bias;
+  DType bias_dtype;
+  float* weights;
+  int32_t* ids;
+  int tokens, experts, top_k, num_groups, topk_groups;
+  bool sigmoid, renormalize;
+  float routed_scaling;
+};
+
+__device__ __forceinline__ float LoadValue(const void* base, DType dtype, int64_t i) {
+  switch (dtype) {
+    case DType::kBF16: return __bfloat162float(static_cast<const __nv_bfloat16*>(base)[i]);
+    case DType::kF16: return __half2float(static_cast<const __half*>(base)[i]);
+    default: return static_cast<const float*>(base)[i];
+  }
+}
+
+// Warp arg-max of (value, index): larger value wins, then lower index. Returns the winning index (-1 if all
+// values are -inf and indices are -1).
+__device__ __forceinline__ int WarpArgMax(float value, int index) {
+#pragma unroll
+  for (int o = 16; o > 0; o /= 2) {
+    const float v = __shfl_xor_sync(0xffffffffu, value, o);
+    const int i = __shfl_xor_sync(0xffffffffu, index, o);
+    if (i >= 0 && (index < 0 || v > value || (v == value && i < index))) value = v, index = i;
+  }
+  return index;
+}
+
+// One warp's scratch in dynamic shared memory, sized by E (the static arrays at kMaxRouteExperts were 37 KB a CTA).
+__host__ __device__ constexpr int WarpScratchBytes(int experts) {
+  return ((experts * 8 + kMaxGroups * 5) + 15) / 16 * 16;  // score, select (f32); group rank (f32), kept (u8)
+}
+
+// A float's bits as an unsigned key in the same order (-0 folded into +0 first, as the compare treated them equal).
+__device__ __forceinline__ uint32_t OrderKey(float v) {
+  const uint32_t b = __float_as_uint(v + 0.f);
+  return b & 0x80000000u ? ~b : b | 0x80000000u;
+}
+
+template <typename T>
+__device__ __forceinline__ float ToFloat(T v) { return static_cast<float>(v); }
+template <>
+__device__ __forceinline__ float ToFloat(__nv_bfloat16 v) { return __bfloat162float(v); }
+template <>
+__device__ __forceinline__ float ToFloat(__half v) { return __half2float(v); }
+
+// One instance per logits dtype and grouping, and the per-expert loops rolled (`unroll 1`) except where loads must
+// be in flight together (the logits, a lane's rescan): the kernel is a few microseconds of latency at T = 1 whose
+// instructions run cold on one SM, so its size is part of its time (session 55's reading; the single kernel held
+// three dtype paths, unrolled by 4, 1712 instructions; now ~670, and a chain of routing calls went 7.6 -> 4.6 us
+// each at E = 128 with the top-k below, H100, session 56).
 template <typename LogitT, bool kGrouped>
 __global__ void __launch_bounds__(kWarpsPerBlock * 32) MoeRouteKernel(const __grid_constant__ RouteParams p) {
   extern __shared__ __align__(16) unsigned char route_smem[];
@@ -24,15 +81,115 @@ __global__ void __launch_bounds__(kWarpsPerBlock * 32) MoeRouteKernel(const __gr
   const int t = blockIdx.x * kWarpsPerBlock + warp;
   PdlWait();
   if (t >= p.tokens) return;  // whole warps exit together
-  float weight;
-  int id;
-  RouteTokenWarp<LogitT, kGrouped>(p, t, route_smem + warp * RouteWarpScratchBytes(p.experts), weight, id);
+  const int experts = p.experts;
+  unsigned char* mine = route_smem + warp * WarpScratchBytes(experts);
+  float* score = reinterpret_cast<float*>(mine);
+  float* select = score + experts;
+  float* group_rank = select + experts;
+  unsigned char* group_kept = reinterpret_cast<unsigned char*>(group_rank + kMaxGroups);
+  const LogitT* row = static_cast<const LogitT*>(p.logits) + t * p.logits_stride;
+
+  float mx = -INFINITY;
+#pragma unroll 4  // the logits' global loads in flight together (rolled, each waited for the last: 4 at E = 128)
+  for (int e = lane; e < experts; e += 32) {
+    const float x = ToFloat(row[e]);
+    score[e] = x;
+    mx = fmaxf(mx, x);
+  }
+#pragma unroll
+  for (int o = 16; o > 0; o /= 2) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, o));
+  float sum = 0.f;
+#pragma unroll 1
+  for (int e = lane; e < experts; e += 32) {
+    const float s = p.sigmoid ? 1.f / (1.f + expf(-score[e])) : expf(score[e] - mx);
+    score[e] = s;
+    sum += s;
+  }
+  if (!p.sigmoid) {
+#pragma unroll
+    for (int o = 16; o > 0; o /= 2) sum += __shfl_xor_sync(0xffffffffu, sum, o);
+  }
+#pragma unroll 1
+  for (int e = lane; e < experts; e += 32) {
+    if (!p.sigmoid) score[e] /= sum;
+    select[e] = score[e] + (p.bias ? LoadValue(p.bias, p.bias_dtype, e) : 0.f);
+  }
+  __syncwarp();
+
+  const int group_size = kGrouped ? experts / p.num_groups : experts;
+  if constexpr (kGrouped) {
+#pragma unroll 1
+    for (int g = lane; g < p.num_groups; g += 32) {
+      float first = -INFINITY, second = -INFINITY;
+#pragma unroll 1
+      for (int e = g * group_size; e < (g + 1) * group_size; ++e) {
+        const float v = select[e];
+        if (v > first) {
+          second = first;
+          first = v;
+        } else if (v > second) {
+          second = v;
+        }
+      }
+      group_rank[g] = p.bias && group_size > 1 ? first + second : first;
+      group_kept[g] = 0;
+    }
+    __syncwarp();
+#pragma unroll 1
+    for (int i = 0; i < p.topk_groups; ++i) {
+      float best = -INFINITY;
+      int best_g = -1;
+#pragma unroll 1
+      for (int g = lane; g < p.num_groups; g += 32) {
+        if (!group_kept[g] && (best_g < 0 || group_rank[g] > best)) best = group_rank[g], best_g = g;
+      }
+      const int g = WarpArgMax(best, best_g);
+      if (lane == 0) group_kept[g] = 1;
+      __syncwarp();
+    }
+  }
+
+  // Top-k by warp reductions: each lane keeps the best of its own experts (e = lane + 32 i, taken ones flagged in a
+  // register mask, E <= 1024) as an order-preserving key; a round is one max over the keys and one min over the
+  // indices holding it (the tie rule: larger value, then lower index), and only the winning lane rescans. The scan
+  // of every expert per round, each a shared-memory round trip, was the routing's critical path (~450 cycles a
+  // round; a chain of moe_route calls measured 6.4 us each at E = 128 against 4.7 at E = 64, session 56).
+  uint32_t taken_mask = 0;
+  uint32_t my_key;
+  int my_best;
+  const auto lane_best = [&] {
+    my_key = 0, my_best = INT_MAX;  // key 0: nothing eligible (every real value's key is larger)
+    int i = 0;
+#pragma unroll 4
+    for (int e = lane; e < experts; e += 32, ++i) {
+      if ((taken_mask >> i & 1u) || (kGrouped && !group_kept[e / group_size])) continue;
+      const uint32_t k = max(OrderKey(select[e]), 1u);  // (-NaN's key 0 made eligible)
+      if (k > my_key) my_key = k, my_best = e;  // strictly: the lower index stays on ties
+    }
+  };
+  bool rescan = true;  // every lane first, then the round's winner
+  float my_weight = 0.f;
+  int my_id = -1;
+  float total = 0.f;
+#pragma unroll 1
+  for (int j = 0; j < p.top_k; ++j) {
+    if (rescan) lane_best();
+    const uint32_t best = __reduce_max_sync(0xffffffffu, my_key);
+    const uint32_t mine = my_key == best ? static_cast<uint32_t>(my_best) : 0xffffffffu;
+    const int e = static_cast<int>(__reduce_min_sync(0xffffffffu, mine));
+    const float w = score[e];
+    total += w;
+    if (lane == j) my_weight = w, my_id = e;
+    rescan = e % 32 == lane;
+    if (rescan) taken_mask |= 1u << (e / 32);
+  }
   // (Triggering the next kernel right after PdlWait instead: slower with the old kernel, no faster with this one;
   // session 56, experiments 79 / 80 / 81.)
   PdlLaunchDependents();
   if (lane < p.top_k) {
-    p.weights[static_cast<int64_t>(t) * p.top_k + lane] = weight;
-    p.ids[static_cast<int64_t>(t) * p.top_k + lane] = id;
+    const float norm = p.renormalize && total > 0.f ? p.routed_scaling / total : p.routed_scaling;
+    p.weights[static_cast<int64_t>(t) * p.top_k + lane] = my_weight * norm;
+    p.ids[static_cast<int64_t>(t) * p.top_k + lane] = my_id;
   }
 }
 
@@ -52,10 +209,25 @@ Status MoeRouteCuda(const MoeRouteArgs& a, cudaStream_t stream) {
 }
 
 Status LaunchMoeRoute(const MoeRouteArgs& a, cudaStream_t stream) {
-  const RouteParams p = RouteParamsOf(a);
+  RouteParams p = {};
+  p.logits = a.router_logits.data;
+  p.logits_stride = a.router_logits.strides[0];
+  p.logits_dtype = a.router_logits.dtype;
+  p.bias = a.correction_bias.present() ? a.correction_bias.data : nullptr;
+  p.bias_dtype = a.correction_bias.dtype;
+  p.weights = a.topk_weights.ptr<float>();
+  p.ids = a.topk_ids.ptr<int32_t>();
+  p.tokens = static_cast<int>(a.router_logits.shape[0]);
+  p.experts = static_cast<int>(a.router_logits.shape[1]);
+  p.top_k = a.top_k;
+  p.num_groups = a.num_groups;
+  p.topk_groups = a.topk_groups;
+  p.sigmoid = a.scoring == RouteScoring::kSigmoid;
+  p.renormalize = a.renormalize;
+  p.routed_scaling = a.routed_scaling;
   if (p.tokens == 0) return Status::Ok();
   const dim3 grid((p.tokens + kWarpsPerBlock - 1) / kWarpsPerBlock);
-  const size_t smem = static_cast<size_t>(kWarpsPerBlock) * RouteWarpScratchBytes(p.experts);  // <= 38 KB at E = 1024
+  const size_t smem = static_cast<size_t>(kWarpsPerBlock) * WarpScratchBytes(p.experts);  // <= 38 KB at E = 1024
   switch (p.logits_dtype) {
     case DType::kBF16: return LaunchFor<__nv_bfloat16>(p, grid, smem, stream);
     case DType::kF16: return LaunchFor<__half>(p, grid, smem, stream);

@@ -25,7 +25,6 @@
 
 #include <algorithm>
 #include <atomic>
-#include <type_traits>
 
 #include "csrc/common/arch.h"
 #include "csrc/common/launch.cuh"
@@ -59,7 +58,6 @@ struct Params {
   WgmmaGateUpArgs a;
   int cluster;      // CTAs per unit
   int col_blocks;   // I / 32
-  int route_warps;  // in-CTA routing: the warps that route (StreamGateUpWgmmaRouteWarps)
 };
 
 __device__ __forceinline__ uint32_t PackE4M3x4(float a, float b, float c, float d, float mul) {
@@ -68,10 +66,8 @@ __device__ __forceinline__ uint32_t PackE4M3x4(float a, float b, float c, float 
   return lo | (hi << 16);
 }
 
-// LogitT: void = ids given (a.ids); else in-CTA routing with logits of that type (a.route).
-template <bool kXFp8, typename LogitT>
+template <bool kXFp8>
 __global__ void __launch_bounds__(kThreads) GateUpWgmmaKernel(const __grid_constant__ Params p) {
-  constexpr bool kRouted = !std::is_void_v<LogitT>;
   extern __shared__ uint8_t dyn[];
   __shared__ int ids_s[kMaxPairs];
   const WgmmaGateUpArgs& a = p.a;
@@ -79,36 +75,15 @@ __global__ void __launch_bounds__(kThreads) GateUpWgmmaKernel(const __grid_const
   const int rank = static_cast<int>(blockIdx.x) % p.cluster, unit = static_cast<int>(blockIdx.x) / p.cluster;
   const int slot = unit / p.col_blocks, cb = unit % p.col_blocks;
   const int P = a.tokens * a.top_k;
-  PdlWait();  // topk_ids (or the logits) and x may come from the previous kernel
-  if constexpr (kRouted) {
-    // Warps w < route_warps route tokens w, w + route_warps, ... (moe_route's routine, so moe_route's bits) in the
-    // shared memory the operand tiles take later; CTA 0 writes the op's topk outputs, the down kernel reads them
-    // after its PDL wait.
-    const int warp = tid / 32;
-    if (warp < p.route_warps) {
-      unsigned char* scratch = dyn + warp * RouteWarpScratchBytes(a.route.experts);
-      for (int t = warp; t < a.tokens; t += p.route_warps) {
-        float w;
-        int id;
-        RouteTokenWarp<LogitT, false>(a.route, t, scratch, w, id);
-        if (lane < a.top_k) {
-          ids_s[t * a.top_k + lane] = id;
-          if (blockIdx.x == 0) a.route.weights[t * a.top_k + lane] = w, a.route.ids[t * a.top_k + lane] = id;
-        }
-        __syncwarp();  // the next token's scores overwrite this one's
-      }
-    }
-    __syncthreads();
-  }
-  const int* ids = kRouted ? ids_s : a.ids;
+  PdlWait();  // topk_ids and x may come from the previous kernel (routing)
   // The slot's expert. Every warp of every CTA of the cluster decides alike: the cluster runs or exits as one.
-  const int id_lo = lane < P ? ids[lane] : -1, id_hi = lane + 32 < P ? ids[lane + 32] : -1;
+  const int id_lo = lane < P ? a.ids[lane] : -1, id_hi = lane + 32 < P ? a.ids[lane + 32] : -1;
   const int mine = __shfl_sync(0xffffffffu, slot < 32 ? id_lo : id_hi, slot % 32);
   const bool repeat = __any_sync(0xffffffffu, (lane < slot && id_lo == mine) || (lane + 32 < slot && id_hi == mine));
   const int e = mine - a.expert_offset;
   if (repeat || e < 0 || e >= a.experts) return;
   PdlLaunchDependents();  // the down kernel may start its prologue
-  if (!kRouted && tid < 32) ids_s[tid] = id_lo, ids_s[tid + 32] = id_hi;  // (routed: already there)
+  if (tid < 32) ids_s[tid] = id_lo, ids_s[tid + 32] = id_hi;
 
   // 1024-byte aligned operand tiles (the swizzle is a function of the address bits).
   const uint32_t raw = SmemAddr(dyn);
@@ -224,23 +199,11 @@ __global__ void __launch_bounds__(kThreads) GateUpWgmmaKernel(const __grid_const
 // CTAs per unit: as few as keep each at <= kMaxGroups K groups.
 int ClusterFor(int groups) { return (groups + kMaxGroups - 1) / kMaxGroups; }
 
-// A CTA's shared memory: its operands + 1 KB for the 1024-byte alignment; the reduce (<= 7 x 2 KB) and epilogue
-// tiles reuse A and B, and so does in-CTA routing's scratch before them.
-int SmemBytes(int groups) {
-  const int cluster = ClusterFor(groups);
-  return (groups + cluster - 1) / cluster * (kAGroupBytes + kBGroupBytes) + 1024;
-}
-
 }  // namespace
 
 bool StreamGateUpWgmmaFits(int tokens, int top_k, int hidden, int inter_size) {
   return tokens >= 1 && tokens <= kMaxTokens && tokens * top_k <= kMaxPairs && hidden % kGroupK == 0 &&
          hidden <= kGroupK * kMaxGroups * kMaxCluster && inter_size % kUnitCols == 0;
-}
-
-int StreamGateUpWgmmaRouteWarps(int tokens, int top_k, int hidden, int inter_size, int experts) {
-  if (!StreamGateUpWgmmaFits(tokens, top_k, hidden, inter_size)) return 0;
-  return std::min({kThreads / 32, tokens, SmemBytes(hidden / kGroupK) / RouteWarpScratchBytes(experts)});
 }
 
 int64_t StreamGateUpWgmmaCtas(int tokens, int top_k, int hidden, int inter_size) {
@@ -249,25 +212,11 @@ int64_t StreamGateUpWgmmaCtas(int tokens, int top_k, int hidden, int inter_size)
 
 Status LaunchStreamGateUpWgmma(const WgmmaGateUpArgs& a, cudaStream_t stream) {
   const int groups = a.hidden / kGroupK;
-  Params p = {a, ClusterFor(groups), a.inter_size / kUnitCols, 0};
-  const int smem = SmemBytes(groups);
-  const bool routed = a.route.logits != nullptr;
-  if (routed) {
-    p.route_warps = StreamGateUpWgmmaRouteWarps(a.tokens, a.top_k, a.hidden, a.inter_size, a.route.experts);
-    if (p.route_warps < 1 || a.route.num_groups > 1) {
-      return Status::Internal("fused_moe: in-CTA routing asked of the wgmma gate-up where it does not route");
-    }
-  }
-  void (*kernel)(Params) = nullptr;
-  if (!routed) {
-    kernel = a.x_fp8 ? &GateUpWgmmaKernel<true, void> : &GateUpWgmmaKernel<false, void>;
-  } else if (a.route.logits_dtype == DType::kBF16) {
-    kernel = a.x_fp8 ? &GateUpWgmmaKernel<true, __nv_bfloat16> : &GateUpWgmmaKernel<false, __nv_bfloat16>;
-  } else if (a.route.logits_dtype == DType::kF16) {
-    kernel = a.x_fp8 ? &GateUpWgmmaKernel<true, __half> : &GateUpWgmmaKernel<false, __half>;
-  } else {
-    kernel = a.x_fp8 ? &GateUpWgmmaKernel<true, float> : &GateUpWgmmaKernel<false, float>;
-  }
+  Params p = {a, ClusterFor(groups), a.inter_size / kUnitCols};
+  const int per_cta = (groups + p.cluster - 1) / p.cluster;
+  // operands + 1 KB for the 1024-byte alignment; the reduce (<= 7 x 2 KB) and epilogue tiles reuse A and B
+  const int smem = per_cta * (kAGroupBytes + kBGroupBytes) + 1024;
+  auto* kernel = a.x_fp8 ? &GateUpWgmmaKernel<true> : &GateUpWgmmaKernel<false>;
   // AllowSmem raises the limit once per kernel: give it the largest size any shape asks for
   constexpr int kMaxSmem = kMaxGroups * (kAGroupBytes + kBGroupBytes) + 1024;
   static_assert(kStreamGateUpWgmmaCtasPerSm * (kMaxSmem + 1024) <= 228 * 1024, "CTAs per SM (+1 KB reserved each)");

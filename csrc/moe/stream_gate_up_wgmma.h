@@ -8,7 +8,6 @@
 #include <cstdint>
 
 #include "csrc/common/status.h"
-#include "csrc/moe/route_warp.cuh"
 
 namespace hpc::moe {
 
@@ -21,9 +20,6 @@ struct WgmmaGateUpArgs {
   const float* a13_scale;    // [1]: x's static scale
   const float* a2_scale;     // [1]: the intermediate's static scale
   const int32_t* ids;        // [T, top_k] global expert ids
-  // In-CTA routing (route.logits != null, ungrouped): every CTA routes the T tokens itself instead of reading ids,
-  // and CTA 0 writes them to route.ids / route.weights (the op's outputs) -- no routing kernel before this one.
-  RouteParams route;
   uint8_t* inter;            // [T * top_k, I] e4m3 out
   int tokens, top_k, experts, expert_offset, hidden, inter_size;
 };
@@ -36,10 +32,6 @@ bool StreamGateUpWgmmaFits(int tokens, int top_k, int hidden, int inter_size);
 // memory of 8 K groups, 74 KB: 3), for the caller's one-wave test.
 int64_t StreamGateUpWgmmaCtas(int tokens, int top_k, int hidden, int inter_size);
 constexpr int kStreamGateUpWgmmaCtasPerSm = 3;
-
-// The shared memory a CTA has for in-CTA routing's warps (one RouteWarpScratchBytes(E) each): the routing
-// warps are min(4, T, this / that); none means the caller launches the routing kernel first.
-int StreamGateUpWgmmaRouteWarps(int tokens, int top_k, int hidden, int inter_size, int experts);
 
 // Writes inter[pair, :] = e4m3(silu(gate) * up / a2_scale) for every pair whose expert is local; the pairs of
 // other ranks' experts are not written (the down kernel skips them).
