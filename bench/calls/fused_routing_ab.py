@@ -4,9 +4,10 @@ timing), three forms on the same rotating inputs --
   two     moe_route(logits) then fused_moe(ids): routing as a separate op (what fused routing was before session 55)
   fused   fused_moe(router_logits=...): routing inside the layer (the stream path's kernels route in every CTA)
   route   moe_route(logits) alone: the routing kernel's own cost in a chain of routing calls (session 56)
-Usage: python3 bench/calls/fused_routing_ab.py [out.json]; prints a table."""
+Usage: python3 bench/calls/fused_routing_ab.py [out.json]; prints a table. FR_TOKENS=1,2,4 times those T only."""
 
 import json
+import os
 import sys
 
 import torch
@@ -18,7 +19,7 @@ FP8 = torch.float8_e4m3fn
 # (name, E, H, I, top_k, quant)
 SHAPES = [("qwen3-30b", 128, 2048, 768, 8, "fp8_tensor"), ("qwen3-30b", 128, 2048, 768, 8, None),
           ("block128 64e", 64, 2048, 512, 8, "fp8_block128")]
-TOKENS = [1, 2, 4, 16, 64, 256]
+TOKENS = [int(t) for t in os.environ.get("FR_TOKENS", "1,2,4,16,64,256").split(",")]
 
 
 def weights(e, h, i, quant, gen):
