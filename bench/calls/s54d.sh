@@ -10,7 +10,7 @@
 . "$(dirname "$0")/prelude.sh"
 if ! nvidia-smi --query-gpu=name --format=csv,noheader | grep -q H200; then echo "not an H200: nothing run"; exit 0; fi
 unpack_packs
-M=$X/${TREE:-m55}  # main: tools/stage_experiments.sh m55 && tools/pack_staged.sh m55
+M=$X/${TREE:-m57}  # main: tools/stage_experiments.sh m57 && tools/pack_staged.sh m57
 h200_rows $M
 ( cd $M && PYTHONPATH=$M HPC_BENCH_PEERS=0 timeout 100 python3 -m hpc_xla.bench decode --heads 8/1/128 --kv bf16 \
     --out $OUT/dec_8_bf16.json > $OUT/dec_8_bf16.txt 2>&1; echo "decode bench rc=$?" ); t

@@ -70,10 +70,11 @@ template <>
 __device__ __forceinline__ float ToFloat(__half v) { return __half2float(v); }
 
 // One instance per logits dtype and grouping, and the per-expert loops rolled (`unroll 1`) except where loads must
-// be in flight together (the logits, a lane's rescan): the kernel is a few microseconds of latency at T = 1 whose
-// instructions run cold on one SM, so its size is part of its time (session 55's reading; the single kernel held
-// three dtype paths, unrolled by 4, 1712 instructions; now ~670, and a chain of routing calls went 7.6 -> 4.6 us
-// each at E = 128 with the top-k below, H100, session 56).
+// be in flight together (the logits, the softmax pass, a lane's rescan): the kernel is a few microseconds of latency
+// at T = 1 whose instructions run cold on one SM, so its size is part of its time (session 55's reading; the single
+// kernel held three dtype paths, unrolled by 4, 1712 instructions; ~700 now). What it costs in a chain of routing
+// calls at E = 128 k = 8 (H100): 7.6 us (session 55) -> 4.6 (rolled, the top-k by warp reductions; session 56) ->
+// 3.3 (loads in flight together, session 57; a one-element add costs 1.4 in the same chain).
 template <typename LogitT, bool kGrouped>
 __global__ void __launch_bounds__(kWarpsPerBlock * 32) MoeRouteKernel(const __grid_constant__ RouteParams p) {
   extern __shared__ __align__(16) unsigned char route_smem[];
@@ -99,20 +100,37 @@ __global__ void __launch_bounds__(kWarpsPerBlock * 32) MoeRouteKernel(const __gr
 #pragma unroll
   for (int o = 16; o > 0; o /= 2) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, o));
   float sum = 0.f;
+  if (p.sigmoid) {
 #pragma unroll 1
-  for (int e = lane; e < experts; e += 32) {
-    const float s = p.sigmoid ? 1.f / (1.f + expf(-score[e])) : expf(score[e] - mx);
-    score[e] = s;
-    sum += s;
-  }
-  if (!p.sigmoid) {
+    for (int e = lane; e < experts; e += 32) score[e] = 1.f / (1.f + expf(-score[e]));
+  } else {
+    // Branch-free and unrolled: the elements' shared-memory loads and exps overlap (rolled, with the sigmoid choice
+    // inside, each element was one load -> exp -> store chain after the other).
+#pragma unroll 4
+    for (int e = lane; e < experts; e += 32) {
+      const float s = expf(score[e] - mx);
+      score[e] = s;
+      sum += s;
+    }
 #pragma unroll
     for (int o = 16; o > 0; o /= 2) sum += __shfl_xor_sync(0xffffffffu, sum, o);
   }
+  // Selection values. Ungrouped, what is stored is each one's order key (below) and every lane keeps its best as
+  // it goes, so the top-k's first round scans nothing.
+  uint32_t* key = reinterpret_cast<uint32_t*>(select);
+  uint32_t my_key = 0;  // key 0: nothing eligible (every real value's key is larger)
+  int my_best = INT_MAX;
 #pragma unroll 1
   for (int e = lane; e < experts; e += 32) {
     if (!p.sigmoid) score[e] /= sum;
-    select[e] = score[e] + (p.bias ? LoadValue(p.bias, p.bias_dtype, e) : 0.f);
+    const float v = score[e] + (p.bias ? LoadValue(p.bias, p.bias_dtype, e) : 0.f);
+    if constexpr (kGrouped) {
+      select[e] = v;
+    } else {
+      const uint32_t k = max(OrderKey(v), 1u);  // (-NaN's key 0 made eligible)
+      key[e] = k;
+      if (k > my_key) my_key = k, my_best = e;  // strictly: the lower index stays on ties
+    }
   }
   __syncwarp();
 
@@ -154,20 +172,22 @@ __global__ void __launch_bounds__(kWarpsPerBlock * 32) MoeRouteKernel(const __gr
   // indices holding it (the tie rule: larger value, then lower index), and only the winning lane rescans. The scan
   // of every expert per round, each a shared-memory round trip, was the routing's critical path (~450 cycles a
   // round; a chain of moe_route calls measured 6.4 us each at E = 128 against 4.7 at E = 64, session 56).
+  // A rescan loads every key of the lane whether taken or not, so its loads are in flight together (skipping the
+  // taken ones put each load behind a branch: one shared-memory round trip per expert, ~370 cycles a round -- top_k
+  // 1 -> 8 cost 1.3 us at E = 32; with this, the stored keys and the branch-free softmax pass, a chain's call went
+  // 4.6 -> 3.3 us at E = 128, 7.0 -> 4.2 at 256, 11.7 -> 6.0 at 512; session 57, experiment 86).
   uint32_t taken_mask = 0;
-  uint32_t my_key;
-  int my_best;
   const auto lane_best = [&] {
-    my_key = 0, my_best = INT_MAX;  // key 0: nothing eligible (every real value's key is larger)
+    my_key = 0, my_best = INT_MAX;
     int i = 0;
 #pragma unroll 4
     for (int e = lane; e < experts; e += 32, ++i) {
-      if ((taken_mask >> i & 1u) || (kGrouped && !group_kept[e / group_size])) continue;
-      const uint32_t k = max(OrderKey(select[e]), 1u);  // (-NaN's key 0 made eligible)
-      if (k > my_key) my_key = k, my_best = e;  // strictly: the lower index stays on ties
+      uint32_t k = kGrouped ? max(OrderKey(select[e]), 1u) : key[e];
+      if ((taken_mask >> i & 1u) || (kGrouped && !group_kept[e / group_size])) k = 0;
+      if (k > my_key) my_key = k, my_best = e;
     }
   };
-  bool rescan = true;  // every lane first, then the round's winner
+  bool rescan = kGrouped;  // grouped: every lane first (its groups' eligibility is known now), then the winner
   float my_weight = 0.f;
   int my_id = -1;
   float total = 0.f;
@@ -180,7 +200,7 @@ __global__ void __launch_bounds__(kWarpsPerBlock * 32) MoeRouteKernel(const __gr
     const float w = score[e];
     total += w;
     if (lane == j) my_weight = w, my_id = e;
-    rescan = e % 32 == lane;
+    rescan = (e & 31) == lane;
     if (rescan) taken_mask |= 1u << (e / 32);
   }
   // (Triggering the next kernel right after PdlWait instead: slower with the old kernel, no faster with this one;
