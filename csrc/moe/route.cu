@@ -1,6 +1,6 @@
-// moe_route on the GPU: one warp per token. Scores and selection values live in the warp's shared memory; the
-// kept groups (from group ranks in registers) and the top-k experts are found by warp reductions over each lane's
-// best, both with the CPU reference's tie rule (larger value first, then lower index).
+// moe_route on the GPU: one warp per token. Scores and selection values live in the warp's shared memory;
+// group ranks are found by warp-wide arg-max rounds, the top-k by warp reductions over each lane's best, both with
+// the CPU reference's tie rule (larger value first, then lower index).
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
@@ -16,6 +16,7 @@ namespace hpc {
 namespace {
 
 constexpr int kWarpsPerBlock = 4;
+constexpr int kMaxGroups = 64;
 
 struct RouteParams {
   const void* logits;
@@ -30,19 +31,29 @@ struct RouteParams {
   float routed_scaling;
 };
 
-// bias[i] of any of the three dtypes without a branch around the load (predicated loads of the raw bits, then
-// selects), so several of them are in flight together.
-__device__ __forceinline__ float BiasValue(const void* base, DType dtype, int i) {
-  const bool f32 = dtype == DType::kF32;
-  const uint32_t r32 = f32 ? static_cast<const uint32_t*>(base)[i] : 0u;
-  const uint16_t r16 = f32 ? uint16_t{0} : static_cast<const uint16_t*>(base)[i];
-  const float half = __half2float(__ushort_as_half(r16));
-  return f32 ? __uint_as_float(r32) : dtype == DType::kBF16 ? __uint_as_float(uint32_t{r16} << 16) : half;
+__device__ __forceinline__ float LoadValue(const void* base, DType dtype, int64_t i) {
+  switch (dtype) {
+    case DType::kBF16: return __bfloat162float(static_cast<const __nv_bfloat16*>(base)[i]);
+    case DType::kF16: return __half2float(static_cast<const __half*>(base)[i]);
+    default: return static_cast<const float*>(base)[i];
+  }
+}
+
+// Warp arg-max of (value, index): larger value wins, then lower index. Returns the winning index (-1 if all
+// values are -inf and indices are -1).
+__device__ __forceinline__ int WarpArgMax(float value, int index) {
+#pragma unroll
+  for (int o = 16; o > 0; o /= 2) {
+    const float v = __shfl_xor_sync(0xffffffffu, value, o);
+    const int i = __shfl_xor_sync(0xffffffffu, index, o);
+    if (i >= 0 && (index < 0 || v > value || (v == value && i < index))) value = v, index = i;
+  }
+  return index;
 }
 
 // One warp's scratch in dynamic shared memory, sized by E (the static arrays at kMaxRouteExperts were 37 KB a CTA).
 __host__ __device__ constexpr int WarpScratchBytes(int experts) {
-  return (experts * 8 + 15) / 16 * 16;  // score, select (f32 | order keys)
+  return ((experts * 8 + kMaxGroups * 5) + 15) / 16 * 16;  // score, select (f32); group rank (f32), kept (u8)
 }
 
 // A float's bits as an unsigned key in the same order (-0 folded into +0 first, as the compare treated them equal).
@@ -75,6 +86,8 @@ __global__ void __launch_bounds__(kWarpsPerBlock * 32) MoeRouteKernel(const __gr
   unsigned char* mine = route_smem + warp * WarpScratchBytes(experts);
   float* score = reinterpret_cast<float*>(mine);
   float* select = score + experts;
+  float* group_rank = select + experts;
+  unsigned char* group_kept = reinterpret_cast<unsigned char*>(group_rank + kMaxGroups);
   const LogitT* row = static_cast<const LogitT*>(p.logits) + t * p.logits_stride;
 
   float mx = -INFINITY;
@@ -88,18 +101,8 @@ __global__ void __launch_bounds__(kWarpsPerBlock * 32) MoeRouteKernel(const __gr
   for (int o = 16; o > 0; o /= 2) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, o));
   float sum = 0.f;
   if (p.sigmoid) {
-    // In blocks of 4 of the lane's elements, the loads first: the division's slow-path branch kept each load behind
-    // the previous element's math.
 #pragma unroll 1
-    for (int e0 = lane; e0 < experts; e0 += 4 * 32) {
-      float v[4];
-#pragma unroll
-      for (int u = 0; u < 4; ++u) v[u] = e0 + 32 * u < experts ? score[e0 + 32 * u] : 0.f;
-#pragma unroll
-      for (int u = 0; u < 4; ++u) {
-        if (e0 + 32 * u < experts) score[e0 + 32 * u] = 1.f / (1.f + expf(-v[u]));
-      }
-    }
+    for (int e = lane; e < experts; e += 32) score[e] = 1.f / (1.f + expf(-score[e]));
   } else {
     // Branch-free and unrolled: the elements' shared-memory loads and exps overlap (rolled, with the sigmoid choice
     // inside, each element was one load -> exp -> store chain after the other).
@@ -117,71 +120,50 @@ __global__ void __launch_bounds__(kWarpsPerBlock * 32) MoeRouteKernel(const __gr
   uint32_t* key = reinterpret_cast<uint32_t*>(select);
   uint32_t my_key = 0;  // key 0: nothing eligible (every real value's key is larger)
   int my_best = INT_MAX;
-  // In blocks of 4 of the lane's elements, the shared-memory and bias loads first (as in the sigmoid pass).
 #pragma unroll 1
-  for (int e0 = lane; e0 < experts; e0 += 4 * 32) {
-    float s[4], b[4];
-#pragma unroll
-    for (int u = 0; u < 4; ++u) {
-      const int e = e0 + 32 * u;
-      s[u] = e < experts ? score[e] : 0.f;
-      b[u] = p.bias && e < experts ? BiasValue(p.bias, p.bias_dtype, e) : 0.f;
-    }
-#pragma unroll
-    for (int u = 0; u < 4; ++u) {
-      const int e = e0 + 32 * u;
-      if (e >= experts) break;
-      if (!p.sigmoid) s[u] /= sum, score[e] = s[u];
-      const float v = s[u] + b[u];
-      if constexpr (kGrouped) {
-        select[e] = v;
-      } else {
-        const uint32_t k = max(OrderKey(v), 1u);  // (-NaN's key 0 made eligible)
-        key[e] = k;
-        if (k > my_key) my_key = k, my_best = e;  // strictly: the lower index stays on ties
-      }
+  for (int e = lane; e < experts; e += 32) {
+    if (!p.sigmoid) score[e] /= sum;
+    const float v = score[e] + (p.bias ? LoadValue(p.bias, p.bias_dtype, e) : 0.f);
+    if constexpr (kGrouped) {
+      select[e] = v;
+    } else {
+      const uint32_t k = max(OrderKey(v), 1u);  // (-NaN's key 0 made eligible)
+      key[e] = k;
+      if (k > my_key) my_key = k, my_best = e;  // strictly: the lower index stays on ties
     }
   }
   __syncwarp();
 
-  // Grouped: the groups' ranks in registers (lane g holds groups g and g + 32; num_groups <= 64), the topk_groups
-  // best picked by the same warp reductions as the experts below, and the experts of the other groups marked taken
-  // in each lane's mask (so no rescan divides e / group_size or loads a kept flag). A group's top two are found with
-  // the inner loop's loads in flight together (rolled, each load waited for the last: group_size round trips).
-  uint32_t taken_mask = 0;
+  const int group_size = kGrouped ? experts / p.num_groups : experts;
   if constexpr (kGrouped) {
-    const int group_size = experts / p.num_groups;
-    uint32_t gkey[2] = {0u, 0u};  // key 0: no group there, or already kept
-#pragma unroll
-    for (int s = 0; s < 2; ++s) {
-      const int g = lane + 32 * s;
-      if (g >= p.num_groups) continue;
+#pragma unroll 1
+    for (int g = lane; g < p.num_groups; g += 32) {
       float first = -INFINITY, second = -INFINITY;
-#pragma unroll 4
+#pragma unroll 1
       for (int e = g * group_size; e < (g + 1) * group_size; ++e) {
         const float v = select[e];
-        const bool above = v > first;
-        second = above ? first : (v > second ? v : second);
-        first = above ? v : first;
+        if (v > first) {
+          second = first;
+          first = v;
+        } else if (v > second) {
+          second = v;
+        }
       }
-      gkey[s] = max(OrderKey(p.bias && group_size > 1 ? first + second : first), 1u);
+      group_rank[g] = p.bias && group_size > 1 ? first + second : first;
+      group_kept[g] = 0;
     }
-    uint64_t kept = 0;  // warp-uniform
+    __syncwarp();
 #pragma unroll 1
     for (int i = 0; i < p.topk_groups; ++i) {
-      const bool hi = gkey[1] > gkey[0];  // ties: the lower group (lane's first)
-      const uint32_t mine = hi ? gkey[1] : gkey[0];
-      const uint32_t best = __reduce_max_sync(0xffffffffu, mine);
-      const uint32_t cand = mine == best ? static_cast<uint32_t>(lane + (hi ? 32 : 0)) : 0xffffffffu;
-      const int g = static_cast<int>(__reduce_min_sync(0xffffffffu, cand));
-      kept |= uint64_t{1} << g;
-      if (g == lane) gkey[0] = 0u;  // (no dynamic index: the pair stays in registers)
-      if (g == lane + 32) gkey[1] = 0u;
-    }
-    int i = 0;
+      float best = -INFINITY;
+      int best_g = -1;
 #pragma unroll 1
-    for (int e = lane; e < experts; e += 32, ++i) {
-      if (!(kept >> (e / group_size) & 1u)) taken_mask |= 1u << i;
+      for (int g = lane; g < p.num_groups; g += 32) {
+        if (!group_kept[g] && (best_g < 0 || group_rank[g] > best)) best = group_rank[g], best_g = g;
+      }
+      const int g = WarpArgMax(best, best_g);
+      if (lane == 0) group_kept[g] = 1;
+      __syncwarp();
     }
   }
 
@@ -194,13 +176,14 @@ __global__ void __launch_bounds__(kWarpsPerBlock * 32) MoeRouteKernel(const __gr
   // taken ones put each load behind a branch: one shared-memory round trip per expert, ~370 cycles a round -- top_k
   // 1 -> 8 cost 1.3 us at E = 32; with this, the stored keys and the branch-free softmax pass, a chain's call went
   // 4.6 -> 3.3 us at E = 128, 7.0 -> 4.2 at 256, 11.7 -> 6.0 at 512; session 57, experiment 86).
+  uint32_t taken_mask = 0;
   const auto lane_best = [&] {
     my_key = 0, my_best = INT_MAX;
     int i = 0;
 #pragma unroll 4
     for (int e = lane; e < experts; e += 32, ++i) {
       uint32_t k = kGrouped ? max(OrderKey(select[e]), 1u) : key[e];
-      if (taken_mask >> i & 1u) k = 0;  // taken, or (grouped) not in a kept group
+      if ((taken_mask >> i & 1u) || (kGrouped && !group_kept[e / group_size])) k = 0;
       if (k > my_key) my_key = k, my_best = e;
     }
   };
