@@ -1,6 +1,6 @@
-// moe_route on the GPU: one warp per token. Scores and selection values live in the warp's shared memory;
-// group ranks are found by warp-wide arg-max rounds, the top-k by warp reductions over each lane's best, both with
-// the CPU reference's tie rule (larger value first, then lower index).
+// moe_route on the GPU: one warp per token. Scores and selection values live in the warp's shared memory; the
+// kept groups (from group ranks in registers) and the top-k experts are found by warp reductions over each lane's
+// best, both with the CPU reference's tie rule (larger value first, then lower index).
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
@@ -16,7 +16,6 @@ namespace hpc {
 namespace {
 
 constexpr int kWarpsPerBlock = 4;
-constexpr int kMaxGroups = 64;
 
 struct RouteParams {
   const void* logits;
@@ -39,21 +38,9 @@ __device__ __forceinline__ float LoadValue(const void* base, DType dtype, int64_
   }
 }
 
-// Warp arg-max of (value, index): larger value wins, then lower index. Returns the winning index (-1 if all
-// values are -inf and indices are -1).
-__device__ __forceinline__ int WarpArgMax(float value, int index) {
-#pragma unroll
-  for (int o = 16; o > 0; o /= 2) {
-    const float v = __shfl_xor_sync(0xffffffffu, value, o);
-    const int i = __shfl_xor_sync(0xffffffffu, index, o);
-    if (i >= 0 && (index < 0 || v > value || (v == value && i < index))) value = v, index = i;
-  }
-  return index;
-}
-
 // One warp's scratch in dynamic shared memory, sized by E (the static arrays at kMaxRouteExperts were 37 KB a CTA).
 __host__ __device__ constexpr int WarpScratchBytes(int experts) {
-  return ((experts * 8 + kMaxGroups * 5) + 15) / 16 * 16;  // score, select (f32); group rank (f32), kept (u8)
+  return (experts * 8 + 15) / 16 * 16;  // score, select (f32 | order keys)
 }
 
 // A float's bits as an unsigned key in the same order (-0 folded into +0 first, as the compare treated them equal).
@@ -86,8 +73,6 @@ __global__ void __launch_bounds__(kWarpsPerBlock * 32) MoeRouteKernel(const __gr
   unsigned char* mine = route_smem + warp * WarpScratchBytes(experts);
   float* score = reinterpret_cast<float*>(mine);
   float* select = score + experts;
-  float* group_rank = select + experts;
-  unsigned char* group_kept = reinterpret_cast<unsigned char*>(group_rank + kMaxGroups);
   const LogitT* row = static_cast<const LogitT*>(p.logits) + t * p.logits_stride;
 
   float mx = -INFINITY;
@@ -134,36 +119,47 @@ __global__ void __launch_bounds__(kWarpsPerBlock * 32) MoeRouteKernel(const __gr
   }
   __syncwarp();
 
-  const int group_size = kGrouped ? experts / p.num_groups : experts;
+  // Grouped: the groups' ranks in registers (lane g holds groups g and g + 32; num_groups <= 64), the topk_groups
+  // best picked by the same warp reductions as the experts below, and the experts of the other groups marked taken
+  // in each lane's mask (so no rescan divides e / group_size or loads a kept flag). A group's top two are found with
+  // the inner loop's loads in flight together (the loop was rolled, each load waiting for the last: group_size
+  // round trips).
+  // DeepSeek-V3's grouped call (E = 256, 8 groups, 4 kept) in a chain: 15.2 -> 7.5 us on an H100 (session 58,
+  // experiment 87; the warp arg-max rounds, shared-memory ranks and per-expert kept flags before).
+  uint32_t taken_mask = 0;
   if constexpr (kGrouped) {
-#pragma unroll 1
-    for (int g = lane; g < p.num_groups; g += 32) {
+    const int group_size = experts / p.num_groups;
+    uint32_t gkey[2] = {0u, 0u};  // key 0: no group there, or already kept
+#pragma unroll
+    for (int s = 0; s < 2; ++s) {
+      const int g = lane + 32 * s;
+      if (g >= p.num_groups) continue;
       float first = -INFINITY, second = -INFINITY;
-#pragma unroll 1
+#pragma unroll 4
       for (int e = g * group_size; e < (g + 1) * group_size; ++e) {
         const float v = select[e];
-        if (v > first) {
-          second = first;
-          first = v;
-        } else if (v > second) {
-          second = v;
-        }
+        const bool above = v > first;
+        second = above ? first : (v > second ? v : second);
+        first = above ? v : first;
       }
-      group_rank[g] = p.bias && group_size > 1 ? first + second : first;
-      group_kept[g] = 0;
+      gkey[s] = max(OrderKey(p.bias && group_size > 1 ? first + second : first), 1u);
     }
-    __syncwarp();
+    uint64_t kept = 0;  // warp-uniform
 #pragma unroll 1
     for (int i = 0; i < p.topk_groups; ++i) {
-      float best = -INFINITY;
-      int best_g = -1;
+      const bool hi = gkey[1] > gkey[0];  // ties: the lower group (lane's first)
+      const uint32_t mine = hi ? gkey[1] : gkey[0];
+      const uint32_t best = __reduce_max_sync(0xffffffffu, mine);
+      const uint32_t cand = mine == best ? static_cast<uint32_t>(lane + (hi ? 32 : 0)) : 0xffffffffu;
+      const int g = static_cast<int>(__reduce_min_sync(0xffffffffu, cand));
+      kept |= uint64_t{1} << g;
+      if (g == lane) gkey[0] = 0u;  // (no dynamic index: the pair stays in registers)
+      if (g == lane + 32) gkey[1] = 0u;
+    }
+    int i = 0;
 #pragma unroll 1
-      for (int g = lane; g < p.num_groups; g += 32) {
-        if (!group_kept[g] && (best_g < 0 || group_rank[g] > best)) best = group_rank[g], best_g = g;
-      }
-      const int g = WarpArgMax(best, best_g);
-      if (lane == 0) group_kept[g] = 1;
-      __syncwarp();
+    for (int e = lane; e < experts; e += 32, ++i) {
+      if (!(kept >> (e / group_size) & 1u)) taken_mask |= 1u << i;
     }
   }
 
@@ -176,14 +172,13 @@ __global__ void __launch_bounds__(kWarpsPerBlock * 32) MoeRouteKernel(const __gr
   // taken ones put each load behind a branch: one shared-memory round trip per expert, ~370 cycles a round -- top_k
   // 1 -> 8 cost 1.3 us at E = 32; with this, the stored keys and the branch-free softmax pass, a chain's call went
   // 4.6 -> 3.3 us at E = 128, 7.0 -> 4.2 at 256, 11.7 -> 6.0 at 512; session 57, experiment 86).
-  uint32_t taken_mask = 0;
   const auto lane_best = [&] {
     my_key = 0, my_best = INT_MAX;
     int i = 0;
 #pragma unroll 4
     for (int e = lane; e < experts; e += 32, ++i) {
       uint32_t k = kGrouped ? max(OrderKey(select[e]), 1u) : key[e];
-      if ((taken_mask >> i & 1u) || (kGrouped && !group_kept[e / group_size])) k = 0;
+      if (taken_mask >> i & 1u) k = 0;  // taken, or (grouped) not in a kept group
       if (k > my_key) my_key = k, my_best = e;
     }
   };
