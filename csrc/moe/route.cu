@@ -12,6 +12,12 @@
 #include "csrc/common/launch.cuh"
 #include "csrc/moe/route.h"
 
+// Phase clocks of token 0's warp, compiled in only by tools/route_phase_probe.cu (which defines the hook before it
+// includes this file): where a routing call's latency goes, phase by phase. Nothing here otherwise.
+#ifndef HPC_ROUTE_STAMP
+#define HPC_ROUTE_STAMP(phase) ((void)0)
+#endif
+
 namespace hpc {
 namespace {
 
@@ -67,8 +73,10 @@ __global__ void __launch_bounds__(kWarpsPerBlock * 32) MoeRouteKernel(const __gr
   extern __shared__ __align__(16) unsigned char route_smem[];
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int t = blockIdx.x * kWarpsPerBlock + warp;
+  HPC_ROUTE_STAMP(0);
   PdlWait();
   if (t >= p.tokens) return;  // whole warps exit together
+  HPC_ROUTE_STAMP(1);
   const int experts = p.experts;
   unsigned char* mine = route_smem + warp * WarpScratchBytes(experts);
   float* score = reinterpret_cast<float*>(mine);
@@ -84,6 +92,7 @@ __global__ void __launch_bounds__(kWarpsPerBlock * 32) MoeRouteKernel(const __gr
   }
 #pragma unroll
   for (int o = 16; o > 0; o /= 2) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, o));
+  HPC_ROUTE_STAMP(2);
   float sum = 0.f;
   if (p.sigmoid) {
 #pragma unroll 1
@@ -100,6 +109,7 @@ __global__ void __launch_bounds__(kWarpsPerBlock * 32) MoeRouteKernel(const __gr
 #pragma unroll
     for (int o = 16; o > 0; o /= 2) sum += __shfl_xor_sync(0xffffffffu, sum, o);
   }
+  HPC_ROUTE_STAMP(3);
   // Selection values. Ungrouped, what is stored is each one's order key (below) and every lane keeps its best as
   // it goes, so the top-k's first round scans nothing.
   uint32_t* key = reinterpret_cast<uint32_t*>(select);
@@ -118,6 +128,7 @@ __global__ void __launch_bounds__(kWarpsPerBlock * 32) MoeRouteKernel(const __gr
     }
   }
   __syncwarp();
+  HPC_ROUTE_STAMP(4);
 
   // Grouped: the groups' ranks in registers (lane g holds groups g and g + 32; num_groups <= 64), the topk_groups
   // best picked by the same warp reductions as the experts below, and the experts of the other groups marked taken
@@ -162,6 +173,7 @@ __global__ void __launch_bounds__(kWarpsPerBlock * 32) MoeRouteKernel(const __gr
       if (!(kept >> (e / group_size) & 1u)) taken_mask |= 1u << i;
     }
   }
+  HPC_ROUTE_STAMP(5);
 
   // Top-k by warp reductions: each lane keeps the best of its own experts (e = lane + 32 i, taken ones flagged in a
   // register mask, E <= 1024) as an order-preserving key; a round is one max over the keys and one min over the
@@ -198,6 +210,7 @@ __global__ void __launch_bounds__(kWarpsPerBlock * 32) MoeRouteKernel(const __gr
     rescan = (e & 31) == lane;
     if (rescan) taken_mask |= 1u << (e / 32);
   }
+  HPC_ROUTE_STAMP(6);
   // (Triggering the next kernel right after PdlWait instead: slower with the old kernel, no faster with this one;
   // session 56, experiments 79 / 80 / 81.)
   PdlLaunchDependents();
@@ -206,6 +219,7 @@ __global__ void __launch_bounds__(kWarpsPerBlock * 32) MoeRouteKernel(const __gr
     p.weights[static_cast<int64_t>(t) * p.top_k + lane] = my_weight * norm;
     p.ids[static_cast<int64_t>(t) * p.top_k + lane] = my_id;
   }
+  HPC_ROUTE_STAMP(7);
 }
 
 template <typename LogitT>
