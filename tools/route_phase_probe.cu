@@ -4,8 +4,9 @@
 // its extra work (sigmoid, bias loads, the group top-two, 4 group rounds) explains about a third of the +3.3 us.
 // Experiment 88 put the sigmoid / select passes' loads in flight together and gained ~0.1. Before another guess,
 // this compiles route.cu's kernel with its phase hooks on (HPC_ROUTE_STAMP: thread 0 of block 0, i.e. token 0's
-// warp, adds %clock64 at each phase boundary to a per-phase sum) and replays a graph of plain launches of it:
-//   wait    kernel entry -> past griddepcontrol.wait and the token check (no PDL here: ~nothing)
+// warp, adds %clock64 at each phase boundary to a per-phase sum) and replays a graph of its launches (route.cu's
+// LaunchFor: PDL on unless HPC_XLA_PDL=0, as in route_chain.py):
+//   wait    kernel entry -> past griddepcontrol.wait and the token check (the PDL link's wait)
 //   logits  the logits' global loads and the warp max
 //   score   the softmax (exp, sum) or sigmoid pass
 //   select  the select pass (score / sum, + correction bias, order keys)
@@ -15,7 +16,7 @@
 // Cases: T = 1, f32 logits; ungrouped softmax E = 32 k = 1 / 128 / 256 / 512 k = 8, ungrouped sigmoid + bias
 // E = 256 (sigmoid and bias without the grouping), and the grouped DeepSeek-V3 case. Cycles are the SM's clock
 // (convert at the card's clock; the table prints us at the reported max clock too). Also per call: the graph's
-// time (plain launches, no PDL: s57a's PDL-off rows are the comparison).
+// time (compare route_chain.py's rows; HPC_XLA_PDL=0 for its PDL-off ones).
 //   nvcc -std=c++17 -I. -gencode arch=compute_90a,code=sm_90a -O3 -o route_phase_probe tools/route_phase_probe.cu \
 //     csrc/moe/route_validate.cc csrc/common/arch.cc csrc/common/check.cc csrc/common/tensor_view.cc
 //   ./route_phase_probe
@@ -96,16 +97,21 @@ void Run(const Case& c, double clock_mhz) {
   p.sigmoid = c.sigmoid;
   p.renormalize = true;
   p.routed_scaling = c.groups > 1 ? 2.5f : 1.f;
-  const dim3 grid((tokens + hpc::kWarpsPerBlock - 1) / hpc::kWarpsPerBlock), block(hpc::kWarpsPerBlock * 32);
+  const dim3 grid((tokens + hpc::kWarpsPerBlock - 1) / hpc::kWarpsPerBlock);
   const size_t smem = static_cast<size_t>(hpc::kWarpsPerBlock) * hpc::WarpScratchBytes(c.experts);
-  auto* kernel = c.groups > 1 ? &hpc::MoeRouteKernel<float, true> : &hpc::MoeRouteKernel<float, false>;
 
   cudaStream_t stream;
   CHECK_CUDA(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
   cudaGraph_t graph;
   cudaGraphExec_t exec;
   CHECK_CUDA(cudaStreamBeginCapture(stream, cudaStreamCaptureModeGlobal));
-  for (int i = 0; i < kCallsPerGraph; ++i) kernel<<<grid, block, smem, stream>>>(p);
+  for (int i = 0; i < kCallsPerGraph; ++i) {  // route.cu's own launch (instance choice, PDL as HPC_XLA_PDL says)
+    const hpc::Status st = hpc::LaunchFor<float>(p, grid, smem, stream);
+    if (!st.ok()) {
+      std::fprintf(stderr, "%s\n", st.message().c_str());
+      std::exit(1);
+    }
+  }
   CHECK_CUDA(cudaStreamEndCapture(stream, &graph));
   CHECK_CUDA(cudaGraphInstantiate(&exec, graph, 0));
   for (int i = 0; i < 3; ++i) CHECK_CUDA(cudaGraphLaunch(exec, stream));  // warm
@@ -154,7 +160,7 @@ int main() {
   int clock_khz = 0;
   CHECK_CUDA(cudaDeviceGetAttribute(&clock_khz, cudaDevAttrClockRate, 0));
   const double clock_mhz = clock_khz / 1000.0;
-  std::printf("%s, sm_%d%d, max SM clock %.0f MHz; T = 1, f32 logits, %d plain launches a graph x %d replays\n",
+  std::printf("%s, sm_%d%d, max SM clock %.0f MHz; T = 1, f32 logits, %d launches a graph x %d replays\n",
               prop.name, prop.major, prop.minor, clock_mhz, kCallsPerGraph, kReplays);
   std::printf("%-40s %15s | %6s %6s %6s %6s %6s %6s %6s | cycles a call, token 0's warp\n", "case", "graph",
               "wait", "logits", "score", "select", "groups", "topk", "store");
