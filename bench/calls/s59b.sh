@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # session 59 call B (~6 min, any Hopper; the H200 is the card of record for #2). Carry .peer/pack (m59 = main, e89 =
-# experiment 89: `tools/stage_experiments.sh e89` at 08d6cd4, then `tools/pack_staged.sh m59 e89`).
+# experiment 89b: `tools/stage_experiments.sh e89` at 1599c45, then `tools/pack_staged.sh m59 e89`).
 # Experiment 89: rope_norm's streaming kernel (csrc/rope_norm/rope_norm_stream.cuh) -- the paired kernel's math fed
 # from shared-memory stages that a producer warp fills by cp.async.bulk, 2 persistent CTAs of 6 consumer warps per
 # SM; taken for every 4-row paired launch whose rows it can copy; HPC_XLA_ROPE_STREAM=0 = the paired kernel.
@@ -26,6 +26,12 @@ for round in 1 2; do
       --heads 8/1/128,64/8/128,32/4/128 --variants bf16,fp8 > $R/ab_${v}_$round.txt 2>&1)
     echo "$v r$round: $(tail -n1 $R/ab_${v}_$round.txt)" | tee -a $OUT/s59b_ab.txt; t
   done
+done
+# the stream's tile and ring swept on 8/1 (e89 = 89b: HPC_XLA_ROPE_STREAM_TOKENS / _STAGES; default 8 tokens, 4 stages)
+for knob in TOKENS=4 TOKENS=16 STAGES=2 STAGES=3; do
+  (cd $E && env PYTHONPATH=$E:$E/tests HPC_XLA_ROPE_STREAM_$knob timeout 60 python3 $ROOT/tools/ab_time.py \
+    --heads 8/1/128 --variants bf16,fp8 > $R/sweep_$knob.txt 2>&1)
+  echo "e89 $knob: $(tail -n1 $R/sweep_$knob.txt)" | tee -a $OUT/s59b_ab.txt; t
 done
 ( cd $E && PYTHONPATH=$E timeout 100 python3 -m hpc_xla.bench rope_norm --heads 8/1/128 \
     > $OUT/s59b_rope_e89.txt 2>&1; echo "rope bench e89 rc=$?" ); t
