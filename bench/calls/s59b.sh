@@ -9,6 +9,7 @@
 # CTA without registers: bf16 8/1 T=16384 28.7 -> 25.5-27.5 us on the H200 (80-86% of the ceiling), fp8 8/1 similar
 # (-5..-10%); on an H100 8/1 -0..-6%; 64/8 and 32/4 (2 stages of ~42 KB, 5 consumer warps) within -8..+5%; e89 with
 # STREAM=0 within +-1.5% of m59 (the paired body's SASS moved by scheduling only).
+# Sweep (8/1 only): TOKENS=4 / 16, STAGES=2 / 3 within +-4% of the default (8 tokens, 4 stages); no winner predicted.
 # Land rule: GPU rope tests pass (incl. the new bitwise stream-vs-paired test), memcheck 0 errors and racecheck 0
 # hazards on the stream tests, and bf16 8/1 T=16384 streamed <= 0.97x m59 in both rounds. The auto rule then keeps
 # the stream only for the shapes where it is not slower than m59 in both rounds.
