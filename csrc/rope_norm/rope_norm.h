@@ -46,6 +46,7 @@ Status RopeNormCuda(const RopeNormArgs& args, cudaStream_t stream);
 struct RopeNormLaunchInfo {
   int rows_per_group = -1;
   bool kv_merged = false;
+  bool streamed = false;  // the streaming kernel (rope_norm_stream.cuh)
 };
 RopeNormLaunchInfo RopeNormLastLaunch();
 
