@@ -219,19 +219,14 @@ launched = []
 for case in cases:
     inputs = make_inputs(case)
     check(case, inputs, *run_torch(case, inputs, device="cuda"))
-    rows, _, streamed = ext().rope_norm_last_launch()
-    launched.append("%d%s" % (rows, "s" if streamed else ""))
+    launched.append(ext().rope_norm_last_launch()[0])
 print("OK", len(cases), "ROWS", *launched)
 """
-    # 4 rows twice: the streaming kernel (rope_norm_stream.cuh) takes every 4-row paired launch it can copy, so the
-    # 4-row paired kernel itself runs with HPC_XLA_ROPE_STREAM=0
-    for rows, stream in (("1", "1"), ("2", "1"), ("4", "0"), ("4", "1")):
-        out = _run_python(code, HPC_XLA_ROPE_ROWS=rows, HPC_XLA_ROPE_STREAM=stream)
+    for rows in ("1", "2", "4"):
+        out = _run_python(code, HPC_XLA_ROPE_ROWS=rows)
         assert "OK 9" in out, (rows, out)
-        # the knobs really took effect: the paired cases ran with these rows (streamed at 4 rows unless turned
-        # off), the last two took the general kernel
-        tag = rows + ("s" if rows == "4" and stream == "1" else "")
-        assert out.split("ROWS")[1].split() == [tag] * 7 + ["0", "0"], (rows, stream, out)
+        # the knob really took effect: the paired cases ran with these rows, the last two took the general kernel
+        assert out.split("ROWS")[1].split() == [rows] * 7 + ["0", "0"], (rows, out)
 
 
 def test_fp8_scale_helpers_match_ieee_division_on_every_float():
@@ -290,8 +285,6 @@ LAYOUT_CASES = [
          head_dim=64, dtype="float16"),
     Case(tokens=37, num_q_heads=4, num_kv_heads=2, page_size=8, num_blocks=6, head_dim=96),  # general kernel
     Case(tokens=3001, num_q_heads=8, num_kv_heads=1, page_size=64, num_blocks=48, index_dtype="int64"),
-    # large enough for 4 rows a group: the streaming kernel copies the qkv views; head-strided rows take the paired
-    Case(tokens=9001, num_q_heads=8, num_kv_heads=1, page_size=64, num_blocks=142),
 ]
 
 
@@ -323,83 +316,3 @@ def test_device_checks_report_bad_cache_scale():
     ])
     out = _run_python(code, HPC_XLA_CHECK="1")
     assert "k_scale must be finite and > 0; got 0.000000 (HPC_XLA_CHECK)" in out, out
-
-
-STREAM_CASES = [
-    # (case, input layout), each large enough for 4 rows a group (RowsPerGroup): 8/1 bf16 in vLLM's qkv views with
-    # skipped slots and a partial last tile; 64/8 with an fp8 cache and fp8 q; 16/4 gptj with partial rotary, norm
-    # after rope and int64 indices; D 64 (fp16, fp8 cache) and D 256 (fp8 q, no k norm)
-    (Case(tokens=5003, num_q_heads=8, num_kv_heads=1, page_size=16, num_blocks=320), "qkv"),
-    (Case(tokens=3001, num_q_heads=64, num_kv_heads=8, page_size=16, num_blocks=192, cache_fp8=True, q_fp8=True),
-     "contiguous"),
-    (Case(tokens=4099, num_q_heads=16, num_kv_heads=4, page_size=32, num_blocks=130, rope_style="gptj",
-          rotary_dim=64, norm_before_rope=False, index_dtype="int64", weight_dtype="bfloat16"), "qkv"),
-    (Case(tokens=9001, num_q_heads=8, num_kv_heads=2, page_size=16, num_blocks=570, head_dim=64, dtype="float16",
-          cache_fp8=True), "contiguous"),
-    (Case(tokens=3001, num_q_heads=4, num_kv_heads=1, page_size=16, num_blocks=190, head_dim=256, q_fp8=True,
-          k_norm=False), "contiguous"),
-]
-
-
-def test_stream_kernel_matches_paired_kernel_bitwise():
-    """The streaming kernel runs the paired kernel's per-group math on rows it copied into shared memory: the same
-    operations in the same order, so the same bits -- including the rows of a bad position (NaN) and tokens whose
-    slot is -1 (nothing written). Each setting of HPC_XLA_ROPE_STREAM runs in its own process (read once); both at
-    4 rows a group, and the launch info says which kernel ran. A third run takes the smallest tiles and 3 stages, so
-    that every CTA goes round its ring several times (both parities of every stage's barriers)."""
-    import tempfile
-
-    code = """
-import sys
-import numpy as np
-from test_gpu_rope_norm import STREAM_CASES
-from rope_norm_harness import check, make_inputs, run_torch
-from hpc_xla._ext import ext
-outs, kinds = {}, []
-for i, (case, layout) in enumerate(STREAM_CASES):
-    inputs = make_inputs(case)
-    inputs["positions"][7] = -3  # a bad position (checks are off): its rows are NaN in both kernels
-    res = run_torch(case, inputs, device="cuda", input_layout=layout)
-    for n, r in enumerate(res):
-        if r is not None:
-            outs["%d_%d" % (i, n)] = r
-    rows, _, streamed = ext().rope_norm_last_launch()
-    kinds.append("%d%s" % (rows, "s" if streamed else ""))
-np.savez(sys.argv[1], **outs)
-print("KINDS", *kinds)
-"""
-    with tempfile.TemporaryDirectory() as tmp:
-        results = {}
-        for stream in ("1", "0", "small"):
-            path = os.path.join(tmp, "out%s.npz" % stream)
-            knobs = dict(HPC_XLA_ROPE_STREAM="1", HPC_XLA_ROPE_STREAM_TOKENS="1", HPC_XLA_ROPE_STREAM_STAGES="3") \
-                if stream == "small" else dict(HPC_XLA_ROPE_STREAM=stream)
-            full_env = dict(os.environ, PYTHONPATH=os.pathsep.join([ROOT, os.path.join(ROOT, "tests")]),
-                            HPC_XLA_ROPE_ROWS="4", **knobs)
-            res = subprocess.run([sys.executable, "-c", textwrap.dedent(code), path], capture_output=True, text=True,
-                                 env=full_env, timeout=600)
-            assert res.returncode == 0, res.stdout + res.stderr
-            kinds = res.stdout.split("KINDS")[1].split()
-            assert kinds == (["4"] if stream == "0" else ["4s"]) * len(STREAM_CASES), (stream, res.stdout)
-            results[stream] = dict(np.load(path))
-        for streamed in ("1", "small"):
-            assert results[streamed].keys() == results["0"].keys()
-            for key in results["0"]:
-                a, b = results[streamed][key], results["0"][key]
-                assert a.dtype == b.dtype and a.shape == b.shape, (streamed, key)
-                assert np.array_equal(a.view(np.uint8), b.view(np.uint8)), (streamed, key)
-
-
-@pytest.mark.parametrize("case,layout", STREAM_CASES, ids=lambda c: getattr(c, "tokens", c))
-def test_stream_kernel_numerics(case, layout):
-    """The streaming kernel (4 rows a group at these sizes by default) against the CPU reference."""
-    from rope_norm_harness import run_torch
-
-    from hpc_xla._ext import ext
-
-    inputs = make_inputs(case)
-    got = run_torch(case, inputs, device="cuda", input_layout=layout)
-    rows, _, streamed = ext().rope_norm_last_launch()
-    if os.environ.get("HPC_XLA_ROPE_STREAM", "1") != "0":
-        assert (rows, streamed) == (4, True), (rows, streamed)
-    check(case, inputs, *got)

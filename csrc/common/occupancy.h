@@ -4,11 +4,10 @@
 
 #include <cuda_runtime.h>
 
-#include <map>
 #include <mutex>
 #include <set>
 #include <string>
-#include <tuple>
+#include <unordered_map>
 #include <utility>
 
 #include "csrc/common/launch.cuh"
@@ -33,18 +32,18 @@ inline Status AllowDynamicSmem(const void* fn, int bytes, const char* what) {
 }
 
 // Resident CTAs of `fn` per SM at `threads` threads and `smem` dynamic shared bytes (occupancy API, once per
-// kernel and launch shape: all the GPUs we run on are one architecture). Call AllowDynamicSmem first when smem > 48 KB. A kernel
+// kernel: all the GPUs we run on are one architecture). Call AllowDynamicSmem first when smem > 48 KB. A kernel
 // that does not fit at all is an internal error, not a silent grid of zero.
 inline Status ResidentCtasPerSm(const void* fn, int threads, int smem, const char* what, int* per_sm) {
   static std::mutex mu;
-  static std::map<std::tuple<const void*, int, int>, int> cache;
+  static std::unordered_map<const void*, int> cache;
   std::lock_guard<std::mutex> lock(mu);
-  auto it = cache.find({fn, threads, smem});
+  auto it = cache.find(fn);
   if (it == cache.end()) {
     int n = 0;
     HPC_RETURN_IF_ERROR(CudaStatus(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, fn, threads, smem), what));
     if (n < 1) return Status::Internal(std::string(what) + ": kernel does not fit on an SM");
-    it = cache.emplace(std::tuple{fn, threads, smem}, n).first;
+    it = cache.emplace(fn, n).first;
   }
   *per_sm = it->second;
   return Status::Ok();

@@ -8,7 +8,6 @@
 #include <cstdint>
 #include <cstdlib>
 #include <mutex>
-#include <tuple>
 
 #include "csrc/common/arch.h"
 #include "csrc/common/check.h"
@@ -20,7 +19,6 @@
 #include "csrc/rope_norm/rope_norm.h"
 #include "csrc/rope_norm/rope_norm_general.cuh"
 #include "csrc/rope_norm/rope_norm_paired.cuh"
-#include "csrc/rope_norm/rope_norm_stream.cuh"
 
 namespace hpc {
 namespace {
@@ -54,8 +52,7 @@ int RowsPerGroup(int64_t tokens, int q_heads, int kv_heads, int group_lanes, int
   return tokens * groups * group_lanes >= 2 * wave ? 4 : 1;
 }
 
-// streamed * 16 + rows * 2 + kv_merged of the last launch (-1: none yet; 0: the general kernel), for
-// RopeNormLastLaunch
+// rows * 2 + kv_merged of the last launch (-1: none yet; 0: the general kernel), for RopeNormLastLaunch
 std::atomic<int> g_last_launch{-1};
 
 // Whether a token's k and v rows share one lane group (RopeNormParams::kv_merged): when all of them fit in its
@@ -73,11 +70,6 @@ struct GeneralKernel {
 template <int G, int R, typename T, bool kFp8Cache, bool kFp8Q>
 struct PairedKernel {
   static void* Get() { return reinterpret_cast<void*>(&RopeNormPairedKernel<G, R, T, kFp8Cache, kFp8Q>); }
-};
-
-template <int G, int R, typename T, bool kFp8Cache, bool kFp8Q>
-struct StreamKernel {
-  static void* Get() { return reinterpret_cast<void*>(&RopeNormStreamKernel<G, R, T, kFp8Cache, kFp8Q>); }
 };
 
 template <template <int, int, typename, bool, bool> class K, int G, int R, typename T>
@@ -99,57 +91,6 @@ void* PickPaired(int rows, DType dtype, bool fp8_cache, bool fp8_q) {
     case 2: return PickKernel<PairedKernel, G, 2>(dtype, fp8_cache, fp8_q);
     default: return PickKernel<PairedKernel, G, 4>(dtype, fp8_cache, fp8_q);
   }
-}
-
-// The streaming kernel (rope_norm_stream.cuh) for a 4-row paired launch whose rows it can bulk-copy: each token's
-// heads contiguous and 16-byte aligned (q, k and v; the vLLM layout -- views of one qkv tensor -- and separate
-// tensors both qualify), a tile of tokens within the shared-memory budget at two stages or more. Fills the
-// stream_* fields and returns true, or returns false (the paired kernel runs). For A/B runs: HPC_XLA_ROPE_STREAM=0
-// turns it off, HPC_XLA_ROPE_STREAM_TOKENS=n asks for tiles of n tokens (rounded up to whole token tiles, at most 32)
-// and HPC_XLA_ROPE_STREAM_STAGES=2..4 for that many stages (fewer where they do not fit).
-bool StreamGeometry(RopeNormParams& p, int rows, int elem_bytes) {
-  static const bool enabled = EnvFlag("HPC_XLA_ROPE_STREAM", true);
-  static const int forced_tokens = EnvInt("HPC_XLA_ROPE_STREAM_TOKENS", 0);
-  static const int forced_stages = EnvInt("HPC_XLA_ROPE_STREAM_STAGES", 0);
-  if (!enabled || rows != 4 || p.max_pos < 1) return false;
-  const int64_t row_bytes = int64_t{p.head_dim} * elem_bytes;
-  for (const auto& [data, stride_t, stride_h] : {std::tuple{p.q, p.q_stride_t, p.q_stride_h},
-                                                 std::tuple{p.k, p.k_stride_t, p.k_stride_h},
-                                                 std::tuple{p.v, p.v_stride_t, p.v_stride_h}}) {
-    if (stride_h != p.head_dim || (stride_t * elem_bytes) % 16 != 0 || reinterpret_cast<uintptr_t>(data) % 16 != 0) {
-      return false;
-    }
-  }
-  if ((p.cos_sin_stride * 4) % 16 != 0 || (p.rotary_dim * 4) % 16 != 0) return false;
-  const int64_t token_bytes = (p.num_q_heads + 2 * int64_t{p.num_kv_heads}) * row_bytes;
-  const int64_t token_tile = int64_t{1} << p.tile_shift;
-  auto align = [](int64_t b) { return (b + 127) / 128 * 128; };
-  auto stage_bytes = [&](int64_t tokens) {
-    return align(tokens * token_bytes) + align(tokens * p.rotary_dim * 4) + align(tokens * 16);
-  };
-  // the fewest whole token tiles that bring >= 16 KB a stage (a bulk copy's fixed cost shared by more bytes)
-  int64_t tile = token_tile;
-  while (tile * 2 <= kStreamMaxTileTokens &&
-         (forced_tokens > 0 ? tile < forced_tokens : tile * (token_bytes + p.rotary_dim * 4) < 16 * 1024)) {
-    tile *= 2;
-  }
-  if (tile > kStreamMaxTileTokens) return false;
-  const int64_t max_stages = forced_stages >= 2 && forced_stages <= kStreamMaxStages ? forced_stages : kStreamMaxStages;
-  const int64_t stages = std::min<int64_t>(max_stages, kStreamSmemBudget / stage_bytes(tile));
-  if (stages < 2) return false;
-  const int64_t tiles = (p.tokens + tile - 1) / tile;
-  if (tiles * tile * p.groups_per_token >= (int64_t{1} << 31)) return false;  // group indices stay int
-  const int64_t slots = tile * p.groups_per_token / (32 / (p.head_dim / 16));
-  const int64_t rounds = (slots + kStreamMaxConsumerWarps - 1) / kStreamMaxConsumerWarps;
-  p.stream_tile_tokens = static_cast<int>(tile);
-  p.stream_tiles = static_cast<int>(tiles);
-  p.stream_stages = static_cast<int>(stages);
-  p.stream_stage_bytes = static_cast<int>(stage_bytes(tile));
-  p.stream_token_bytes = static_cast<int>(token_bytes);
-  p.stream_cos_sin_offset = static_cast<int>(align(tile * token_bytes));
-  p.stream_index_offset = static_cast<int>(align(tile * token_bytes) + align(tile * p.rotary_dim * 4));
-  p.stream_consumer_warps = static_cast<int>((slots + rounds - 1) / rounds);
-  return true;
 }
 
 // The paired kernel's layout needs whole 16-element lanes (head_dim 64, 128 or 256), rotation partners that
@@ -260,33 +201,12 @@ Status CheckIndicesOnDevice(const RopeNormParams& p, cudaStream_t stream, int de
   return RopeNormIndexError(static_cast<int64_t>(bad), pos, p.max_pos, slot, p.num_slots);
 }
 
-// The streaming kernel's launch: a persistent grid of as many CTAs as fit (two per SM by design), at most one per
-// tile.
-Status LaunchStream(RopeNormParams& p, int lanes, DType dtype, bool fp8_cache, bool fp8_q, int device,
-                    cudaStream_t stream) {
-  void* kernel = nullptr;
-  switch (lanes) {
-    case 4: kernel = PickKernel<StreamKernel, 4, 4>(dtype, fp8_cache, fp8_q); break;
-    case 8: kernel = PickKernel<StreamKernel, 8, 4>(dtype, fp8_cache, fp8_q); break;
-    default: kernel = PickKernel<StreamKernel, 16, 4>(dtype, fp8_cache, fp8_q); break;
-  }
-  const int threads = 32 * (p.stream_consumer_warps + 1);
-  const int smem = p.stream_stages * p.stream_stage_bytes + kStreamBarrierBytes;
-  HPC_RETURN_IF_ERROR(AllowDynamicSmem(kernel, kStreamSmemBudget + kStreamBarrierBytes, "rope_norm: stream smem"));
-  int per_sm = 0;
-  HPC_RETURN_IF_ERROR(ResidentCtasPerSm(kernel, threads, smem, "rope_norm: stream occupancy", &per_sm));
-  const int64_t ctas = std::min<int64_t>(p.stream_tiles, int64_t{per_sm} * MultiprocessorCount(device));
-  using KernelFn = void (*)(RopeNormParams);
-  return Launch("rope_norm stream kernel launch", reinterpret_cast<KernelFn>(kernel), dim3(static_cast<unsigned>(ctas)),
-                dim3(threads), smem, stream, p);
-}
-
 }  // namespace
 
 RopeNormLaunchInfo RopeNormLastLaunch() {
   const int v = g_last_launch.load(std::memory_order_relaxed);
   RopeNormLaunchInfo info;
-  if (v >= 0) info.rows_per_group = (v % 16) / 2, info.kv_merged = (v % 2) != 0, info.streamed = v >= 16;
+  if (v >= 0) info.rows_per_group = v / 2, info.kv_merged = (v % 2) != 0;
   return info;
 }
 
@@ -337,11 +257,6 @@ Status RopeNormCuda(const RopeNormArgs& a, cudaStream_t stream) {
       case 4: kernel = PickPaired<4>(rows, a.q.dtype, fp8_cache, fp8_q); break;
       case 8: kernel = PickPaired<8>(rows, a.q.dtype, fp8_cache, fp8_q); break;
       default: kernel = PickPaired<16>(rows, a.q.dtype, fp8_cache, fp8_q); break;
-    }
-    p.groups_per_token = groups_per_token;
-    if (StreamGeometry(p, rows, DTypeBytes(a.q.dtype))) {
-      g_last_launch.store(16 + rows * 2 + (p.kv_merged ? 1 : 0), std::memory_order_relaxed);
-      return LaunchStream(p, lanes, a.q.dtype, fp8_cache, fp8_q, a.q.device_id, stream);
     }
     HPC_RETURN_IF_ERROR(SetPrefetch(kernel, lanes, a.q.device_id, p));
     g_last_launch.store(rows * 2 + (p.kv_merged ? 1 : 0), std::memory_order_relaxed);

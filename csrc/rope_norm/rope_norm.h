@@ -46,7 +46,6 @@ Status RopeNormCuda(const RopeNormArgs& args, cudaStream_t stream);
 struct RopeNormLaunchInfo {
   int rows_per_group = -1;
   bool kv_merged = false;
-  bool streamed = false;  // the streaming kernel (rope_norm_stream.cuh)
 };
 RopeNormLaunchInfo RopeNormLastLaunch();
 

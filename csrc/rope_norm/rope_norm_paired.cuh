@@ -46,8 +46,9 @@ __device__ __forceinline__ void LoadF32x4(const float* p, float* out) {
 
 // cos/sin of the lane's rotation pairs. neox: pair j is (chunk a elem j, chunk b elem j), angle index 8a + j.
 // gptj: pairs are neighbours; c/s[0..3] serve chunk a (angle 4a + j), c/s[4..7] chunk b.
-__device__ __forceinline__ void LoadPairedCosSin(const RopeNormParams& p, const float* row, const LaneChunks& ch,
+__device__ __forceinline__ void LoadPairedCosSin(const RopeNormParams& p, int64_t pos, const LaneChunks& ch,
                                                  float (&c)[8], float (&s)[8]) {
+  const float* row = static_cast<const float*>(p.cos_sin) + pos * p.cos_sin_stride;
   const int half = p.rotary_dim / 2;
   if (p.neox) {
     LoadF32x8(row + ch.a * kVec, c);
@@ -310,40 +311,18 @@ __device__ __forceinline__ void PrefetchCosSin(const RopeNormParams& p, int pos)
                : "memory");
 }
 
-// Where a lane group's inputs come from. GlobalRows: the paired kernel reads its rows, indices and cos/sin from
-// global memory and a group whose slot is skipped (or whose token is past the batch) leaves the kernel. The
-// streaming kernel (rope_norm_stream.cuh) hands the same body a StageRows that reads a shared-memory stage; its
-// warps stay for the next tile, so there a group that has nothing to write still runs its rows' shuffles (the
-// full-warp masks below need every live lane of the warp) and only its stores are skipped.
-struct GlobalRows {
-  static constexpr bool kStaged = false;
-  // the lane's two 8-element chunks of one row
-  template <typename T>
-  __device__ __forceinline__ void Row(const RopeNormParams& p, RowKind kind, int token, int head,
-                                      const LaneChunks& ch, uint4& a, uint4& b) const {
-    const T* row = SourceRow<T>(p, kind, token, head);
-    a = Load16(row + ch.a * kVec);
-    b = Load16(row + ch.b * kVec);
-  }
-  __device__ __forceinline__ int64_t Pos(const RopeNormParams& p, int token) const {
-    return LoadIndex(p.positions, p.positions_i64, token);
-  }
-  __device__ __forceinline__ int64_t Slot(const RopeNormParams& p, int token) const {
-    return LoadIndex(p.slot_mapping, p.slots_i64, token);
-  }
-  __device__ __forceinline__ const float* CosSin(const RopeNormParams& p, int /*token*/, int64_t pos) const {
-    return static_cast<const float*>(p.cos_sin) + pos * p.cos_sin_stride;
-  }
-};
-
-// One lane group's rows of one token (GroupUnit), from loads to stores. `live`: whether its outputs are written
-// (always true for GlobalRows, whose dead groups have left).
-template <int G, int R, typename T, bool kFp8Cache, bool kFp8Q, class Src>
-__device__ __forceinline__ void PairedGroupRows(const RopeNormParams& p, const GroupUnit& unit, int lane,
-                                                const Src& src, bool live, int ahead_pos) {
+template <int G, int R, typename T, bool kFp8Cache, bool kFp8Q>
+__global__ void __launch_bounds__(kPairedThreads, kPairedMinBlocks<R>)
+    RopeNormPairedKernel(const __grid_constant__ RopeNormParams p) {
   constexpr bool kBf16 = std::is_same_v<T, __nv_bfloat16>;
+  const int lane = threadIdx.x % G;
+  const int group = static_cast<int>(blockIdx.x * (kPairedThreads / G) + threadIdx.x / G);
+  const GroupUnit unit = UnitOfGroup(p, group);
   const RowKind kind = unit.kind;
   const int token = unit.token, first_head = unit.first_head;
+  PdlWait();  // inputs may come from the previous kernel in the stream
+  const int ahead_pos = CosSinAheadPosition<G>(p, group, lane);
+  if (token >= p.tokens) return;  // whole groups leave together (one token per group)
   const int heads = kind == RowKind::kQ ? p.num_q_heads : p.num_kv_heads;
   const int head_step = kind == RowKind::kQ ? p.q_groups : p.kv_groups;
   const LaneChunks ch = PairedChunks(lane, G, p.rotary_dim, p.neox);
@@ -364,15 +343,17 @@ __device__ __forceinline__ void PairedGroupRows(const RopeNormParams& p, const G
     RowKind row_kind;
     const int head = row_head(i, row_kind);
     if (head < 0) break;
-    src.template Row<T>(p, row_kind, token, head, ch, ra[i], rb[i]);
+    const T* row = SourceRow<T>(p, row_kind, token, head);
+    ra[i] = Load16(row + ch.a * kVec);
+    rb[i] = Load16(row + ch.b * kVec);
   }
-  const int64_t pos = kind == RowKind::kV ? 0 : src.Pos(p, token);
-  const int64_t slot = kind == RowKind::kQ ? -1 : src.Slot(p, token);
+  const int64_t pos = kind == RowKind::kV ? 0 : LoadIndex(p.positions, p.positions_i64, token);
+  const int64_t slot = kind == RowKind::kQ ? -1 : LoadIndex(p.slot_mapping, p.slots_i64, token);
 
   // The group's v rows into the cache (a 16-bit row is copied as it is); false when the slot is skipped.
   auto store_v_rows = [&]() {
     const int64_t dst = CacheRow(p, slot, p.v_cache_stride_b, p.v_cache_stride_p);
-    if (dst < 0 || !live) return false;
+    if (dst < 0) return false;
     const float mul = kFp8Cache ? QuantMultiplier(*p.v_scale) : 1.0f;
 #pragma unroll
     for (int i = 0; i < R; ++i) {
@@ -393,7 +374,7 @@ __device__ __forceinline__ void PairedGroupRows(const RopeNormParams& p, const G
     return true;
   };
   if (kind == RowKind::kV) {
-    if constexpr (!Src::kStaged) PdlLaunchDependents();
+    PdlLaunchDependents();
     if (store_v_rows()) PrefetchCosSin(p, ahead_pos);
     return;
   }
@@ -402,17 +383,13 @@ __device__ __forceinline__ void PairedGroupRows(const RopeNormParams& p, const G
   // cos_sin_cache; out-of-range slots are not written.
   const bool pos_ok = pos >= 0 && pos < p.max_pos;
   const int64_t k_dst = kind == RowKind::kK ? CacheRow(p, slot, p.k_cache_stride_b, p.k_cache_stride_p) : -1;
-  if constexpr (!Src::kStaged) {
-    if (kind == RowKind::kK && k_dst < 0) return;
-  }
-  // staged rows: a skipped slot still runs the shuffles (the paired kernel's group has left above)
-  const bool k_live = !Src::kStaged || (live && k_dst >= 0);
-  if (with_v) store_v_rows();  // same slot as k
+  if (kind == RowKind::kK && k_dst < 0) return;
+  if (with_v) store_v_rows();  // same slot as k: in range here
   // Several rows per thread: the weights are folded into per-thread coefficients (PairedCoeffs).
   constexpr bool kFolded = R > 1;
   PairedCoeffs coeffs;
   float c[8] = {}, s[8] = {}, w[16];
-  if (pos_ok && ch.rot_a) LoadPairedCosSin(p, src.CosSin(p, token, pos), ch, c, s);
+  if (pos_ok && ch.rot_a) LoadPairedCosSin(p, pos, ch, c, s);
   PrefetchCosSin(p, ahead_pos);  // its position came with ours; issued here it holds no register for long
   {
     const void* w_ptr = kind == RowKind::kQ ? p.q_norm_weight : p.k_norm_weight;
@@ -430,7 +407,7 @@ __device__ __forceinline__ void PairedGroupRows(const RopeNormParams& p, const G
   }
   const bool normalize = (kind == RowKind::kQ ? p.q_norm_weight : p.k_norm_weight) != nullptr;
   const float k_mul = kFp8Cache && kind == RowKind::kK ? QuantMultiplier(*p.k_scale) : 1.0f;
-  if constexpr (!Src::kStaged) PdlLaunchDependents();
+  PdlLaunchDependents();
 
   // Full-warp shuffles. Why: with a partial mask (the group's lanes) ptxas checks convergence before every row's
   // reduction -- S2R of the lane id, then MATCH.ANY and REDUX.OR, a dependent chain on each row's critical path --
@@ -484,7 +461,6 @@ __device__ __forceinline__ void PairedGroupRows(const RopeNormParams& p, const G
         for (int j = 0; j < 16; ++j) y[j] = pos_ok ? y[j] * inv[i] : __int_as_float(0x7fc00000);
       };
       if (kind == RowKind::kK) {
-        if (!k_live) return;
 #pragma unroll
         for (int i = 0; i < R; ++i) {
           float y[16];
@@ -507,11 +483,10 @@ __device__ __forceinline__ void PairedGroupRows(const RopeNormParams& p, const G
 #pragma unroll
         for (int i = 0; i < R; ++i) {
           const int head = first_head + i * head_step;
-          if (lane == 0 && live) p.q_scale[static_cast<int64_t>(token) * p.num_q_heads + head] = rs[i].scale;
+          if (lane == 0) p.q_scale[static_cast<int64_t>(token) * p.num_q_heads + head] = rs[i].scale;
           mul[i] = rs[i].mul;
         }
       }
-      if (!live) return;
 #pragma unroll
       for (int i = 0; i < R; ++i) {
         float y[16];
@@ -546,7 +521,7 @@ __device__ __forceinline__ void PairedGroupRows(const RopeNormParams& p, const G
       for (int j = 0; j < 16; ++j) x[j] = __int_as_float(0x7fc00000);
     }
     if (kind == RowKind::kK) {
-      if (k_live) StoreRow16<T, kFp8Cache>(p.k_cache, k_dst + head * p.k_cache_stride_h, ch, x, k_mul);
+      StoreRow16<T, kFp8Cache>(p.k_cache, k_dst + head * p.k_cache_stride_h, ch, x, k_mul);
       continue;
     }
     const int64_t off = token * p.q_out_stride_t + head * p.q_out_stride_h;
@@ -557,23 +532,11 @@ __device__ __forceinline__ void PairedGroupRows(const RopeNormParams& p, const G
       if (!pos_ok) amax = 0.0f;  // the rows are NaN: the per-element max skips NaN
       // amax / 448 and 1 / scale bit for bit, without the division's slow-path calls (fp8_scale.cuh)
       const Fp8RowScale rs = Fp8RowScaleOfAmax(amax);
-      if (lane == 0 && live) p.q_scale[static_cast<int64_t>(token) * p.num_q_heads + head] = rs.scale;
+      if (lane == 0) p.q_scale[static_cast<int64_t>(token) * p.num_q_heads + head] = rs.scale;
       mul = rs.mul;
     }
-    if (live) StoreRow16<T, kFp8Q>(p.q_out, off, ch, x, mul);
+    StoreRow16<T, kFp8Q>(p.q_out, off, ch, x, mul);
   }
-}
-
-template <int G, int R, typename T, bool kFp8Cache, bool kFp8Q>
-__global__ void __launch_bounds__(kPairedThreads, kPairedMinBlocks<R>)
-    RopeNormPairedKernel(const __grid_constant__ RopeNormParams p) {
-  const int lane = threadIdx.x % G;
-  const int group = static_cast<int>(blockIdx.x * (kPairedThreads / G) + threadIdx.x / G);
-  const GroupUnit unit = UnitOfGroup(p, group);
-  PdlWait();  // inputs may come from the previous kernel in the stream
-  const int ahead_pos = CosSinAheadPosition<G>(p, group, lane);
-  if (unit.token >= p.tokens) return;  // whole groups leave together (one token per group)
-  PairedGroupRows<G, R, T, kFp8Cache, kFp8Q>(p, unit, lane, GlobalRows{}, true, ahead_pos);
 }
 
 }  // namespace rope_norm_detail

@@ -59,11 +59,6 @@ struct RopeNormParams {
   // Paired kernel only: groups prefetch into L2 the cos/sin row of the token of the group this many ahead
   // (0 = off). See CosSinAheadPosition.
   int prefetch_groups;
-  // Streaming kernel only (rope_norm_stream.cuh): tiles of stream_tile_tokens tokens, stream_tiles of them, through a
-  // ring of stream_stages shared-memory stages of stream_stage_bytes each (a token's rows take stream_token_bytes;
-  // the tile's cos/sin rows and indices start at the two offsets), consumed by stream_consumer_warps warps.
-  int stream_tile_tokens, stream_tiles, stream_stages, stream_stage_bytes, stream_token_bytes;
-  int stream_cos_sin_offset, stream_index_offset, stream_consumer_warps;
 };
 
 __device__ __forceinline__ float LoadAny(const void* base, DType dtype, int64_t i) {
