@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # session 59 call B (~6 min, any Hopper; the H200 is the card of record for #2). Carry .peer/pack (m59 = main, e89 =
-# experiment 89d: `tools/stage_experiments.sh e89` at b3fbb88, then `tools/pack_staged.sh m59 e89`).
+# experiment 89e: `tools/stage_experiments.sh e89` at 54f0d72, then `tools/pack_staged.sh m59 e89`).
 # Experiment 89: rope_norm's streaming kernel (csrc/rope_norm/rope_norm_stream.cuh) -- the paired kernel's math fed
 # from shared-memory stages that a producer warp fills by cp.async.bulk, 2 persistent CTAs of 6 consumer warps per
 # SM; taken for every 4-row paired launch whose rows it can copy; HPC_XLA_ROPE_STREAM=0 = the paired kernel.

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # session 59 call C (~2.5 min, any Hopper): s59b cut to the device budget left (~6 min) after many refused starts.
-# Carry .peer/pack (m59 = main, e89 = experiment 89d at b3fbb88). Predictions and land rule: s59b.sh's header (same
+# Carry .peer/pack (m59 = main, e89 = experiment 89e at 54f0d72). Predictions and land rule: s59b.sh's header (same
 # experiment); here only 8/1 (bf16, fp8) at T=16384, rounds m / e / s0 / e / m, then the stream tests (numerics vs
 # the CPU reference, bitwise vs the paired kernel, the knob matrix) with memcheck on the numerics cases.
 . "$(dirname "$0")/prelude.sh"
