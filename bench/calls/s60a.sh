@@ -12,7 +12,7 @@ A="cluster_pairs_equal_one_cta or bad_activation_scale or gemm_tile_knob"
 B="interleaved_w13 or tiled_persistent_grid or sparse_reduce or moe_knobs_reject"
 C="negative_ids or out_may_be_x"
 for g in A B C; do
-  in_background "moe $g" moe_$g.log 150 $M python3 -m pytest -v -p no:cacheprovider -rf --durations=5 $F -k "${!g}"
+  in_background "moe $g" moe_$g.log 330 $M python3 -m pytest -v -p no:cacheprovider -rf --durations=5 $F -k "${!g}"
 done
 wait; t
 grep -hE "^FAILED|^E  " $R/moe_*.log | head -20
