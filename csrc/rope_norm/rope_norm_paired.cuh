@@ -231,7 +231,7 @@ __device__ __forceinline__ int64_t CacheRow(const RopeNormParams& p, int64_t slo
 // row-by-row code, which has no such overlap to pay for the lost warps).
 constexpr int kPairedThreads = 128;
 template <int R>
-constexpr int kPairedMinBlocks = R == 4 ? 5 : (R == 2 ? 6 : 8);
+constexpr int kPairedMinBlocks = R == 4 ? 4 : (R == 2 ? 6 : 8);
 
 __device__ __forceinline__ void Unpack16(const uint4& a, const uint4& b, bool bf16, float (&x)[16]) {
   float lo[8], hi[8];
