@@ -25,9 +25,11 @@ ab() {
   echo "$label: $(tail -n1 $R/ab_$label.txt)" | tee -a $OUT/s61b_ab.txt; t
 }
 ab m_r1 $M; ab b_r1 $B; ab b_r2 $B; ab m_r2 $M
+SHORT=${SHORT:-0}  # SHORT=1 (~1.5 min, for a small budget): the A/B and main's ncu only
 # ncu, kernel alone, cold caches, 8/1 bf16: main and e90b (the s60b sections; no source page)
 SEC="--section SpeedOfLight --section MemoryWorkloadAnalysis --section SchedulerStats --section Occupancy"
-for tree in m59 e90b; do
+TREES="m59 e90b"; [ $SHORT = 1 ] && TREES=m59
+for tree in $TREES; do
   ( cd $X/$tree && PYTHONPATH=$X/$tree timeout 60 ncu --clock-control none --cache-control all $SEC \
       --metrics dram__bytes_read.sum,lts__t_bytes.sum,smsp__inst_executed.sum \
       -k regex:RopeNorm -s 1 -c 1 python3 $ROOT/tools/profile_targets.py rope_norm --tokens 16384 --heads 8,1,128 \
@@ -35,6 +37,7 @@ for tree in m59 e90b; do
   echo "$tree: $(grep -E "^\s+(Duration|DRAM Throughput|L2 Cache Throughput|Registers Per Thread|Achieved Occupancy|Eligible Warps Per Scheduler|Active Warps Per Scheduler|Issued Warp Per Scheduler|lts__|dram__bytes|smsp__inst)" \
     $R/ncu_$tree.txt | awk '{$1=$1; print}' | tr '\n' ';')" | tee -a $OUT/s61b_ncu.txt; t
 done
+[ $SHORT = 1 ] && { cat $OUT/s61b_ab.txt; exit 0; }
 # which L2 unit the L2 throughput figure is (ncu's breakdown of lts__throughput), main only
 ( cd $M && PYTHONPATH=$M timeout 40 ncu --clock-control none --cache-control all \
     --metrics breakdown:lts__throughput.avg.pct_of_peak_sustained_elapsed -k regex:RopeNorm -s 1 -c 1 python3 \
