@@ -31,7 +31,7 @@ SEC="--section SpeedOfLight --section MemoryWorkloadAnalysis --section Scheduler
 TREES="m59 e90b"; [ $SHORT = 1 ] && TREES=m59
 for tree in $TREES; do
   ( cd $X/$tree && PYTHONPATH=$X/$tree timeout 60 ncu --clock-control none --cache-control all $SEC \
-      --metrics dram__bytes_read.sum,lts__t_bytes.sum,smsp__inst_executed.sum \
+      --metrics dram__bytes_read.sum,lts__t_bytes.sum,smsp__inst_executed.sum,lts__ltcfabric2ltc_cycles_active.avg.pct_of_peak_sustained_elapsed \
       -k regex:RopeNorm -s 1 -c 1 python3 $ROOT/tools/profile_targets.py rope_norm --tokens 16384 --heads 8,1,128 \
       --variant bf16 --reps 2 > $R/ncu_$tree.txt 2>&1 )
   echo "$tree: $(grep -E "^\s+(Duration|DRAM Throughput|L2 Cache Throughput|Registers Per Thread|Achieved Occupancy|Eligible Warps Per Scheduler|Active Warps Per Scheduler|Issued Warp Per Scheduler|lts__|dram__bytes|smsp__inst)" \
