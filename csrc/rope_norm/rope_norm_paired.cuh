@@ -226,18 +226,12 @@ __device__ __forceinline__ int64_t CacheRow(const RopeNormParams& p, int64_t slo
 }
 
 // 128 threads per block: at ~90 registers a 256-thread block fit 2 per SM (16 warps); 128-thread blocks fit 5.
-// 4-row kernels: 5 blocks (96 registers) where the output phase re-unpacks the packed rows (HideFromCse) -- before
-// that, holding the unpacked rows across the reduction took 128 registers, so 4 blocks (experiment 21 had found
-// 4 blocks 3-6% slower than 5 for the row-by-row code). fp8 q kernels fold each row twice and still need 4.
+// 4-row kernels: 4 blocks (128 registers), which their full-group phases need to hold 4 rows' chains at once
+// without spilling (at 5 blocks they spilled 140-480 bytes; experiment 21 had found 4 blocks 3-6% slower for the
+// row-by-row code, which has no such overlap to pay for the lost warps).
 constexpr int kPairedThreads = 128;
-template <int R, bool kFp8Q = false>
-constexpr int kPairedMinBlocks = R == 4 ? (kFp8Q ? 4 : 5) : (R == 2 ? 6 : 8);
-
-// An empty asm that claims to change the words: values computed from them before it cannot be reused after it, so
-// the compiler recomputes a cheap unpack instead of holding its results in registers. Emits no instruction.
-__device__ __forceinline__ void HideFromCse(uint4& v) {
-  asm volatile("" : "+r"(v.x), "+r"(v.y), "+r"(v.z), "+r"(v.w));
-}
+template <int R>
+constexpr int kPairedMinBlocks = R == 4 ? 4 : (R == 2 ? 6 : 8);
 
 __device__ __forceinline__ void Unpack16(const uint4& a, const uint4& b, bool bf16, float (&x)[16]) {
   float lo[8], hi[8];
@@ -318,7 +312,7 @@ __device__ __forceinline__ void PrefetchCosSin(const RopeNormParams& p, int pos)
 }
 
 template <int G, int R, typename T, bool kFp8Cache, bool kFp8Q>
-__global__ void __launch_bounds__(kPairedThreads, kPairedMinBlocks<R, kFp8Q>)
+__global__ void __launch_bounds__(kPairedThreads, kPairedMinBlocks<R>)
     RopeNormPairedKernel(const __grid_constant__ RopeNormParams p) {
   constexpr bool kBf16 = std::is_same_v<T, __nv_bfloat16>;
   const int lane = threadIdx.x % G;
@@ -458,12 +452,9 @@ __global__ void __launch_bounds__(kPairedThreads, kPairedMinBlocks<R, kFp8Q>)
 #pragma unroll
         for (int i = 0; i < R; ++i) inv[i] = 1.0f;  // y * 1 == y (a NaN is the canonical one either way)
       }
-      // row i's output: y times inv, NaN where the position was out of range. The packed row goes through
-      // HideFromCse first: otherwise ptxas keeps the 16 floats unpacked for the sums of squares alive until here
-      // (64 registers for 4 rows where the packed words take 32) and the 4-row kernel cannot fit 5 blocks a SM.
+      // row i's output: y times inv, NaN where the position was out of range
       auto output_row = [&](int i, float (&y)[16]) {
         float x[16];
-        if constexpr (!kFp8Q) HideFromCse(ra[i]), HideFromCse(rb[i]);  // fp8 q: 4 blocks, nothing to gain
         Unpack16(ra[i], rb[i], kBf16, x);
         FoldRow<kNeox>(coeffs, x, y);
 #pragma unroll
