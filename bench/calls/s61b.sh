@@ -15,7 +15,9 @@
 # throughput 85-92%, DRAM 70-80%, eligible warps 0.6-0.8 a scheduler.
 # Land rule: e90c lands for bf16 / fp16 q only if bf16 8/1 <= 0.97x m59 in both rounds and no bf16 row above 1.01x in
 # both rounds (the launch would have to choose the build by card,
-# since the H100 measured it slower: that choice is then written with the numbers of both cards).
+# since the H100 measured it slower: that choice is then written with the numbers of both cards). Landing also means:
+# RowsPerGroup's two-wave rule (rope_norm.cu) takes kPairedMinBlocks<4, fp8_q> -- in 90c it reads 5 for every
+# variant, so fp8 q batches of 4224-5279 tokens at 8/1 would drop to 1 row (not timed here: T is 16384).
 . "$(dirname "$0")/prelude.sh"
 if ! nvidia-smi --query-gpu=name --format=csv,noheader | grep -q H200; then echo "not an H200: nothing run"; exit 0; fi
 unpack_packs
