@@ -140,9 +140,12 @@ __device__ __forceinline__ void FoldRow(const PairedCoeffs& k, const float (&x)[
   for (int i = 0; i < 16; ++i) y[i] = fmaf(x[i], k.A[i], x[kNeox ? (i + 8) % 16 : i ^ 1] * k.B[i]);
 }
 
+// The result is y * inv * post, or NaN everywhere when !pos_ok (one factor a row, see the phased path's out_mul);
+// the returned max |y| * inv is the fp8 q row's, before post.
 template <int G, bool kAmax>
-__device__ __forceinline__ float TransformRowFolded(bool neox, bool normalize, const PairedCoeffs& k, float (&x)[16],
-                                                    uint32_t mask, float inv_head_dim, float eps) {
+__device__ __forceinline__ float TransformRowFolded(bool neox, bool normalize, bool pos_ok, float post,
+                                                    const PairedCoeffs& k, float (&x)[16], uint32_t mask,
+                                                    float inv_head_dim, float eps) {
   const float ss = normalize ? SumSquares16(x) : 0.0f;
   float y[16];
   if (neox) {
@@ -160,13 +163,12 @@ __device__ __forceinline__ float TransformRowFolded(bool neox, bool normalize, c
       sum = GroupSum<G>(sum, mask);
     }
     inv = rsqrtf(sum * inv_head_dim + eps);
-#pragma unroll
-    for (int i = 0; i < 16; ++i) y[i] *= inv;
   } else if constexpr (kAmax) {
     amax = GroupMax<G>(amax, mask);
   }
+  const float out = pos_ok ? inv * post : __builtin_nanf("");
 #pragma unroll
-  for (int i = 0; i < 16; ++i) x[i] = y[i];
+  for (int i = 0; i < 16; ++i) x[i] = y[i] * out;
   if constexpr (!kAmax) return 0.0f;
   const float m = amax * inv;
   return m == m ? m : 0.0f;
@@ -452,26 +454,35 @@ __global__ void __launch_bounds__(kPairedThreads, kPairedMinBlocks<R>)
 #pragma unroll
         for (int i = 0; i < R; ++i) inv[i] = 1.0f;  // y * 1 == y (a NaN is the canonical one either way)
       }
-      // row i's output: y times inv, NaN where the position was out of range
+      // row i's output: y times out_mul[i] -- 1 / rms, times the fp8 multiplier where the row is stored as fp8, or
+      // NaN where the position was out of range (every product NaN). Why one factor: a NaN select per element
+      // and a second multiply per element (the fp8 store's) were 32 of a row's ~110 output instructions, and the
+      // kernels are latency-bound (experiment 91, bench/NOTES.md session 62: H100 T=16384 fp8 rows -2..-3%, bf16
+      // 8/1 -2%; no row slower). 16-bit rows keep their bits; fp8 rows round y * RN(inv * mul) once where they
+      // rounded RN(y * inv) * mul: at most one e4m3 step apart on a value within an f32 ulp of a rounding midpoint
+      // (the tests' tolerances are the reference's).
+      float out_mul[R];
       auto output_row = [&](int i, float (&y)[16]) {
         float x[16];
         Unpack16(ra[i], rb[i], kBf16, x);
         FoldRow<kNeox>(coeffs, x, y);
 #pragma unroll
-        for (int j = 0; j < 16; ++j) y[j] = pos_ok ? y[j] * inv[i] : __int_as_float(0x7fc00000);
+        for (int j = 0; j < 16; ++j) y[j] *= out_mul[i];
       };
+      constexpr float kNaN = __builtin_nanf("");
       if (kind == RowKind::kK) {
+#pragma unroll
+        for (int i = 0; i < R; ++i) out_mul[i] = pos_ok ? inv[i] * k_mul : kNaN;
 #pragma unroll
         for (int i = 0; i < R; ++i) {
           float y[16];
           output_row(i, y);
-          StoreRow16<T, kFp8Cache>(p.k_cache, k_dst + (first_head + i * head_step) * p.k_cache_stride_h, ch, y, k_mul);
+          StoreRow16<T, kFp8Cache>(p.k_cache, k_dst + (first_head + i * head_step) * p.k_cache_stride_h, ch, y, 1.0f);
         }
         return;
       }
-      float mul[R];
 #pragma unroll
-      for (int i = 0; i < R; ++i) mul[i] = 1.0f;
+      for (int i = 0; i < R; ++i) out_mul[i] = pos_ok ? inv[i] : kNaN;
       if constexpr (kFp8Q) {
 #pragma unroll
         for (int i = 0; i < R; ++i) {
@@ -484,7 +495,7 @@ __global__ void __launch_bounds__(kPairedThreads, kPairedMinBlocks<R>)
         for (int i = 0; i < R; ++i) {
           const int head = first_head + i * head_step;
           if (lane == 0) p.q_scale[static_cast<int64_t>(token) * p.num_q_heads + head] = rs[i].scale;
-          mul[i] = rs[i].mul;
+          out_mul[i] *= rs[i].mul;  // NaN stays NaN
         }
       }
 #pragma unroll
@@ -492,7 +503,7 @@ __global__ void __launch_bounds__(kPairedThreads, kPairedMinBlocks<R>)
         float y[16];
         output_row(i, y);
         StoreRow16<T, kFp8Q>(p.q_out, token * p.q_out_stride_t + (first_head + i * head_step) * p.q_out_stride_h, ch,
-                             y, mul[i]);
+                             y, 1.0f);
       }
     };
     if (first_head + (R - 1) * head_step < heads) {  // warp-uniform, like every group's row count
@@ -511,17 +522,21 @@ __global__ void __launch_bounds__(kPairedThreads, kPairedMinBlocks<R>)
     float x[16];
     Unpack16(ra[i], rb[i], kBf16, x);
     float folded_amax = 0.0f;  // folded fp8-q kernels: the group's max |x| (q rows use it, k rows ignore it)
+    float store_mul = kind == RowKind::kK ? k_mul : 1.0f;
     if constexpr (kFolded) {
-      folded_amax = TransformRowFolded<G, kFp8Q>(p.neox, normalize, coeffs, x, mask, p.inv_head_dim, p.eps);
+      // k rows: the fp8 cache's multiplier rides in the row's one factor
+      folded_amax = TransformRowFolded<G, kFp8Q>(p.neox, normalize, pos_ok, store_mul, coeffs, x, mask,
+                                                 p.inv_head_dim, p.eps);
+      store_mul = 1.0f;
     } else {
       TransformRowDirect<G>(p.neox, normalize, p.norm_before_rope, ch, c, s, w, x, mask, p.inv_head_dim, p.eps);
-    }
-    if (!pos_ok) {
+      if (!pos_ok) {
 #pragma unroll
-      for (int j = 0; j < 16; ++j) x[j] = __int_as_float(0x7fc00000);
+        for (int j = 0; j < 16; ++j) x[j] = __int_as_float(0x7fc00000);
+      }
     }
     if (kind == RowKind::kK) {
-      StoreRow16<T, kFp8Cache>(p.k_cache, k_dst + head * p.k_cache_stride_h, ch, x, k_mul);
+      StoreRow16<T, kFp8Cache>(p.k_cache, k_dst + head * p.k_cache_stride_h, ch, x, store_mul);
       continue;
     }
     const int64_t off = token * p.q_out_stride_t + head * p.q_out_stride_h;
