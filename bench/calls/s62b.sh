@@ -30,8 +30,7 @@ ab() {
   echo "$label: $(tail -n1 $R/ab_$label.txt) || T=1024: $(tail -n1 $R/ab1k_$label.txt)" | tee -a $OUT/s62b_ab.txt; t
 }
 E=$X/e93
-( cd $E && PYTHONPATH=$E:$E/tests timeout 60 python3 -m pytest -q -x -p no:cacheprovider tests/test_gpu_rope_norm.py \
-    -k "every_rows or special_rows" > $R/smoke.txt 2>&1; echo "smoke rc=$?: $(tail -n1 $R/smoke.txt)" ); t
+# (no smoke test first: the budget left is ~600 s; the tests run after the timings)
 ab m62_r1 m62; ab e92_r1 e92; ab e93_r1 e93
 [ $H200 = 1 ] && { ab m59_r1 m59; ab c_r1 e90c; ab c_r2 e90c; ab m59_r2 m59; }
 ab e93_r2 e93; ab e92_r2 e92; ab m62_r2 m62
@@ -45,7 +44,7 @@ in_background "e93 memcheck" rope_memcheck.log 170 $E compute-sanitizer --target
   --tool memcheck python3 -m pytest -q -p no:cacheprovider tests/test_gpu_rope_norm.py -k "every_rows or large_batch or layouts or bad_indices"
 wait; t
 grep -hE "^FAILED|^E  |ERROR SUMMARY" $R/rope_*.log | sort | uniq -c | head -20
-for f in $R/rope_*.log $R/smoke.txt; do echo "### $f"; tail -30 "$f"; done > $OUT/s62b_tests.txt
+for f in $R/rope_*.log; do echo "### $f"; tail -30 "$f"; done > $OUT/s62b_tests.txt
 if [ $H200 = 1 ]; then
   SEC="--section SpeedOfLight --section MemoryWorkloadAnalysis --section SchedulerStats --section Occupancy"
   for tree in m62 e93; do
