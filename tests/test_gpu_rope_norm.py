@@ -229,53 +229,6 @@ print("OK", len(cases), "ROWS", *launched)
         assert out.split("ROWS")[1].split() == [rows] * 7 + ["0", "0"], (rows, out)
 
 
-def test_kv_token_pairs():
-    """One kv head at 4 rows: a k/v lane group holds two neighbouring tokens' k and v rows (experiment 94). Odd token
-    counts (a last pair with one token), skipped slots on either token of a pair (skip_every), both rope styles,
-    partial rotary, no k norm, norm after rope, fp8 cache and q, D 64 / 128 / 256 -- against the reference, with the
-    launch checked; HPC_XLA_ROPE_KV_PAIRS=0 runs one token a group. Then a bad position on the second token of a pair
-    (with the norms, so the k rows' reductions run): its q and k rows are NaN, its pair partner's are not."""
-    code = """
-import numpy as np
-from rope_norm_harness import Case, check, from_torch, make_inputs, run_torch, to_torch
-from hpc_xla._ext import ext
-cases = [
-    Case(tokens=37, num_q_heads=8, num_kv_heads=1, page_size=8, num_blocks=6),
-    Case(tokens=36, num_q_heads=16, num_kv_heads=1, page_size=8, num_blocks=6, head_dim=64, rope_style="gptj",
-         rotary_dim=32, skip_every=2),
-    Case(tokens=37, num_q_heads=8, num_kv_heads=1, page_size=8, num_blocks=6, head_dim=256, cache_fp8=True,
-         q_fp8=True, dtype="float16"),
-    Case(tokens=9, num_q_heads=4, num_kv_heads=1, page_size=8, num_blocks=2, k_norm=False, norm_before_rope=False,
-         weight_dtype="bfloat16", index_dtype="int64"),
-    Case(tokens=1, num_q_heads=8, num_kv_heads=1, page_size=8, num_blocks=1, skip_every=0),
-]
-for case in cases:
-    inputs = make_inputs(case)
-    check(case, inputs, *run_torch(case, inputs, device="cuda"))
-    print("LAUNCH", *ext().rope_norm_last_launch())
-import torch
-import hpc_xla.torch as ht
-case = Case(tokens=7, num_q_heads=8, num_kv_heads=1, page_size=8, num_blocks=1, skip_every=0)
-inputs = make_inputs(case)
-inputs["positions"][5] = -5
-t = {k: to_torch(v, "cuda") for k, v in inputs.items()}
-q = ht.rope_norm(t["q"], t["k"], t["v"], t["positions"], t["cos_sin_cache"], t["slot_mapping"], t["k_cache"],
-                 t["v_cache"], q_norm_weight=t["q_norm_weight"], k_norm_weight=t["k_norm_weight"])
-torch.cuda.synchronize()
-k = from_torch(t["k_cache"]).astype(np.float32).reshape(8, -1)
-slots = inputs["slot_mapping"]
-assert torch.isnan(q[5].float()).all() and torch.isfinite(q[4].float()).all()
-assert np.isnan(k[slots[5]]).all() and np.isfinite(k[slots[4]]).all() and np.isfinite(k[slots[6]]).all()
-print("LAUNCH", *ext().rope_norm_last_launch())
-"""
-    out = _run_python(code, HPC_XLA_ROPE_ROWS="4")
-    launches = [line.split()[1:] for line in out.splitlines() if line.startswith("LAUNCH")]
-    assert launches == [["4", "True", "True"]] * 6, out
-    out = _run_python(code, HPC_XLA_ROPE_ROWS="4", HPC_XLA_ROPE_KV_PAIRS="0")
-    launches = [line.split()[1:] for line in out.splitlines() if line.startswith("LAUNCH")]
-    assert launches == [["4", "True", "False"]] * 6, out
-
-
 def test_fp8_scale_helpers_match_ieee_division_on_every_float():
     """The paired kernel's per-row fp8 scale math (csrc/common/fp8_scale.cuh: amax / 448 and 1 / scale by double FMAs
     from the hardware's approximate reciprocal, no division call; and the per-row pair in single precision where it

@@ -49,9 +49,9 @@ void BindRopeNorm(nb::module_& m) {
         "k_cache and v_cache in place; launches on `stream` if >= 0, else on the tensors' current stream.");
   m.def("rope_norm_last_launch", [] {
     const RopeNormLaunchInfo info = RopeNormLastLaunch();
-    return nb::make_tuple(info.rows_per_group, info.kv_merged, info.kv_pairs);
-  }, "(rows per lane group, k/v groups merged, k/v groups of two tokens) of the last CUDA rope_norm launch; rows 0 "
-     "= the general kernel, -1 = none yet.");
+    return nb::make_tuple(info.rows_per_group, info.kv_merged);
+  }, "(rows per lane group, k/v groups merged) of the last CUDA rope_norm launch; rows 0 = the general kernel, "
+     "-1 = none yet.");
   m.def("fp8_scale_selfcheck", [](int device) {
     Fp8ScaleCheckResult r;
     ThrowIfError(Fp8ScaleSelfCheck(device, &r));

@@ -52,7 +52,7 @@ int RowsPerGroup(int64_t tokens, int q_heads, int kv_heads, int group_lanes, int
   return tokens * groups * group_lanes >= 2 * wave ? 4 : 1;
 }
 
-// rows * 4 + kv_pairs * 2 + kv_merged of the last launch (-1: none yet; 0: the general kernel), for RopeNormLastLaunch
+// rows * 2 + kv_merged of the last launch (-1: none yet; 0: the general kernel), for RopeNormLastLaunch
 std::atomic<int> g_last_launch{-1};
 
 // Whether a token's k and v rows share one lane group (RopeNormParams::kv_merged): when all of them fit in its
@@ -60,13 +60,6 @@ std::atomic<int> g_last_launch{-1};
 bool KvMerged(int rows, int kv_heads) {
   static const bool enabled = EnvFlag("HPC_XLA_ROPE_KV_MERGE", true);
   return enabled && rows > 1 && 2 * kv_heads <= rows;
-}
-
-// Whether a merged k/v group holds two tokens (RopeNormParams::kv_pair_shift): one kv head at 4 rows, every q
-// group full. HPC_XLA_ROPE_KV_PAIRS=0 keeps one token a group, for A/B runs.
-bool KvPairs(int rows, int kv_heads, bool kv_merged, bool uneven_rows) {
-  static const bool enabled = EnvFlag("HPC_XLA_ROPE_KV_PAIRS", true);
-  return enabled && rows == 4 && kv_heads == 1 && kv_merged && !uneven_rows;
 }
 
 template <int G, int R, typename T, bool kFp8Cache, bool kFp8Q>
@@ -213,7 +206,7 @@ Status CheckIndicesOnDevice(const RopeNormParams& p, cudaStream_t stream, int de
 RopeNormLaunchInfo RopeNormLastLaunch() {
   const int v = g_last_launch.load(std::memory_order_relaxed);
   RopeNormLaunchInfo info;
-  if (v >= 0) info.rows_per_group = v / 4, info.kv_pairs = (v / 2) % 2 != 0, info.kv_merged = (v % 2) != 0;
+  if (v >= 0) info.rows_per_group = v / 2, info.kv_merged = (v % 2) != 0;
   return info;
 }
 
@@ -244,6 +237,7 @@ Status RopeNormCuda(const RopeNormArgs& a, cudaStream_t stream) {
     p.q_groups = (p.num_q_heads + rows - 1) / rows;
     p.kv_groups = (p.num_kv_heads + rows - 1) / rows;
     p.kv_merged = KvMerged(rows, p.num_kv_heads);
+    groups_per_token = p.q_groups + (p.kv_merged ? 1 : 2 * p.kv_groups);
     // Tokens per tile: the fewest (a power of two) for which each kind's groups fill whole warps, so no warp
     // mixes q, k and v groups (8/1 heads: 4 tokens = 32 q groups + 4 k + 4 v at 4 groups per warp; mixed warps
     // ran their q and k branches one after the other). Where a kind's heads are not a multiple of its groups
@@ -252,26 +246,20 @@ Status RopeNormCuda(const RopeNormArgs& a, cudaStream_t stream) {
     const int groups_per_warp = 32 / lanes;
     const bool uneven_rows =
         p.num_q_heads % p.q_groups != 0 || (!p.kv_merged && p.num_kv_heads % p.kv_groups != 0);
-    const int pair = p.kv_pair_shift = KvPairs(rows, p.num_kv_heads, p.kv_merged, uneven_rows) ? 1 : 0;
-    // a tile of 2^shift tokens: q_groups << shift q groups, then (kv_groups << shift) >> pair k groups (merged),
-    // or kv_groups << shift k groups and as many v groups
-    auto kv_groups_in_tile = [&](int shift) { return (p.kv_groups << shift) >> pair; };
     auto whole_warps = [&](int shift) {
       if (uneven_rows) return (1 << shift) >= groups_per_warp;
-      return shift >= pair && ((p.q_groups << shift) % groups_per_warp) == 0 &&
-             (kv_groups_in_tile(shift) % groups_per_warp) == 0;
+      return ((p.q_groups << shift) % groups_per_warp) == 0 && ((p.kv_groups << shift) % groups_per_warp) == 0;
     };
     p.tile_shift = 0;
-    while (!whole_warps(p.tile_shift) && (1 << p.tile_shift) < (groups_per_warp << pair)) ++p.tile_shift;
-    const int groups_per_tile = (p.q_groups << p.tile_shift) + kv_groups_in_tile(p.tile_shift) * (p.kv_merged ? 1 : 2);
-    p.tile_div = cutlass::FastDivmod(groups_per_tile);
+    while (!whole_warps(p.tile_shift) && (1 << p.tile_shift) < groups_per_warp) ++p.tile_shift;
+    p.tile_div = cutlass::FastDivmod(groups_per_token << p.tile_shift);
     switch (lanes) {
       case 4: kernel = PickPaired<4>(rows, a.q.dtype, fp8_cache, fp8_q); break;
       case 8: kernel = PickPaired<8>(rows, a.q.dtype, fp8_cache, fp8_q); break;
       default: kernel = PickPaired<16>(rows, a.q.dtype, fp8_cache, fp8_q); break;
     }
     HPC_RETURN_IF_ERROR(SetPrefetch(kernel, lanes, a.q.device_id, p));
-    g_last_launch.store(rows * 4 + p.kv_pair_shift * 2 + (p.kv_merged ? 1 : 0), std::memory_order_relaxed);
+    g_last_launch.store(rows * 2 + (p.kv_merged ? 1 : 0), std::memory_order_relaxed);
   } else {
     g_last_launch.store(0, std::memory_order_relaxed);
     lanes = GroupLanes(p.head_dim);
@@ -285,10 +273,8 @@ Status RopeNormCuda(const RopeNormArgs& a, cudaStream_t stream) {
     }
   }
   const int threads = paired ? kPairedThreads : kThreads;
-  const int64_t tile_tokens = paired ? int64_t{1} << p.tile_shift : 1;
-  // the grid covers whole tiles (tile_div divides by a tile's groups)
-  const int64_t groups = paired ? (p.tokens + tile_tokens - 1) / tile_tokens * p.tile_div.divisor
-                                : int64_t{p.tokens} * groups_per_token;
+  const int64_t tile_tokens = paired ? int64_t{1} << p.tile_shift : 1;  // the grid covers whole tiles
+  const int64_t groups = (p.tokens + tile_tokens - 1) / tile_tokens * tile_tokens * groups_per_token;
   if (groups >= (int64_t{1} << 31)) {
     return ArgCheck("rope_norm").Fail(
         "too many rows for one launch: tokens * (Hq + 2 Hkv) must stay below 2^31 - 8 (Hq + 2 Hkv)");

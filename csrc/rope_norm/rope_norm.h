@@ -46,7 +46,6 @@ Status RopeNormCuda(const RopeNormArgs& args, cudaStream_t stream);
 struct RopeNormLaunchInfo {
   int rows_per_group = -1;
   bool kv_merged = false;
-  bool kv_pairs = false;  // a merged k/v group holds two tokens (one kv head at 4 rows)
 };
 RopeNormLaunchInfo RopeNormLastLaunch();
 

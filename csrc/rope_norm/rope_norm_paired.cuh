@@ -271,14 +271,11 @@ struct GroupUnit {
 __device__ __forceinline__ GroupUnit UnitOfGroup(const RopeNormParams& p, int group) {
   int tile = 0, r = 0;
   p.tile_div(tile, r, group);
-  const int kv_shift = p.tile_shift - p.kv_pair_shift;  // a tile's k groups: kv_groups << kv_shift
-  const int q_span = p.q_groups << p.tile_shift, kv_span = p.kv_groups << kv_shift;
+  const int q_span = p.q_groups << p.tile_shift, kv_span = p.kv_groups << p.tile_shift;
   const RowKind kind = r < q_span ? RowKind::kQ : (r < q_span + kv_span ? RowKind::kK : RowKind::kV);
   r -= kind == RowKind::kQ ? 0 : (kind == RowKind::kK ? q_span : q_span + kv_span);
-  // the token's index within the tile is the low bits, the group's index within its kind the high ones (v groups
-  // exist only without merged k/v groups, hence without token pairs)
-  const int shift = kind == RowKind::kQ ? p.tile_shift : kv_shift;
-  return {kind, (tile << p.tile_shift) + ((r & ((1 << shift) - 1)) << (p.tile_shift - shift)), r >> shift};
+  // the token's index within the tile is the low bits, the group's index within its kind the high ones
+  return {kind, (tile << p.tile_shift) + (r & ((1 << p.tile_shift) - 1)), r >> p.tile_shift};
 }
 
 template <typename T>
@@ -316,86 +313,6 @@ __device__ __forceinline__ void PrefetchCosSin(const RopeNormParams& p, int pos)
                : "memory");
 }
 
-// One kv head at 4 rows (p.kv_pair_shift): a group holds the k and v rows of tokens `token` and `token + 1`.
-// Why: a merged k/v group of one token filled 2 of its 4 rows yet paid a whole group's fixed costs -- its index
-// math, the rows' DRAM round trip, cos/sin, a reduction -- and at 8/1 such groups were a third of the warps
-// (experiment 94). Both tokens' k rows run their reductions whatever their slots or the second token's existence
-// (zero rows past the end): the shuffles name the whole warp, so no live lane may skip one (the kernel's row loop).
-template <int G, typename T, bool kFp8Cache>
-__device__ __forceinline__ void KvPairGroup(const RopeNormParams& p, int token, int group, int lane,
-                                            const LaneChunks& ch) {
-  constexpr bool kBf16 = std::is_same_v<T, __nv_bfloat16>;
-  const bool second = token + 1 < p.tokens;
-  uint4 ka[2] = {}, kb[2] = {}, va[2] = {}, vb[2] = {};
-  int64_t pos[2] = {0, -1}, slot[2] = {-1, -1};  // no second token: no cos/sin read, no store
-#pragma unroll
-  for (int j = 0; j < 2; ++j) {
-    if (j == 1 && !second) break;
-    const T* k_row = SourceRow<T>(p, RowKind::kK, token + j, 0);
-    const T* v_row = SourceRow<T>(p, RowKind::kV, token + j, 0);
-    ka[j] = Load16(k_row + ch.a * kVec), kb[j] = Load16(k_row + ch.b * kVec);
-    va[j] = Load16(v_row + ch.a * kVec), vb[j] = Load16(v_row + ch.b * kVec);
-  }
-#pragma unroll
-  for (int j = 0; j < 2; ++j) {
-    if (j == 1 && !second) break;
-    pos[j] = LoadIndex(p.positions, p.positions_i64, token + j);
-    slot[j] = LoadIndex(p.slot_mapping, p.slots_i64, token + j);
-  }
-  const int ahead_pos = CosSinAheadPosition<G>(p, group, lane);
-  int64_t k_dst[2];
-  bool pos_ok[2];
-  float c[2][8] = {}, s[2][8] = {};
-#pragma unroll
-  for (int j = 0; j < 2; ++j) {
-    k_dst[j] = CacheRow(p, slot[j], p.k_cache_stride_b, p.k_cache_stride_p);
-    pos_ok[j] = pos[j] >= 0 && pos[j] < p.max_pos;
-    if (pos_ok[j] && ch.rot_a) LoadPairedCosSin(p, pos[j], ch, c[j], s[j]);
-  }
-  PrefetchCosSin(p, ahead_pos);
-  float w[16];
-  {
-    float wa[8], wb[8];
-    if (p.k_norm_weight != nullptr) {
-      LoadWeight8(p.k_norm_weight, p.k_norm_dtype, ch.a * kVec, wa), LoadWeight8(p.k_norm_weight, p.k_norm_dtype, ch.b * kVec, wb);
-    } else {
-#pragma unroll
-      for (int i = 0; i < 8; ++i) wa[i] = wb[i] = 1.0f;
-    }
-#pragma unroll
-    for (int i = 0; i < 8; ++i) w[i] = wa[i], w[8 + i] = wb[i];
-  }
-  // the v rows (a 16-bit row copied as it is) while cos/sin and the weights are on their way
-#pragma unroll
-  for (int j = 0; j < 2; ++j) {
-    const int64_t v_dst = CacheRow(p, slot[j], p.v_cache_stride_b, p.v_cache_stride_p);
-    if (v_dst < 0) continue;
-    if constexpr (kFp8Cache) {
-      float x[16];
-      Unpack16(va[j], vb[j], kBf16, x);
-      StoreRow16<T, true>(p.v_cache, v_dst, ch, x, QuantMultiplier(*p.v_scale));
-    } else {
-      StoreGlobal16(static_cast<T*>(p.v_cache) + v_dst + ch.a * kVec, va[j]);
-      StoreGlobal16(static_cast<T*>(p.v_cache) + v_dst + ch.b * kVec, vb[j]);
-    }
-  }
-  const bool normalize = p.k_norm_weight != nullptr;
-  const float k_mul = kFp8Cache ? QuantMultiplier(*p.k_scale) : 1.0f;
-  PdlLaunchDependents();
-#pragma unroll
-  for (int j = 0; j < 2; ++j) {
-    float x[16];
-    Unpack16(ka[j], kb[j], kBf16, x);
-    TransformRowDirect<G>(p.neox, normalize, p.norm_before_rope, ch, c[j], s[j], w, x, 0xffffffffu, p.inv_head_dim,
-                          p.eps);
-    if (!pos_ok[j]) {
-#pragma unroll
-      for (int i = 0; i < 16; ++i) x[i] = __int_as_float(0x7fc00000);
-    }
-    if (k_dst[j] >= 0) StoreRow16<T, kFp8Cache>(p.k_cache, k_dst[j], ch, x, k_mul);
-  }
-}
-
 template <int G, int R, typename T, bool kFp8Cache, bool kFp8Q>
 __global__ void __launch_bounds__(kPairedThreads, kPairedMinBlocks<R>)
     RopeNormPairedKernel(const __grid_constant__ RopeNormParams p) {
@@ -406,13 +323,11 @@ __global__ void __launch_bounds__(kPairedThreads, kPairedMinBlocks<R>)
   const RowKind kind = unit.kind;
   const int token = unit.token, first_head = unit.first_head;
   PdlWait();  // inputs may come from the previous kernel in the stream
-  if (token >= p.tokens) return;  // whole groups leave together (a group's first token decides; KvPairGroup)
+  const int ahead_pos = CosSinAheadPosition<G>(p, group, lane);
+  if (token >= p.tokens) return;  // whole groups leave together (one token per group)
   const int heads = kind == RowKind::kQ ? p.num_q_heads : p.num_kv_heads;
   const int head_step = kind == RowKind::kQ ? p.q_groups : p.kv_groups;
   const LaneChunks ch = PairedChunks(lane, G, p.rotary_dim, p.neox);
-  if constexpr (R == 4) {
-    if (kind == RowKind::kK && p.kv_pair_shift != 0) return KvPairGroup<G, T, kFp8Cache>(p, token, group, lane, ch);
-  }
   // A merged k/v group (p.kv_merged) holds the token's k rows and then its v rows.
   const bool with_v = p.kv_merged && kind == RowKind::kK;
   // Row i of the group: its kind (v for a merged group's rows past the k heads) and head, or -1 past the end.
@@ -423,42 +338,19 @@ __global__ void __launch_bounds__(kPairedThreads, kPairedMinBlocks<R>)
     return head < heads ? head : -1;
   };
 
-  // Every load first: the row chunks, the indices, then cos/sin and weights. Row i's address steps from row 0's
-  // by head_step heads (a merged k/v group: its k rows, then its v rows from the v tensor), and each row's two
-  // loads sit under their own predicate (row_head's rule without its break). Why: row by row through row_head and
-  // SourceRow, each row's kind, base and strides were re-selected behind a branch and its 64-bit offsets
-  // multiplied afresh, so a 4-row group's 8 loads issued ~330 instructions into the thread (SASS, session 62) --
-  // and their DRAM round trip is the kernel's largest stall.
+  // Every load first: the row chunks, the indices, then cos/sin and weights.
   uint4 ra[R], rb[R];
-  {
-    auto load_row = [&](int i, const T* row) {
-      ra[i] = Load16(row + ch.a * kVec);
-      rb[i] = Load16(row + ch.b * kVec);
-    };
-    const int64_t stride_h = kind == RowKind::kQ ? p.q_stride_h : (kind == RowKind::kK ? p.k_stride_h : p.v_stride_h);
-    const T* row = SourceRow<T>(p, kind, token, first_head);
-    if (R == 1 || !with_v) {  // one row: never merged (KvMerged)
-      const int64_t step = head_step * stride_h;
 #pragma unroll
-      for (int i = 0; i < R; ++i, row += step) {
-        if (first_head + i * head_step < heads) load_row(i, row);
-      }
-    } else {
-      // first_head 0 and head_step 1 here: the k and v heads fit one group (KvMerged), so a token has one k/v group
-      const T* v_row = SourceRow<T>(p, RowKind::kV, token, 0);
-#pragma unroll
-      for (int i = 0; i < R; ++i, row += stride_h) {
-        if (i < heads) {
-          load_row(i, row);
-        } else if (i < 2 * heads) {
-          load_row(i, v_row + (i - heads) * p.v_stride_h);
-        }
-      }
-    }
+  for (int i = 0; i < R; ++i) {
+    RowKind row_kind;
+    const int head = row_head(i, row_kind);
+    if (head < 0) break;
+    const T* row = SourceRow<T>(p, row_kind, token, head);
+    ra[i] = Load16(row + ch.a * kVec);
+    rb[i] = Load16(row + ch.b * kVec);
   }
   const int64_t pos = kind == RowKind::kV ? 0 : LoadIndex(p.positions, p.positions_i64, token);
   const int64_t slot = kind == RowKind::kQ ? -1 : LoadIndex(p.slot_mapping, p.slots_i64, token);
-  const int ahead_pos = CosSinAheadPosition<G>(p, group, lane);  // after ours: only a prefetch waits on it
 
   // The group's v rows into the cache (a 16-bit row is copied as it is); false when the slot is skipped.
   auto store_v_rows = [&]() {
@@ -513,16 +405,8 @@ __global__ void __launch_bounds__(kPairedThreads, kPairedMinBlocks<R>)
     }
 #pragma unroll
     for (int i = 0; i < 8; ++i) w[i] = wa[i], w[8 + i] = wb[i];
-  }
-  // The coefficients wait on cos/sin, whose load waits on the position: an L2 round trip after the rows' DRAM one.
-  // Where the rows' sums of squares do not need them (16-bit q, k rows) the 4-row kernels' full groups fold them
-  // in after their reductions, which fill that wait (experiment 93); the fp8 q sums need max |y| of the folded rows
-  // first, and the 2-row kernels (80 registers) spill holding cos/sin and weights across the reductions.
-  auto make_coeffs = [&]() {
     if constexpr (kFolded) MakePairedCoeffs(p.neox, p.norm_before_rope, ch, c, s, w, coeffs);
-  };
-  constexpr bool kLateCoeffs = R == 4 && !kFp8Q;
-  if constexpr (!kLateCoeffs) make_coeffs();
+  }
   const bool normalize = (kind == RowKind::kQ ? p.q_norm_weight : p.k_norm_weight) != nullptr;
   const float k_mul = kFp8Cache && kind == RowKind::kK ? QuantMultiplier(*p.k_scale) : 1.0f;
   PdlLaunchDependents();
@@ -570,7 +454,6 @@ __global__ void __launch_bounds__(kPairedThreads, kPairedMinBlocks<R>)
 #pragma unroll
         for (int i = 0; i < R; ++i) inv[i] = 1.0f;  // y * 1 == y (a NaN is the canonical one either way)
       }
-      if constexpr (kLateCoeffs) make_coeffs();
       // row i's output: y times out_mul[i] -- 1 / rms, times the fp8 multiplier where the row is stored as fp8, or
       // NaN where the position was out of range (every product NaN). Why one factor: a NaN select per element
       // and a second multiply per element (the fp8 store's) were 32 of a row's ~110 output instructions, and the
@@ -632,7 +515,6 @@ __global__ void __launch_bounds__(kPairedThreads, kPairedMinBlocks<R>)
       return;
     }
   }
-  if constexpr (kLateCoeffs) make_coeffs();
 #pragma unroll
   for (int i = 0; i < R; ++i) {
     const int head = first_head + i * head_step;

@@ -55,9 +55,6 @@ struct RopeNormParams {
   // k and v share one group per token (its rows: the k heads, then the v heads) when both fit in R rows, e.g.
   // 8/1 heads at R=4: separate k and v groups would each hold 1 row of 4. Then the tile has no v groups.
   bool kv_merged;
-  // 1 when a merged k/v group holds two neighbouring tokens' k and v rows (one kv head at 4 rows: KvPairs in
-  // rope_norm.cu), else 0: a tile then has half as many k/v groups as tokens.
-  int kv_pair_shift;
   cutlass::FastDivmod tile_div;
   // Paired kernel only: groups prefetch into L2 the cos/sin row of the token of the group this many ahead
   // (0 = off). See CosSinAheadPosition.
