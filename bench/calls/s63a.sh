@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
 # session 63 call A (~7 min on an H100, ~9.5 on an H200; any Hopper). Carry .peer/pack: m62 = main after session
-# 62, e93 = 4f7a56c, e94 = 16e7e4e (e93 + k/v token pairs); m59 / e90c (main before 91, and 90c) for an H200 from a
+# 62, e93 = 4f7a56c, e94 = 8291bcb (e93 + k/v token pairs, 94b); m59 / e90c (main before 91, and 90c) for an H200 from a
 # worktree at 5062a1b:
 #   git worktree add /tmp/w59 5062a1b && (cd /tmp/w59 && tools/stage_experiments.sh m59 e90c:5d05fcd) &&
 #   mkdir -p .peer/exp && mv /tmp/w59/.peer/exp/m59 /tmp/w59/.peer/exp/e90c .peer/exp/ &&
-#   tools/stage_experiments.sh m62 e93:4f7a56c e94:16e7e4e && tools/pack_staged.sh m62 e93 e94 m59 e90c
+#   tools/stage_experiments.sh m62 e93:4f7a56c e94:8291bcb && tools/pack_staged.sh m62 e93 e94 m59 e90c
 # Why (#2): s62b (SHORT, H100) timed experiment 93 (= 92's early row loads + the late coefficients) at fp8 rows
 # -1.6..-3.2%, bf16 8/1 -1.3%, no row slower, against main with 91; its numerics (4 / 2 / 1 rows) passed and memcheck
 # was clean, but the rope GPU file did not finish inside the call's limit. Experiment 94 (on top of 93, CPU only so
