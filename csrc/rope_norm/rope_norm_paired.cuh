@@ -323,7 +323,6 @@ __global__ void __launch_bounds__(kPairedThreads, kPairedMinBlocks<R>)
   const RowKind kind = unit.kind;
   const int token = unit.token, first_head = unit.first_head;
   PdlWait();  // inputs may come from the previous kernel in the stream
-  const int ahead_pos = CosSinAheadPosition<G>(p, group, lane);
   if (token >= p.tokens) return;  // whole groups leave together (one token per group)
   const int heads = kind == RowKind::kQ ? p.num_q_heads : p.num_kv_heads;
   const int head_step = kind == RowKind::kQ ? p.q_groups : p.kv_groups;
@@ -338,19 +337,43 @@ __global__ void __launch_bounds__(kPairedThreads, kPairedMinBlocks<R>)
     return head < heads ? head : -1;
   };
 
-  // Every load first: the row chunks, the indices, then cos/sin and weights.
+  // Every load first: the row chunks, the indices, then cos/sin and weights. Row i's address steps from row 0's
+  // by head_step heads (a merged k/v group: its k rows, then its v rows from the v tensor), and each row's two
+  // loads sit under their own predicate (row_head's rule without its break). Why: row by row through row_head and
+  // SourceRow, each row's kind, base and strides were re-selected behind a branch and its 64-bit offsets
+  // multiplied afresh, so a 4-row group's 8 loads issued ~330 instructions into the thread (SASS, session 62) --
+  // and their DRAM round trip is the kernel's largest stall. Measured with the late coefficients below (experiments
+  // 92 + 93, bench/NOTES.md session 63, H100, T=16384): fp8 rows -2.8..-3.6%, bf16 8/1 -2%, no row slower.
   uint4 ra[R], rb[R];
+  {
+    auto load_row = [&](int i, const T* row) {
+      ra[i] = Load16(row + ch.a * kVec);
+      rb[i] = Load16(row + ch.b * kVec);
+    };
+    const int64_t stride_h = kind == RowKind::kQ ? p.q_stride_h : (kind == RowKind::kK ? p.k_stride_h : p.v_stride_h);
+    const T* row = SourceRow<T>(p, kind, token, first_head);
+    if (R == 1 || !with_v) {  // one row: never merged (KvMerged)
+      const int64_t step = head_step * stride_h;
 #pragma unroll
-  for (int i = 0; i < R; ++i) {
-    RowKind row_kind;
-    const int head = row_head(i, row_kind);
-    if (head < 0) break;
-    const T* row = SourceRow<T>(p, row_kind, token, head);
-    ra[i] = Load16(row + ch.a * kVec);
-    rb[i] = Load16(row + ch.b * kVec);
+      for (int i = 0; i < R; ++i, row += step) {
+        if (first_head + i * head_step < heads) load_row(i, row);
+      }
+    } else {
+      // first_head 0 and head_step 1 here: the k and v heads fit one group (KvMerged), so a token has one k/v group
+      const T* v_row = SourceRow<T>(p, RowKind::kV, token, 0);
+#pragma unroll
+      for (int i = 0; i < R; ++i, row += stride_h) {
+        if (i < heads) {
+          load_row(i, row);
+        } else if (i < 2 * heads) {
+          load_row(i, v_row + (i - heads) * p.v_stride_h);
+        }
+      }
+    }
   }
   const int64_t pos = kind == RowKind::kV ? 0 : LoadIndex(p.positions, p.positions_i64, token);
   const int64_t slot = kind == RowKind::kQ ? -1 : LoadIndex(p.slot_mapping, p.slots_i64, token);
+  const int ahead_pos = CosSinAheadPosition<G>(p, group, lane);  // after ours: only a prefetch waits on it
 
   // The group's v rows into the cache (a 16-bit row is copied as it is); false when the slot is skipped.
   auto store_v_rows = [&]() {
@@ -405,8 +428,16 @@ __global__ void __launch_bounds__(kPairedThreads, kPairedMinBlocks<R>)
     }
 #pragma unroll
     for (int i = 0; i < 8; ++i) w[i] = wa[i], w[8 + i] = wb[i];
-    if constexpr (kFolded) MakePairedCoeffs(p.neox, p.norm_before_rope, ch, c, s, w, coeffs);
   }
+  // The coefficients wait on cos/sin, whose load waits on the position: an L2 round trip after the rows' DRAM one.
+  // Where the rows' sums of squares do not need them (16-bit q, k rows) the 4-row kernels' full groups fold them
+  // in after their reductions, which fill that wait (experiment 93); the fp8 q sums need max |y| of the folded
+  // rows first, and the 2-row kernels (80 registers) spill holding cos/sin and weights across the reductions.
+  auto make_coeffs = [&]() {
+    if constexpr (kFolded) MakePairedCoeffs(p.neox, p.norm_before_rope, ch, c, s, w, coeffs);
+  };
+  constexpr bool kLateCoeffs = R == 4 && !kFp8Q;
+  if constexpr (!kLateCoeffs) make_coeffs();
   const bool normalize = (kind == RowKind::kQ ? p.q_norm_weight : p.k_norm_weight) != nullptr;
   const float k_mul = kFp8Cache && kind == RowKind::kK ? QuantMultiplier(*p.k_scale) : 1.0f;
   PdlLaunchDependents();
@@ -454,6 +485,7 @@ __global__ void __launch_bounds__(kPairedThreads, kPairedMinBlocks<R>)
 #pragma unroll
         for (int i = 0; i < R; ++i) inv[i] = 1.0f;  // y * 1 == y (a NaN is the canonical one either way)
       }
+      if constexpr (kLateCoeffs) make_coeffs();
       // row i's output: y times out_mul[i] -- 1 / rms, times the fp8 multiplier where the row is stored as fp8, or
       // NaN where the position was out of range (every product NaN). Why one factor: a NaN select per element
       // and a second multiply per element (the fp8 store's) were 32 of a row's ~110 output instructions, and the
@@ -515,6 +547,7 @@ __global__ void __launch_bounds__(kPairedThreads, kPairedMinBlocks<R>)
       return;
     }
   }
+  if constexpr (kLateCoeffs) make_coeffs();
 #pragma unroll
   for (int i = 0; i < R; ++i) {
     const int head = first_head + i * head_step;
