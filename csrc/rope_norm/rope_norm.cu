@@ -62,17 +62,6 @@ bool KvMerged(int rows, int kv_heads) {
   return enabled && rows > 1 && 2 * kv_heads <= rows;
 }
 
-// Whether the 4-row paired kernel's token tiles hold whole blocks of each kind, not only whole warps (experiment
-// 95). Why: a block's slot on its SM frees only when its last warp ends, and in a block mixing kinds the short k/v
-// warps (8/1: one token's k and v rows a group, against a q group's 4 rows) held their slots idle until the
-// block's q warps were done -- a third of 8/1's warps. With whole blocks of a kind (8/1: tiles of 16 tokens, 32 q
-// groups + 16 k/v = 2 q blocks + 1 k/v block) a k/v block leaves as soon as its own warps do.
-// HPC_XLA_ROPE_BLOCK_TILES=0 keeps whole-warp tiles, for A/B runs.
-bool BlockTiles() {
-  static const bool enabled = EnvFlag("HPC_XLA_ROPE_BLOCK_TILES", true);
-  return enabled;
-}
-
 template <int G, int R, typename T, bool kFp8Cache, bool kFp8Q>
 struct GeneralKernel {
   static void* Get() { return reinterpret_cast<void*>(&RopeNormGeneralKernel<G, R, T, kFp8Cache, kFp8Q>); }
@@ -250,21 +239,19 @@ Status RopeNormCuda(const RopeNormArgs& a, cudaStream_t stream) {
     p.kv_merged = KvMerged(rows, p.num_kv_heads);
     groups_per_token = p.q_groups + (p.kv_merged ? 1 : 2 * p.kv_groups);
     // Tokens per tile: the fewest (a power of two) for which each kind's groups fill whole warps, so no warp
-    // mixes q, k and v groups (8/1 heads at 4 rows: 4 tokens = 8 q groups + 4 k/v at 4 groups per warp; mixed
-    // warps ran their q and k branches one after the other). Where a kind's heads are not a multiple of its groups
+    // mixes q, k and v groups (8/1 heads: 4 tokens = 32 q groups + 4 k + 4 v at 4 groups per warp; mixed warps
+    // ran their q and k branches one after the other). Where a kind's heads are not a multiple of its groups
     // (some groups a row short: 5 q heads in 2 groups), a whole warp of tokens, so that a warp's groups share
     // their first head and run the same rows: the paired kernel's shuffles name the whole warp (its row loop).
-    // At 4 rows, whole blocks of each kind (BlockTiles).
     const int groups_per_warp = 32 / lanes;
     const bool uneven_rows =
         p.num_q_heads % p.q_groups != 0 || (!p.kv_merged && p.num_kv_heads % p.kv_groups != 0);
-    const int unit = rows == 4 && !uneven_rows && BlockTiles() ? kPairedThreads / lanes : groups_per_warp;
-    auto whole_units = [&](int shift) {
+    auto whole_warps = [&](int shift) {
       if (uneven_rows) return (1 << shift) >= groups_per_warp;
-      return ((p.q_groups << shift) % unit) == 0 && ((p.kv_groups << shift) % unit) == 0;
+      return ((p.q_groups << shift) % groups_per_warp) == 0 && ((p.kv_groups << shift) % groups_per_warp) == 0;
     };
     p.tile_shift = 0;
-    while (!whole_units(p.tile_shift) && (1 << p.tile_shift) < unit) ++p.tile_shift;
+    while (!whole_warps(p.tile_shift) && (1 << p.tile_shift) < groups_per_warp) ++p.tile_shift;
     p.tile_div = cutlass::FastDivmod(groups_per_token << p.tile_shift);
     switch (lanes) {
       case 4: kernel = PickPaired<4>(rows, a.q.dtype, fp8_cache, fp8_q); break;
