@@ -30,8 +30,8 @@ in_background "e95 rope cuda cases" t_cuda.log 200 $E python3 -m pytest -q -p no
   tests/test_rope_norm_errors.py -k cuda
 in_background "e95 memcheck" t_mem.log 250 $E compute-sanitizer --target-processes all --error-exitcode 99 --tool memcheck \
   python3 -m pytest -q -p no:cacheprovider tests/test_gpu_rope_norm.py -k "every_rows or bad_indices or T16383"
-[ $H200 = 1 ] && in_background "m63 gpu_check sanitize" gc_san.log 260 $M env OUT=$R/gc HPC_STAGES=sanitize \
-  HPC_SANITIZER_TIMEOUT=240 bash tools/gpu_check.sh rope_norm
+[ $H200 = 1 ] && in_background "m63 gpu_check sanitize" gc_san.log 180 $M env OUT=$R/gc HPC_STAGES=sanitize \
+  HPC_SANITIZER_TIMEOUT=170 bash tools/gpu_check.sh rope_norm
 wait; t
 { grep -hE "^FAILED|^E  |ERROR SUMMARY" $R/t_*.log | sort | uniq -c | head -20
   for f in $R/t_*.log; do echo "$f: $(tail -n1 $f)"; done
