@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # session 63 call B (any Hopper: ~4 min on an H100; ~8.5 min on an H200, which also runs gpu_check's rope_norm
-# sanitize and bench stages on main -- #2's record). Carry .peer/pack: m63 = main after experiments 92 + 93 landed
+# sanitize and bench stages on main -- #2's record; SHORT=1: only the 8/1 T=16384 bench rows there, ~5 min). Carry .peer/pack: m63 = main after experiments 92 + 93 landed
 # (87f700e), e95 = f6faabe (main + experiment 95):
 #   tools/stage_experiments.sh m63 e95:f6faabe && tools/pack_staged.sh m63 e95
 # Why (#2): its goal is >= 80% of the measured copy ceiling at T=16384 on the H200; the 8/1 bf16 row was 78% there
@@ -30,7 +30,7 @@ in_background "e95 rope cuda cases" t_cuda.log 200 $E python3 -m pytest -q -p no
   tests/test_rope_norm_errors.py -k cuda
 in_background "e95 memcheck" t_mem.log 250 $E compute-sanitizer --target-processes all --error-exitcode 99 --tool memcheck \
   python3 -m pytest -q -p no:cacheprovider tests/test_gpu_rope_norm.py -k "every_rows or bad_indices or T16383"
-[ $H200 = 1 ] && in_background "m63 gpu_check sanitize" gc_san.log 180 $M env OUT=$R/gc HPC_STAGES=sanitize \
+[ $H200 = 1 ] && [ -z "${SHORT:-}" ] && in_background "m63 gpu_check sanitize" gc_san.log 180 $M env OUT=$R/gc HPC_STAGES=sanitize \
   HPC_SANITIZER_TIMEOUT=170 bash tools/gpu_check.sh rope_norm
 wait; t
 { grep -hE "^FAILED|^E  |ERROR SUMMARY" $R/t_*.log | sort | uniq -c | head -20
@@ -47,7 +47,13 @@ ab() {
 }
 ab m63_r1 m63 X=1; ab e95_r1 e95 X=1; ab off_r1 e95 HPC_XLA_ROPE_BLOCK_TILES=0
 ab off_r2 e95 HPC_XLA_ROPE_BLOCK_TILES=0; ab e95_r2 e95 X=1; ab m63_r2 m63 X=1
-if [ $H200 = 1 ]; then  # #2's record: gpu_check's bench stage on main (every T and head shape, copy, unfused peer)
+if [ $H200 = 1 ] && [ -n "${SHORT:-}" ]; then  # SHORT=1 (a spent budget): the 8/1 T=16384 bench rows only
+  for tree in m63 e95; do
+    ( cd $X/$tree && PYTHONPATH=$X/$tree timeout 100 python3 -m hpc_xla.bench rope_norm --heads 8/1/128 --tokens 16384 \
+        --out $OUT/rope_norm_$tree.json > $R/rope_$tree.txt 2>&1; echo "rope bench $tree rc=$?" ); t
+    grep -a "│" $R/rope_$tree.txt | grep 16384 | sed "s/^/$tree /" | tee -a $OUT/s63b_rope_table.txt
+  done
+elif [ $H200 = 1 ]; then  # #2's record: gpu_check's bench stage on main (every T and head shape, copy, unfused peer)
   ( cd $M && OUT=$R/gb HPC_STAGES=bench HPC_BENCH_TIMEOUT=200 timeout 210 bash tools/gpu_check.sh rope_norm \
       > $R/gc_bench.log 2>&1; echo "gpu_check bench m63 rc=$?" ); t
   cp $R/gb/bench_rope_norm.json $OUT/ 2>/dev/null
