@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # session 63 call B (any Hopper: ~4 min on an H100; ~8.5 min on an H200, which also runs gpu_check's rope_norm
-# sanitize and bench stages on main -- #2's record; SHORT=1: only the 8/1 T=16384 bench rows there, ~5 min). Carry .peer/pack: m63 = main after experiments 92 + 93 landed
+# sanitize and bench stages on main -- #2's record; SHORT=1: only the 8/1 T=16384 bench rows there, ~5 min).
+# Carry .peer/pack: m63 = main after experiments 92 + 93 landed
 # (87f700e), e95 = f6faabe (main + experiment 95):
 #   tools/stage_experiments.sh m63 e95:f6faabe && tools/pack_staged.sh m63 e95
 # Why (#2): its goal is >= 80% of the measured copy ceiling at T=16384 on the H200; the 8/1 bf16 row was 78% there
