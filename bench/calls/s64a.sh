@@ -5,8 +5,9 @@
 # TINY=1: A/B m63 / e97 / e97 / m63, then e97's GPU file and memcheck, ~170 s, for a budget's end).
 # Replaces s63b (in git history), which never ran: it carried experiment 95 alone.
 # Carry .peer/pack: m63 = main after experiments 92 + 93 (87f700e; main's kernel is unchanged since), e95 = f6faabe,
-# e96 = 318e6fb (experiment 95 + 96's instruction diet), e97 = 125b923 (96 + stores through stepped pointers):
-#   tools/stage_experiments.sh m63 e95:f6faabe e96:318e6fb e97:125b923 && tools/pack_staged.sh m63 e95 e96 e97
+# e96 = 318e6fb (experiment 95 + 96's instruction diet), e97 = 5d5ac69 (97b: 96 + stores through stepped pointers +
+# the review's host guard for the page-size divisor; to land 96 without 97, take that guard from 97b too):
+#   tools/stage_experiments.sh m63 e95:f6faabe e96:318e6fb e97:5d5ac69 && tools/pack_staged.sh m63 e95 e96 e97
 # Why (#2): its goal is >= 80% of the measured copy ceiling at T=16384 on the H200; the 8/1 bf16 row was 78% there
 # (s59a: 28.7 us, ceiling 4.16 TB/s; 80% = 27.8 us) before experiments 91 (H100 -2%) and 92 + 93 (H100 a further
 # -2%) landed.
