@@ -24,6 +24,8 @@ def to_torch(x, device):
     dtype = _torch_dtypes().get(x.dtype)
     if dtype is None:
         return torch.from_numpy(x.copy()).to(device)
+    if x.size == 0:  # (no bytes to move; the byte view below would fail on an empty array's strides)
+        return torch.empty(x.shape, dtype=dtype, device=device)
     raw = torch.from_numpy(np.ascontiguousarray(x).view(np.uint8).copy())
     return raw.view(dtype).to(device)
 
@@ -34,6 +36,8 @@ def from_torch(t):
 
     back = {v: k for k, v in _torch_dtypes().items()}
     t = t.detach().cpu().contiguous()
+    if t.dtype in back and t.numel() == 0:
+        return np.empty(tuple(t.shape), back[t.dtype])
     if t.dtype in back:
         return t.view(torch.uint8).numpy().view(back[t.dtype]).reshape(tuple(t.shape))
     return t.numpy()

@@ -67,6 +67,10 @@ NAMED = {
     "fp8_both_fp16": Case(cache_fp8=True, q_fp8=True, dtype="float16"),
     "int64_indices": Case(index_dtype="int64"),
     "all_skipped": Case(skip_every=1),
+    # a cache of no blocks (every slot -1): nothing written, q still transformed; two empty caches may share a null
+    # data pointer, which the k_cache / v_cache aliasing check must not read as one cache passed twice
+    "no_cache_blocks": Case(num_blocks=0, skip_every=1),
+    "no_tokens": Case(tokens=0, skip_every=0, cache_fp8=True, q_fp8=True),  # a launch of nothing
     "one_token": Case(tokens=1, skip_every=0),
     "mqa_8_1": Case(num_q_heads=8, num_kv_heads=1),
     "hpcops_64_8": Case(num_q_heads=64, num_kv_heads=8, tokens=9, num_blocks=2),

@@ -113,7 +113,9 @@ Status ValidateRopeNorm(const RopeNormArgs& a) {
     HPC_RETURN_IF_ERROR(c.Disjoint("q_out", a.q_out, "k", a.k));
     HPC_RETURN_IF_ERROR(c.Disjoint("q_out", a.q_out, "v", a.v));
   }
-  if (a.k_cache.data == a.v_cache.data) {  // (their pages may interleave in one buffer: only the same start is wrong)
+  // (their pages may interleave in one buffer: only the same start is wrong; caches of no blocks are never written --
+  // every slot must be -1 -- and two empty tensors may both have a null data pointer)
+  if (a.k_cache.data == a.v_cache.data && a.k_cache.shape[0] > 0) {
     return c.Fail("k_cache and v_cache start at the same address: both are written (pass two caches, or the K and V "
                   "halves of one)");
   }
