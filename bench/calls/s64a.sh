@@ -7,7 +7,9 @@
 # Carry .peer/pack: m63 = main after experiments 92 + 93 (87f700e; main's kernel is unchanged since), e95 = f6faabe,
 # e96 = 318e6fb (experiment 95 + 96's instruction diet), e97 = 5d5ac69 (97b: 96 + stores through stepped pointers +
 # the review's host guard for the page-size divisor; to land 96 without 97, take that guard from 97b too):
-#   tools/stage_experiments.sh m63 e95:f6faabe e96:318e6fb e97:5d5ac69 && tools/pack_staged.sh m63 e95 e96 e97
+#   tools/stage_experiments.sh m63 e95:f6faabe e96:318e6fb && tools/pack_staged.sh m63 e95 e96 (from 0251adb, or
+#   any later main: the kernels are the same), then on main >= 8ca23ed (its named cases no_cache_blocks / no_tokens
+#   run in e97's cuda cases) tools/stage_experiments.sh e97:5d5ac69 && tools/pack_staged.sh m63 e95 e96 e97
 # Why (#2): its goal is >= 80% of the measured copy ceiling at T=16384 on the H200; the 8/1 bf16 row was 78% there
 # (s59a: 28.7 us, ceiling 4.16 TB/s; 80% = 27.8 us) before experiments 91 (H100 -2%) and 92 + 93 (H100 a further
 # -2%) landed.
