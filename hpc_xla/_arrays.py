@@ -36,8 +36,8 @@ def from_torch(t):
 
     back = {v: k for k, v in _torch_dtypes().items()}
     t = t.detach().cpu().contiguous()
-    if t.dtype in back and t.numel() == 0:
-        return np.empty(tuple(t.shape), back[t.dtype])
     if t.dtype in back:
+        if t.numel() == 0:  # (the byte view below needs bytes)
+            return np.empty(tuple(t.shape), back[t.dtype])
         return t.view(torch.uint8).numpy().view(back[t.dtype]).reshape(tuple(t.shape))
     return t.numpy()
