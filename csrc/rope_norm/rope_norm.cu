@@ -8,7 +8,6 @@
 #include <cstdint>
 #include <cstdlib>
 #include <mutex>
-#include <string>
 
 #include "csrc/common/arch.h"
 #include "csrc/common/check.h"
@@ -40,28 +39,17 @@ __global__ void RopeNormIndexCheckKernel(RopeNormParams p, unsigned long long* f
 // to fill the GPU twice with 4-row blocks) takes 1 row per group, a large one 4. Measured on the H200 at
 // T=16384 (bench/NOTES.md, session 7): 8/1/128 30.3 us at 4 rows against 35.9 at 1 -- its k and v groups hold
 // 1 row of 4, and those idle slots cost less than the per-row cos/sin and index loads they save; 64/8 and 32/4
-// were already best at 4. 8 rows (experiment 98; 16-bit q, q heads a multiple of 8, two waves of its blocks): a q
-// group takes all of a token's 8 q heads (8/1) -- twice the bytes in flight a thread (3 blocks a SM: 1.5x a SM)
-// and the per-group work before the math (indices, address selection, cos/sin, weights, coefficients) spread over
-// twice the rows, for the H200, whose copy ceiling needs ~1.4x the H100's bytes in flight. fp8 q stays at 4 (its
-// 8-row kernels spilled). HPC_XLA_ROPE_ROWS=1|2|4|8 forces one for A/B runs (8 becomes 4 under fp8 q);
-// HPC_XLA_ROPE_ROWS8=0 keeps the automatic choice at 4.
-int RowsPerGroup(int64_t tokens, int q_heads, int kv_heads, int group_lanes, int sms, bool fp8_q) {
+// were already best at 4. HPC_XLA_ROPE_ROWS=1|2|4 forces one for A/B runs.
+int RowsPerGroup(int64_t tokens, int q_heads, int kv_heads, int group_lanes, int sms) {
   static const int forced = [] {
     const int r = EnvInt("HPC_XLA_ROPE_ROWS", 0);
-    return r == 1 || r == 2 || r == 4 || r == 8 ? r : 0;
+    return r == 1 || r == 2 || r == 4 ? r : 0;
   }();
-  static const bool eight = EnvFlag("HPC_XLA_ROPE_ROWS8", true);
-  if (forced != 0) return forced == 8 && fp8_q ? 4 : forced;
-  // "fills": at least two waves of the kernel's resident blocks
-  auto fills = [&](int rows) {
-    const int64_t groups = (q_heads + rows - 1) / rows + 2 * ((kv_heads + rows - 1) / rows);
-    const int64_t wave = static_cast<int64_t>(sms) * kPairedThreads *
-                         (rows == 8 ? kPairedMinBlocks<8> : kPairedMinBlocks<4>);
-    return tokens * groups * group_lanes >= 2 * wave;
-  };
-  if (!fills(4)) return 1;
-  return eight && !fp8_q && q_heads % 8 == 0 && fills(8) ? 8 : 4;
+  if (forced != 0) return forced;
+  // "fills": at least two waves of the 4-row kernel's resident blocks
+  const int64_t groups = (q_heads + 3) / 4 + 2 * ((kv_heads + 3) / 4);
+  const int64_t wave = static_cast<int64_t>(sms) * kPairedThreads * kPairedMinBlocks<4>;
+  return tokens * groups * group_lanes >= 2 * wave ? 4 : 1;
 }
 
 // rows * 2 + kv_merged of the last launch (-1: none yet; 0: the general kernel), for RopeNormLastLaunch
@@ -72,17 +60,6 @@ std::atomic<int> g_last_launch{-1};
 bool KvMerged(int rows, int kv_heads) {
   static const bool enabled = EnvFlag("HPC_XLA_ROPE_KV_MERGE", true);
   return enabled && rows > 1 && 2 * kv_heads <= rows;
-}
-
-// Whether the 4-row paired kernel's token tiles hold whole blocks of each kind, not only whole warps (experiment
-// 95). Why: a block's slot on its SM frees only when its last warp ends, and in a block mixing kinds the short k/v
-// warps (8/1: one token's k and v rows a group, against a q group's 4 rows) held their slots idle until the
-// block's q warps were done -- a third of 8/1's warps. With whole blocks of a kind (8/1: tiles of 16 tokens, 32 q
-// groups + 16 k/v = 2 q blocks + 1 k/v block) a k/v block leaves as soon as its own warps do.
-// HPC_XLA_ROPE_BLOCK_TILES=0 keeps whole-warp tiles, for A/B runs.
-bool BlockTiles() {
-  static const bool enabled = EnvFlag("HPC_XLA_ROPE_BLOCK_TILES", true);
-  return enabled;
 }
 
 template <int G, int R, typename T, bool kFp8Cache, bool kFp8Q>
@@ -112,13 +89,6 @@ void* PickPaired(int rows, DType dtype, bool fp8_cache, bool fp8_q) {
   switch (rows) {
     case 1: return PickKernel<PairedKernel, G, 1>(dtype, fp8_cache, fp8_q);
     case 2: return PickKernel<PairedKernel, G, 2>(dtype, fp8_cache, fp8_q);
-    case 8:  // 16-bit q only (RowsPerGroup): the fp8-q 8-row kernels are not built (nullptr: the launcher refuses)
-      if (fp8_q) return nullptr;
-      if (dtype == DType::kBF16) {
-        return fp8_cache ? PairedKernel<G, 8, __nv_bfloat16, true, false>::Get()
-                         : PairedKernel<G, 8, __nv_bfloat16, false, false>::Get();
-      }
-      return fp8_cache ? PairedKernel<G, 8, __half, true, false>::Get() : PairedKernel<G, 8, __half, false, false>::Get();
     default: return PickKernel<PairedKernel, G, 4>(dtype, fp8_cache, fp8_q);
   }
 }
@@ -136,20 +106,18 @@ int GroupLanes(int head_dim) {
   return g;
 }
 
-// The paired kernel's cos/sin prefetch distance (RopeNormParams::prefetch_tokens): 3/4 of a wave of resident
-// blocks' lane groups, in whole token tiles (the nearest count, at least one). Measured on the H200 at T=16384
-// (bench/NOTES.md session 8), 1/4 to a whole wave: 3/4 was best or near it on every shape.
-// HPC_XLA_ROPE_PREFETCH_PCT sets it in percent of a wave for A/B runs (0 = no prefetch).
-Status SetPrefetch(const void* kernel, int lanes, int groups_per_token, int device, RopeNormParams& p) {
+// The paired kernel's cos/sin prefetch distance, in lane groups (RopeNormParams::prefetch_groups): 3/4 of a
+// wave of resident blocks. Measured on the H200 at T=16384 (bench/NOTES.md session 8), 1/4 to a whole wave:
+// 3/4 was best or near it on every shape. HPC_XLA_ROPE_PREFETCH_PCT sets it in percent of a wave for A/B runs
+// (0 = no prefetch).
+Status SetPrefetch(const void* kernel, int lanes, int device, RopeNormParams& p) {
   static const int pct = EnvInt("HPC_XLA_ROPE_PREFETCH_PCT", 75);
-  p.prefetch_tokens = 0;
+  p.prefetch_groups = 0;
   if (pct <= 0) return Status::Ok();
   int per_sm = 0;
   HPC_RETURN_IF_ERROR(ResidentCtasPerSm(kernel, kPairedThreads, 0, "rope_norm: occupancy", &per_sm));
   const int64_t wave = static_cast<int64_t>(per_sm) * MultiprocessorCount(device) * (kPairedThreads / lanes);
-  const int64_t tile_groups = static_cast<int64_t>(groups_per_token) << p.tile_shift;
-  const int64_t tiles = std::max<int64_t>(1, (wave * pct / 100 + tile_groups / 2) / tile_groups);
-  p.prefetch_tokens = static_cast<int>(std::min<int64_t>(tiles << p.tile_shift, INT32_MAX / 2));
+  p.prefetch_groups = static_cast<int>(std::min<int64_t>(wave * pct / 100, INT32_MAX / 2));
   return Status::Ok();
 }
 
@@ -176,9 +144,6 @@ RopeNormParams MakeParams(const RopeNormArgs& a) {
   p.v_cache_stride_h = a.v_cache.strides[2];
   p.page_size = a.k_cache.shape[1];
   p.num_slots = a.k_cache.shape[0] * a.k_cache.shape[1];
-  // SplitSlot's 32-bit path (0 < num_slots <= INT32_MAX, so the page size fits an int too; an empty cache may have
-  // any page size -- its slots are all out of range -- and FastDivmod(0) would divide by zero)
-  if (p.num_slots > 0 && p.num_slots <= INT32_MAX) p.page_div = cutlass::FastDivmod(static_cast<int>(p.page_size));
   p.q_norm_weight = a.q_norm_weight.present() ? a.q_norm_weight.data : nullptr;
   p.k_norm_weight = a.k_norm_weight.present() ? a.k_norm_weight.data : nullptr;
   p.q_norm_dtype = a.q_norm_weight.dtype, p.k_norm_dtype = a.k_norm_weight.dtype;
@@ -268,36 +233,32 @@ Status RopeNormCuda(const RopeNormArgs& a, cudaStream_t stream) {
   const bool paired = PairedKernelApplies(p);
   if (paired) {
     lanes = p.head_dim / 16;
-    const int rows =
-        RowsPerGroup(p.tokens, p.num_q_heads, p.num_kv_heads, lanes, MultiprocessorCount(a.q.device_id), fp8_q);
+    const int rows = RowsPerGroup(p.tokens, p.num_q_heads, p.num_kv_heads, lanes, MultiprocessorCount(a.q.device_id));
     p.q_groups = (p.num_q_heads + rows - 1) / rows;
     p.kv_groups = (p.num_kv_heads + rows - 1) / rows;
     p.kv_merged = KvMerged(rows, p.num_kv_heads);
     groups_per_token = p.q_groups + (p.kv_merged ? 1 : 2 * p.kv_groups);
     // Tokens per tile: the fewest (a power of two) for which each kind's groups fill whole warps, so no warp
-    // mixes q, k and v groups (8/1 heads at 4 rows: 4 tokens = 8 q groups + 4 k/v at 4 groups per warp; mixed
-    // warps ran their q and k branches one after the other). Where a kind's heads are not a multiple of its groups
+    // mixes q, k and v groups (8/1 heads: 4 tokens = 32 q groups + 4 k + 4 v at 4 groups per warp; mixed warps
+    // ran their q and k branches one after the other). Where a kind's heads are not a multiple of its groups
     // (some groups a row short: 5 q heads in 2 groups), a whole warp of tokens, so that a warp's groups share
     // their first head and run the same rows: the paired kernel's shuffles name the whole warp (its row loop).
-    // At 4 and 8 rows, whole blocks of each kind (BlockTiles).
     const int groups_per_warp = 32 / lanes;
     const bool uneven_rows =
         p.num_q_heads % p.q_groups != 0 || (!p.kv_merged && p.num_kv_heads % p.kv_groups != 0);
-    const int unit = rows >= 4 && !uneven_rows && BlockTiles() ? kPairedThreads / lanes : groups_per_warp;
-    auto whole_units = [&](int shift) {
+    auto whole_warps = [&](int shift) {
       if (uneven_rows) return (1 << shift) >= groups_per_warp;
-      return ((p.q_groups << shift) % unit) == 0 && ((p.kv_groups << shift) % unit) == 0;
+      return ((p.q_groups << shift) % groups_per_warp) == 0 && ((p.kv_groups << shift) % groups_per_warp) == 0;
     };
     p.tile_shift = 0;
-    while (!whole_units(p.tile_shift) && (1 << p.tile_shift) < unit) ++p.tile_shift;
+    while (!whole_warps(p.tile_shift) && (1 << p.tile_shift) < groups_per_warp) ++p.tile_shift;
     p.tile_div = cutlass::FastDivmod(groups_per_token << p.tile_shift);
     switch (lanes) {
       case 4: kernel = PickPaired<4>(rows, a.q.dtype, fp8_cache, fp8_q); break;
       case 8: kernel = PickPaired<8>(rows, a.q.dtype, fp8_cache, fp8_q); break;
       default: kernel = PickPaired<16>(rows, a.q.dtype, fp8_cache, fp8_q); break;
     }
-    if (kernel == nullptr) return Status::Internal("rope_norm: no paired kernel of " + std::to_string(rows) + " rows");
-    HPC_RETURN_IF_ERROR(SetPrefetch(kernel, lanes, groups_per_token, a.q.device_id, p));
+    HPC_RETURN_IF_ERROR(SetPrefetch(kernel, lanes, a.q.device_id, p));
     g_last_launch.store(rows * 2 + (p.kv_merged ? 1 : 0), std::memory_order_relaxed);
   } else {
     g_last_launch.store(0, std::memory_order_relaxed);

@@ -175,9 +175,14 @@ __global__ void __launch_bounds__(kThreads, 3) RopeNormGeneralKernel(const __gri
   // cos_sin_cache; out-of-range slots are not written.
   const bool pos_ok = pos >= 0 && pos < p.max_pos;
   // the token's K/V rows in the paged cache (head 0), once per thread; -1: not written
-  const CacheSlot cache_slot = SplitSlot(p, slot);
-  const int64_t k_dst = CacheRowOf(cache_slot, p.k_cache_stride_b, p.k_cache_stride_p);
-  const int64_t v_dst = CacheRowOf(cache_slot, p.v_cache_stride_b, p.v_cache_stride_p);
+  int64_t k_dst = -1, v_dst = -1;
+  if (slot >= 0 && slot < p.num_slots) {
+    const int64_t block = p.num_slots <= INT32_MAX ? static_cast<uint32_t>(slot) / static_cast<uint32_t>(p.page_size)
+                                                   : slot / p.page_size;
+    const int64_t in_page = slot - block * p.page_size;
+    k_dst = block * p.k_cache_stride_b + in_page * p.k_cache_stride_p;
+    v_dst = block * p.v_cache_stride_b + in_page * p.v_cache_stride_p;
+  }
   float c[8] = {}, s[8] = {};
   if (any_rotated && pos_ok && lane_has_data) LoadCosSin(p, pos, lane, c, s);
   PdlLaunchDependents();

@@ -30,7 +30,7 @@ struct LaneChunks {
 
 __device__ __forceinline__ LaneChunks PairedChunks(int lane, int lanes, int rotary_dim, bool neox) {
   if (neox) {
-    const int rot_lanes = rotary_dim >> 4;  // these lanes hold rotation partners: chunk l and chunk l + rot/16
+    const int rot_lanes = rotary_dim / 16;  // these lanes hold rotation partners: chunk l and chunk l + rot/16
     if (lane < rot_lanes) return {lane, lane + rot_lanes, true, true};
     return {2 * lane, 2 * lane + 1, false, false};  // the unrotated tail, two neighbouring chunks per lane
   }
@@ -218,15 +218,22 @@ __device__ __forceinline__ void TransformRowDirect(bool neox, bool normalize, bo
   }
 }
 
+// The token's row in the paged cache (head 0), or -1 when the slot is -1 (skip) or out of range.
+__device__ __forceinline__ int64_t CacheRow(const RopeNormParams& p, int64_t slot, int64_t stride_b,
+                                            int64_t stride_p) {
+  if (slot < 0 || slot >= p.num_slots) return -1;
+  const int64_t block = p.num_slots <= INT32_MAX ? static_cast<uint32_t>(slot) / static_cast<uint32_t>(p.page_size)
+                                                 : slot / p.page_size;
+  return block * stride_b + (slot - block * p.page_size) * stride_p;
+}
+
 // 128 threads per block: at ~90 registers a 256-thread block fit 2 per SM (16 warps); 128-thread blocks fit 5.
 // 4-row kernels: 4 blocks (128 registers), which their full-group phases need to hold 4 rows' chains at once
 // without spilling (at 5 blocks they spilled 140-480 bytes; experiment 21 had found 4 blocks 3-6% slower for the
-// row-by-row code, which has no such overlap to pay for the lost warps). 8-row kernels (16-bit q only,
-// experiment 98): 3 blocks (168 registers), where their 16 row chunks, late coefficients and 8 rows' sums fit
-// without spilling; the fp8-q ones spilled 80-368 bytes there and are not built.
+// row-by-row code, which has no such overlap to pay for the lost warps).
 constexpr int kPairedThreads = 128;
 template <int R>
-constexpr int kPairedMinBlocks = R == 8 ? 3 : (R == 4 ? 4 : (R == 2 ? 6 : 8));
+constexpr int kPairedMinBlocks = R == 4 ? 4 : (R == 2 ? 6 : 8);
 
 __device__ __forceinline__ void Unpack16(const uint4& a, const uint4& b, bool bf16, float (&x)[16]) {
   float lo[8], hi[8];
@@ -252,43 +259,6 @@ __device__ __forceinline__ void StoreRow16(void* base, int64_t off, const LaneCh
   } else {
     StoreVec8(static_cast<T*>(base) + off + ch.a * kVec, lo);
     StoreVec8(static_cast<T*>(base) + off + ch.b * kVec, hi);
-  }
-}
-
-// A group's row destinations for this lane: its two chunks' addresses in the group's first row, stepped a row at
-// a time (experiment 97: formed per row, each row's store cost a 64-bit multiply-add of its head and a 64-bit add
-// per chunk before the address scaling). E: the stored element (T, or uint8_t for fp8).
-template <typename E>
-struct ChunkDst {
-  E* a;
-  E* b;
-  int64_t step;  // elements between the group's rows
-  __device__ __forceinline__ void Next() { a += step, b += step; }
-};
-
-template <typename E>
-__device__ __forceinline__ ChunkDst<E> MakeChunkDst(void* base, int64_t first_row, const LaneChunks& ch,
-                                                    int64_t step) {
-  E* row = static_cast<E*>(base) + first_row;
-  return {row + ch.a * kVec, row + ch.b * kVec, step};
-}
-
-template <typename T, bool kFp8>
-using StoredElement = std::conditional_t<kFp8, uint8_t, T>;
-
-// StoreRow16 at a ChunkDst's current row.
-template <typename T, bool kFp8>
-__device__ __forceinline__ void StoreRow16(const ChunkDst<StoredElement<T, kFp8>>& d, const float (&x)[16],
-                                           float mul) {
-  float lo[8], hi[8];
-#pragma unroll
-  for (int i = 0; i < 8; ++i) lo[i] = x[i], hi[i] = x[8 + i];
-  if constexpr (kFp8) {
-    StoreE4M3x8Scaled(d.a, lo, mul);
-    StoreE4M3x8Scaled(d.b, hi, mul);
-  } else {
-    StoreVec8(d.a, lo);
-    StoreVec8(d.b, hi);
   }
 }
 
@@ -319,18 +289,20 @@ __device__ __forceinline__ const T* SourceRow(const RopeNormParams& p, RowKind k
 // cos/sin rows go into L2 ahead of use. A group's cos/sin load waits on its position, and in a stream of
 // 16384 tokens the row is rarely still in L2, so every group paid a DRAM latency twice in a row (rows, then
 // cos/sin) before its math: cos/sin was ~20% of the time at ~9% of the bytes (bench/NOTES.md session 7). Now
-// lane 0 of a token's first q group loads the position of the token p.prefetch_tokens ahead -- most of a wave
-// of resident blocks, i.e. a token whose groups start about when this one's block ends -- and prefetches its
-// cos/sin row as soon as it has issued its own (PrefetchCosSin), fire-and-forget. The distance is whole tiles,
-// so the groups p.prefetch_tokens tokens apart sit at the same place in their tiles: the token ahead is found
-// by an add, not by decoding a second group index (experiment 96: that lookup was ~40 instructions a warp).
+// the group p.prefetch_groups ahead -- most of a wave of resident blocks, i.e. a group that starts about when
+// this one's block ends -- is looked up, and when it is a token's first q group, lane 0 loads that token's
+// position here and prefetches its cos/sin row as soon as it has issued its own (PrefetchCosSin), fire-and-forget.
 // Measured: prefetching the q/k/v rows the same way was slower, and a distance of a whole wave was too far.
 // Returns the position to prefetch, or -1.
-__device__ __forceinline__ int CosSinAheadPosition(const RopeNormParams& p, const GroupUnit& u, int lane) {
-  if (lane != 0 || u.kind != RowKind::kQ || u.first_head != 0 || p.prefetch_tokens == 0) return -1;
-  if (p.prefetch_tokens >= p.tokens - u.token) return -1;  // no int overflow: u.token < p.tokens here
+template <int G>
+__device__ __forceinline__ int CosSinAheadPosition(const RopeNormParams& p, int group, int lane) {
+  if (p.prefetch_groups == 0 || lane != 0) return -1;
+  const int64_t ahead = static_cast<int64_t>(group) + p.prefetch_groups;
+  if (ahead >= static_cast<int64_t>(gridDim.x) * (kPairedThreads / G)) return -1;
+  const GroupUnit u = UnitOfGroup(p, static_cast<int>(ahead));
+  if (u.token >= p.tokens || u.kind != RowKind::kQ || u.first_head != 0) return -1;
   // int: a position below max_pos (checked before use) is far below 2^31; one register, not two
-  return static_cast<int>(LoadIndex(p.positions, p.positions_i64, u.token + p.prefetch_tokens));
+  return static_cast<int>(LoadIndex(p.positions, p.positions_i64, u.token));
 }
 
 __device__ __forceinline__ void PrefetchCosSin(const RopeNormParams& p, int pos) {
@@ -357,92 +329,87 @@ __global__ void __launch_bounds__(kPairedThreads, kPairedMinBlocks<R>)
   const LaneChunks ch = PairedChunks(lane, G, p.rotary_dim, p.neox);
   // A merged k/v group (p.kv_merged) holds the token's k rows and then its v rows.
   const bool with_v = p.kv_merged && kind == RowKind::kK;
+  // Row i of the group: its kind (v for a merged group's rows past the k heads) and head, or -1 past the end.
+  auto row_head = [&](int i, RowKind& row_kind) {
+    int head = first_head + i * head_step;
+    row_kind = kind;
+    if (with_v && head >= heads) row_kind = RowKind::kV, head -= heads;
+    return head < heads ? head : -1;
+  };
 
   // Every load first: the row chunks, the indices, then cos/sin and weights. Row i's address steps from row 0's
   // by head_step heads (a merged k/v group: its k rows, then its v rows from the v tensor), and each row's two
-  // loads sit under their own predicate. Why: row by row through a per-row kind / head helper and
+  // loads sit under their own predicate (row_head's rule without its break). Why: row by row through row_head and
   // SourceRow, each row's kind, base and strides were re-selected behind a branch and its 64-bit offsets
   // multiplied afresh, so a 4-row group's 8 loads issued ~330 instructions into the thread (SASS, session 62) --
   // and their DRAM round trip is the kernel's largest stall. Measured with the late coefficients below (experiments
   // 92 + 93, bench/NOTES.md session 63, H100, T=16384): fp8 rows -2.8..-3.6%, bf16 8/1 -2%, no row slower.
-  // Several rows: the lane's two chunk addresses are formed once and stepped a row at a time (experiment 96;
-  // formed per row from the row's start, each chunk cost a 64-bit add before its address scaling). One row keeps
-  // the plain form: at 64 registers the two live chunk pointers spilled a few bytes more (ptxas).
   uint4 ra[R], rb[R];
   {
+    auto load_row = [&](int i, const T* row) {
+      ra[i] = Load16(row + ch.a * kVec);
+      rb[i] = Load16(row + ch.b * kVec);
+    };
     const int64_t stride_h = kind == RowKind::kQ ? p.q_stride_h : (kind == RowKind::kK ? p.k_stride_h : p.v_stride_h);
     const T* row = SourceRow<T>(p, kind, token, first_head);
-    if constexpr (R == 1) {  // never merged (KvMerged)
-      if (first_head < heads) ra[0] = Load16(row + ch.a * kVec), rb[0] = Load16(row + ch.b * kVec);
-    } else if (!with_v) {
-      const T* pa = row + ch.a * kVec;
-      const T* pb = row + ch.b * kVec;
+    if (R == 1 || !with_v) {  // one row: never merged (KvMerged)
       const int64_t step = head_step * stride_h;
 #pragma unroll
-      for (int i = 0; i < R; ++i, pa += step, pb += step) {
-        if (first_head + i * head_step < heads) ra[i] = Load16(pa), rb[i] = Load16(pb);
+      for (int i = 0; i < R; ++i, row += step) {
+        if (first_head + i * head_step < heads) load_row(i, row);
       }
     } else {
       // first_head 0 and head_step 1 here: the k and v heads fit one group (KvMerged), so a token has one k/v group
       const T* v_row = SourceRow<T>(p, RowKind::kV, token, 0);
-      const T* pa = row + ch.a * kVec;
-      const T* pb = row + ch.b * kVec;
-      const T* va = v_row + ch.a * kVec;
-      const T* vb = v_row + ch.b * kVec;
 #pragma unroll
-      for (int i = 0; i < R; ++i) {
+      for (int i = 0; i < R; ++i, row += stride_h) {
         if (i < heads) {
-          ra[i] = Load16(pa), rb[i] = Load16(pb);
-          pa += stride_h, pb += stride_h;
+          load_row(i, row);
         } else if (i < 2 * heads) {
-          ra[i] = Load16(va), rb[i] = Load16(vb);
-          va += p.v_stride_h, vb += p.v_stride_h;
+          load_row(i, v_row + (i - heads) * p.v_stride_h);
         }
       }
     }
   }
   const int64_t pos = kind == RowKind::kV ? 0 : LoadIndex(p.positions, p.positions_i64, token);
   const int64_t slot = kind == RowKind::kQ ? -1 : LoadIndex(p.slot_mapping, p.slots_i64, token);
-  const int ahead_pos = CosSinAheadPosition(p, unit, lane);  // after ours: only a prefetch waits on it
+  const int ahead_pos = CosSinAheadPosition<G>(p, group, lane);  // after ours: only a prefetch waits on it
 
-  // The group's v rows into the cache (a 16-bit row is copied as it is); false when the slot is skipped. A merged
-  // group's v rows are its rows [heads, 2 heads) (v heads 0, 1, ...); a v group's, its rows while their heads exist.
-  auto store_v_rows = [&](const CacheSlot& cache_slot) {
-    const int64_t dst = CacheRowOf(cache_slot, p.v_cache_stride_b, p.v_cache_stride_p);
+  // The group's v rows into the cache (a 16-bit row is copied as it is); false when the slot is skipped.
+  auto store_v_rows = [&]() {
+    const int64_t dst = CacheRow(p, slot, p.v_cache_stride_b, p.v_cache_stride_p);
     if (dst < 0) return false;
     const float mul = kFp8Cache ? QuantMultiplier(*p.v_scale) : 1.0f;
-    auto d = MakeChunkDst<StoredElement<T, kFp8Cache>>(p.v_cache, dst + (with_v ? 0 : first_head) * p.v_cache_stride_h,
-                                                       ch, (with_v ? 1 : head_step) * p.v_cache_stride_h);
 #pragma unroll
     for (int i = 0; i < R; ++i) {
-      if (with_v && i < heads) continue;  // a k row
-      if (with_v ? i >= 2 * heads : first_head + i * head_step >= heads) break;
+      RowKind row_kind;
+      const int head = row_head(i, row_kind);
+      if (head < 0) break;
+      if (row_kind != RowKind::kV) continue;
+      const int64_t off = dst + head * p.v_cache_stride_h;
       if constexpr (kFp8Cache) {
         float x[16];
         Unpack16(ra[i], rb[i], kBf16, x);
-        StoreRow16<T, true>(d, x, mul);
+        StoreRow16<T, true>(p.v_cache, off, ch, x, mul);
       } else {
-        StoreGlobal16(d.a, ra[i]);
-        StoreGlobal16(d.b, rb[i]);
+        StoreGlobal16(static_cast<T*>(p.v_cache) + off + ch.a * kVec, ra[i]);
+        StoreGlobal16(static_cast<T*>(p.v_cache) + off + ch.b * kVec, rb[i]);
       }
-      d.Next();
     }
     return true;
   };
   if (kind == RowKind::kV) {
     PdlLaunchDependents();
-    if (store_v_rows(SplitSlot(p, slot))) PrefetchCosSin(p, ahead_pos);
+    if (store_v_rows()) PrefetchCosSin(p, ahead_pos);
     return;
   }
 
   // Out-of-range positions (only possible without HPC_XLA_CHECK) make the rows NaN rather than read outside
   // cos_sin_cache; out-of-range slots are not written.
   const bool pos_ok = pos >= 0 && pos < p.max_pos;
-  // split once for a merged group's k and v rows
-  const CacheSlot cache_slot = kind == RowKind::kK ? SplitSlot(p, slot) : CacheSlot{-1, 0};
-  const int64_t k_dst = CacheRowOf(cache_slot, p.k_cache_stride_b, p.k_cache_stride_p);
+  const int64_t k_dst = kind == RowKind::kK ? CacheRow(p, slot, p.k_cache_stride_b, p.k_cache_stride_p) : -1;
   if (kind == RowKind::kK && k_dst < 0) return;
-  if (with_v) store_v_rows(cache_slot);  // same slot as k: in range here
+  if (with_v) store_v_rows();  // same slot as k: in range here
   // Several rows per thread: the weights are folded into per-thread coefficients (PairedCoeffs).
   constexpr bool kFolded = R > 1;
   PairedCoeffs coeffs;
@@ -463,14 +430,13 @@ __global__ void __launch_bounds__(kPairedThreads, kPairedMinBlocks<R>)
     for (int i = 0; i < 8; ++i) w[i] = wa[i], w[8 + i] = wb[i];
   }
   // The coefficients wait on cos/sin, whose load waits on the position: an L2 round trip after the rows' DRAM one.
-  // Where the rows' sums of squares do not need them (16-bit q, k rows) the 4- and 8-row kernels' full groups fold
-  // them in after their reductions, which fill that wait (experiment 93; at 8 rows the early coefficients also
-  // spilled 204 bytes); the fp8 q sums need max |y| of the folded rows first, and the 2-row kernels (80 registers)
-  // spill holding cos/sin and weights across the reductions.
+  // Where the rows' sums of squares do not need them (16-bit q, k rows) the 4-row kernels' full groups fold them
+  // in after their reductions, which fill that wait (experiment 93); the fp8 q sums need max |y| of the folded
+  // rows first, and the 2-row kernels (80 registers) spill holding cos/sin and weights across the reductions.
   auto make_coeffs = [&]() {
     if constexpr (kFolded) MakePairedCoeffs(p.neox, p.norm_before_rope, ch, c, s, w, coeffs);
   };
-  constexpr bool kLateCoeffs = R >= 4 && !kFp8Q;
+  constexpr bool kLateCoeffs = R == 4 && !kFp8Q;
   if constexpr (!kLateCoeffs) make_coeffs();
   const bool normalize = (kind == RowKind::kQ ? p.q_norm_weight : p.k_norm_weight) != nullptr;
   const float k_mul = kFp8Cache && kind == RowKind::kK ? QuantMultiplier(*p.k_scale) : 1.0f;
@@ -539,13 +505,11 @@ __global__ void __launch_bounds__(kPairedThreads, kPairedMinBlocks<R>)
       if (kind == RowKind::kK) {
 #pragma unroll
         for (int i = 0; i < R; ++i) out_mul[i] = pos_ok ? inv[i] * k_mul : kNaN;
-        auto d = MakeChunkDst<StoredElement<T, kFp8Cache>>(p.k_cache, k_dst + first_head * p.k_cache_stride_h, ch,
-                                                           head_step * p.k_cache_stride_h);
 #pragma unroll
-        for (int i = 0; i < R; ++i, d.Next()) {
+        for (int i = 0; i < R; ++i) {
           float y[16];
           output_row(i, y);
-          StoreRow16<T, kFp8Cache>(d, y, 1.0f);
+          StoreRow16<T, kFp8Cache>(p.k_cache, k_dst + (first_head + i * head_step) * p.k_cache_stride_h, ch, y, 1.0f);
         }
         return;
       }
@@ -566,13 +530,12 @@ __global__ void __launch_bounds__(kPairedThreads, kPairedMinBlocks<R>)
           out_mul[i] *= rs[i].mul;  // NaN stays NaN
         }
       }
-      auto d = MakeChunkDst<StoredElement<T, kFp8Q>>(p.q_out, token * p.q_out_stride_t + first_head * p.q_out_stride_h,
-                                                     ch, head_step * p.q_out_stride_h);
 #pragma unroll
-      for (int i = 0; i < R; ++i, d.Next()) {
+      for (int i = 0; i < R; ++i) {
         float y[16];
         output_row(i, y);
-        StoreRow16<T, kFp8Q>(d, y, 1.0f);
+        StoreRow16<T, kFp8Q>(p.q_out, token * p.q_out_stride_t + (first_head + i * head_step) * p.q_out_stride_h, ch,
+                             y, 1.0f);
       }
     };
     if (first_head + (R - 1) * head_step < heads) {  // warp-uniform, like every group's row count

@@ -35,10 +35,6 @@ struct RopeNormParams {
   int64_t v_cache_stride_b, v_cache_stride_p, v_cache_stride_h;
   int64_t num_slots;
   int64_t page_size;
-  // slot -> (block, row in block) by multiply-shift when num_slots <= INT32_MAX (SplitSlot): a 32-bit division
-  // by a runtime page size was ~20 instructions (I2F, MUFU.RCP, a correction) in every k/v group, twice per
-  // merged group.
-  cutlass::FastDivmod page_div;
   const void* q_norm_weight;
   const void* k_norm_weight;
   const float* k_scale;
@@ -60,9 +56,9 @@ struct RopeNormParams {
   // 8/1 heads at R=4: separate k and v groups would each hold 1 row of 4. Then the tile has no v groups.
   bool kv_merged;
   cutlass::FastDivmod tile_div;
-  // Paired kernel only: a token's first q group prefetches into L2 the cos/sin row of the token this many
-  // ahead, a multiple of the tile's tokens (0 = off). See CosSinAheadPosition.
-  int prefetch_tokens;
+  // Paired kernel only: groups prefetch into L2 the cos/sin row of the token of the group this many ahead
+  // (0 = off). See CosSinAheadPosition.
+  int prefetch_groups;
 };
 
 __device__ __forceinline__ float LoadAny(const void* base, DType dtype, int64_t i) {
@@ -75,28 +71,6 @@ __device__ __forceinline__ float LoadAny(const void* base, DType dtype, int64_t 
 
 __device__ __forceinline__ int64_t LoadIndex(const void* base, bool is_i64, int64_t i) {
   return is_i64 ? static_cast<const int64_t*>(base)[i] : static_cast<const int32_t*>(base)[i];
-}
-
-// A slot's place in the paged cache: its block and its row in the block; block -1 when the slot is -1 (skipped)
-// or out of range. Both kernels split a token's slot once for its k and v rows.
-struct CacheSlot {
-  int64_t block, in_page;
-};
-
-__device__ __forceinline__ CacheSlot SplitSlot(const RopeNormParams& p, int64_t slot) {
-  if (slot < 0 || slot >= p.num_slots) return {-1, 0};
-  if (p.num_slots <= INT32_MAX) {
-    int block = 0, in_page = 0;
-    p.page_div(block, in_page, static_cast<int>(slot));
-    return {block, in_page};
-  }
-  const int64_t block = slot / p.page_size;
-  return {block, slot - block * p.page_size};
-}
-
-// The slot's row (head 0) in a cache with these block / page-row strides, or -1 where the slot is not written.
-__device__ __forceinline__ int64_t CacheRowOf(const CacheSlot& s, int64_t stride_b, int64_t stride_p) {
-  return s.block < 0 ? -1 : s.block * stride_b + s.in_page * stride_p;
 }
 
 // Eight consecutive floats, 16-byte aligned.
