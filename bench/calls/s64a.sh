@@ -5,8 +5,9 @@
 # TINY=1: A/B m63 / e98 / e98 / m63, then e98's GPU file and memcheck, ~180 s, for a budget's end).
 # Replaces s63b (in git history), which never ran: it carried experiment 95 alone.
 # Carry .peer/pack: m63 = main after experiments 92 + 93 (87f700e; main's kernels are unchanged since), e96 =
-# 318e6fb (experiments 95 + 96), e97 = 5d5ac69 (97b: 96 + 97 + a host guard), e98 = 3a11a11 (97b + 98):
-#   tools/stage_experiments.sh m63 e96:318e6fb e97:5d5ac69 e98:3a11a11 && tools/pack_staged.sh m63 e96 e97 e98
+# 318e6fb (experiments 95 + 96), e97 = 5d5ac69 (97b: 96 + 97 + a host guard), e98 = 51b06ed (98c: 97b + 98 + its
+# review's hardening and tests):
+#   tools/stage_experiments.sh m63 e96:318e6fb e97:5d5ac69 e98:51b06ed && tools/pack_staged.sh m63 e96 e97 e98
 #   (on main >= 8ca23ed, whose empty-cache / no-token named cases then run in e97's and e98's cuda cases)
 # Why (#2): its goal is >= 80% of the measured copy ceiling at T=16384 on the H200; the 8/1 bf16 row was 78% there
 # (s59a: 28.7 us, ceiling 4.16 TB/s; 80% = 27.8 us) before experiments 91 (H100 -2%) and 92 + 93 (H100 a further
@@ -66,7 +67,7 @@ tests_summary() {
     for f in $R/t_*.log; do echo "$f: $(tail -n1 $f)"; done
     grep -hE "compute-sanitizer" $R/gc_san.log 2>/dev/null; } | tee $OUT/s64a_tests.txt
 }
-memcheck_k="every_rows or bad_indices or T8191 or chosen_by_batch"
+memcheck_k="every_rows or bad_indices or T8191 or chosen_by_batch or eight_rows"
 if [ -n "${TINY:-}" ]; then
   ab m63_r1 m63 X=1; ab e98_r1 e98 X=1; ab e98_r2 e98 X=1; ab m63_r2 m63 X=1
   in_background "e98 rope GPU file" t_gpu.log 150 $E8 python3 -m pytest -q -p no:cacheprovider -rf tests/test_gpu_rope_norm.py
